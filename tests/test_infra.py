@@ -153,3 +153,32 @@ def test_cluster_fixture_and_hash_tags(cluster):
         rc.delete(*keys)
     finally:
         rc.close()
+
+
+def test_embedded_redis_starts_and_stops(monkeypatch):
+    from redis_saver._embedded import embedded_redis
+
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with embedded_redis() as url:
+        assert url and url.startswith("redis://127.0.0.1:")
+        r = redis.Redis.from_url(url, **client_kwargs())
+        assert r.ping()
+        r.close()
+    r = redis.Redis.from_url(url, **client_kwargs(0.5, 0.5))
+    with pytest.raises(redis.ConnectionError):
+        r.ping()  # the throwaway server is gone
+    r.close()
+    monkeypatch.setenv("REDIS_URL", "redis://example.invalid:1/0")
+    with embedded_redis() as url:
+        assert url == "redis://example.invalid:1/0"
+
+
+@pytest.mark.sentinel
+def test_sentinel_fixture(sentinel, prefix):
+    assert len(sentinel.sentinels) == 3
+    assert sentinel.current_primary() == (sentinel.primary.host, sentinel.primary.port)
+    primary = sentinel.client().master_for(sentinel.master_name, **client_kwargs())
+    assert primary.set(f"{prefix}:k", "v")
+    assert primary.get(f"{prefix}:k") == b"v"
+    primary.delete(f"{prefix}:k")
+    primary.close()
