@@ -14,6 +14,7 @@ fixtures on top of them. Nothing here imports redis-py: readiness is checked wit
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import platform
@@ -23,6 +24,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +150,22 @@ def find_server_binary(binary: str | None = None) -> str:
 
 # --------------------------------------------------------------------------- server process
 
+# Servers still running at interpreter exit (e.g. after Ctrl-C) are killed, so none are left behind.
+_LIVE: "dict[int, LocalServer]" = {}
+_LIVE_LOCK = threading.Lock()
 
-@dataclass
+
+@atexit.register
+def _kill_leftovers() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE.values())
+    for srv in servers:
+        with contextlib.suppress(Exception):
+            srv.stop()
+
+
+
+@dataclass(eq=False)
 class LocalServer:
     """A server process on ``host:port`` owning the temp dir ``dir``. ``stop()`` = SIGKILL + rmtree."""
 
@@ -192,6 +208,8 @@ class LocalServer:
 
     def stop(self) -> None:
         self.kill()
+        with _LIVE_LOCK:
+            _LIVE.pop(id(self), None)
         if self.owns_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -271,6 +289,8 @@ def start_server(
             ssl_context=ssl_context,
             owns_dir=dir is None,
         )
+        with _LIVE_LOCK:
+            _LIVE[id(server)] = server
         try:
             _wait_ready(server, ready_timeout)
             return server

@@ -194,6 +194,20 @@ class Cluster:
     def wait_ok(self, timeout: float = 20.0) -> None:
         _wait_cluster_ok(self.live_nodes(), timeout)
 
+    def wait_failover(self, dead_port: int, timeout: float = 20.0) -> None:
+        """After ``kill_node(dead_port)`` of a primary: wait until every live node has promoted a
+        replica (no slot served by ``dead_port``) and reports ``cluster_state:ok`` (~2.3 s)."""
+
+        def done() -> bool:
+            for n in self.live_nodes():
+                r = n.command("CLUSTER", "SLOTS")
+                if not isinstance(r, list) or any(int(row[2][1]) == dead_port for row in r):
+                    return False
+            return True
+
+        _wait(done, timeout, f"failover away from {dead_port}")
+        self.wait_ok(timeout)
+
     def client(self, **kwargs: Any):
         """A ``redis.cluster.RedisCluster`` with test timeouts and no retry (override via kwargs)."""
         from redis.cluster import ClusterNode, RedisCluster
