@@ -1,0 +1,249 @@
+-- _lib.lua: helpers prepended to every per-thread script by redis_saver/_scripts.py
+-- (after the script's #!lua line). Not a script of its own.
+--
+-- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
+--   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
+--   KEYS[6] blob_rc KEYS[7] wr   KEYS[8] wr_ord  KEYS[9] runs
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+-- and one ARGV header:
+--   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_BRC, K_WR, K_WORD, K_RUNS, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_BRC, K_WR, K_WORD, K_RUNS}
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+
+local function fail(code, msg)
+  error({err = code .. ' ' .. msg})
+end
+
+if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+
+-- order-preserving, prefix-free component encoding (keys.enc)
+local function enc(s)
+  return (string.gsub(s, '%z', '\0\255')) .. '\0'
+end
+
+-- position just after the encoded component that starts at pos
+local function skip(s, pos)
+  while true do
+    local i = string.find(s, '\0', pos, true)
+    if not i then fail('RS_BADARG', 'unterminated component') end
+    if string.byte(s, i + 1) == 255 then pos = i + 2 else return i + 1 end
+  end
+end
+
+local function dec(s, pos)
+  local e = skip(s, pos)
+  return (string.gsub(string.sub(s, pos, e - 2), '%z\255', '\0')), e
+end
+
+-- records: "<len>,<len>,...;" .. parts (redis_saver/_codec.py)
+local function unpack_rec(s)
+  if not s then fail('RS_BADARG', 'missing record') end
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local out, pos = {}, semi + 1
+  for n in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    n = tonumber(n)
+    out[#out + 1] = string.sub(s, pos, pos + n - 1)
+    pos = pos + n
+  end
+  if pos ~= #s + 1 then fail('RS_BADARG', 'malformed record') end
+  return out
+end
+
+local function pack_rec(parts)
+  local lens = {}
+  for i = 1, #parts do lens[i] = tostring(#parts[i]) end
+  return table.concat(lens, ',') .. ';' .. table.concat(parts)
+end
+
+-- lex range of every member that starts with the encoded prefix p
+local function lo(p) return '[' .. p end
+local function hi(p) return '(' .. p .. '\255' end
+
+local function check_format()
+  local v = redis.call('HGET', K_META, 'v')
+  if v and v ~= FORMAT then
+    fail('RS_SCHEMA', 'thread stored in format ' .. v .. ', this redis_saver reads format ' .. FORMAT)
+  end
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local THREAD_E = enc(THREAD_ID)
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+local function purge_expired(now)
+  local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
+  for _, thr in ipairs(dead) do
+    local te = enc(thr)
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    end
+    redis.call('ZREM', K_IXT, thr)
+  end
+end
+
+local function fix_index_expiry()
+  local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  if top[2] == 'inf' then
+    redis.call('PERSIST', K_IXT)
+    redis.call('PERSIST', K_IXR)
+  else
+    redis.call('PEXPIREAT', K_IXT, top[2])
+    redis.call('PEXPIREAT', K_IXR, top[2])
+  end
+end
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread.
+local function touch()
+  local now = now_ms()
+  purge_expired(now)
+  local score = 'inf'
+  if TTL_MS > 0 and redis.call('HGET', K_META, 'pin') ~= '1' then
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    score = string.format('%.0f', now + TTL_MS)
+  else
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+  end
+  redis.call('ZADD', K_IXT, score, THREAD_ID)
+  fix_index_expiry()
+end
+
+local function init_meta()
+  redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+end
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+local function link_run(run_e, ns_e, cid_e)
+  redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e)
+  redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+end
+
+local function unlink_run_if_unused(run_e)
+  if #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
+    redis.call('ZREM', K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
+  end
+end
+
+-- versions record -> list of blob field suffixes e(channel)..version, and channel -> field
+local function blob_fields(ns_e, versions_rec)
+  local v = unpack_rec(versions_rec)
+  local fields, by_ch = {}, {}
+  for i = 1, #v - 1, 2 do
+    local f = ns_e .. enc(v[i]) .. v[i + 1]
+    fields[#fields + 1] = f
+    by_ch[v[i]] = f
+  end
+  return fields, by_ch
+end
+
+local function add_refs(ns_e, rec)
+  local fields = blob_fields(ns_e, rec[6])
+  for _, f in ipairs(fields) do redis.call('HINCRBY', K_BRC, f, 1) end
+end
+
+local function drop_refs(ns_e, rec)
+  local fields = blob_fields(ns_e, rec[6])
+  for _, f in ipairs(fields) do
+    if redis.call('HINCRBY', K_BRC, f, -1) <= 0 then
+      redis.call('HDEL', K_BRC, f)
+      redis.call('HDEL', K_BLOB, f)
+    end
+  end
+end
+
+-- the write-hash field of a wr_ord member: prefix .. (member minus its e(task_path))
+local function wfield(prefix, member)
+  return prefix .. string.sub(member, skip(member, #prefix + 1))
+end
+
+local function writes_of(ns_e, cid_e)
+  local prefix = ns_e .. cid_e
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+    out[#out + 1] = redis.call('HGET', K_WR, wfield(prefix, m)) or false
+  end
+  return out
+end
+
+local function drop_writes(ns_e, cid_e)
+  local prefix = ns_e .. cid_e
+  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+    redis.call('HDEL', K_WR, wfield(prefix, m))
+    redis.call('ZREM', K_WORD, m)
+  end
+end
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+local function drop_cp(ns_e, cid_e, keep_writes)
+  local field = ns_e .. cid_e
+  local raw = redis.call('HGET', K_CP, field)
+  if not raw then return end
+  local rec = unpack_rec(raw)
+  redis.call('HDEL', K_CP, field)
+  redis.call('ZREM', K_CPNS, field)
+  redis.call('ZREM', K_CPID, cid_e .. ns_e)
+  drop_refs(ns_e, rec)
+  if not keep_writes then drop_writes(ns_e, cid_e) end
+  if rec[8] ~= '' then
+    local run_e = enc(rec[8])
+    redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+    unlink_run_if_unused(run_e)
+  end
+end
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes)
+local function store_cp(ns_e, cid_e, raw, rec)
+  local field = ns_e .. cid_e
+  local old = redis.call('HGET', K_CP, field)
+  if old then
+    local orec = unpack_rec(old)
+    drop_refs(ns_e, orec)
+    if orec[8] ~= '' and orec[8] ~= rec[8] then
+      local run_e = enc(orec[8])
+      redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+      unlink_run_if_unused(run_e)
+    end
+  end
+  redis.call('HSET', K_CP, field, raw)
+  redis.call('ZADD', K_CPNS, 0, field)
+  redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
+  add_refs(ns_e, rec)
+  if rec[8] ~= '' then link_run(enc(rec[8]), ns_e, cid_e) end
+end
+
+-- remove the thread and its slot-index entries
+local function drop_thread()
+  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  end
+  redis.call('ZREM', K_IXT, THREAD_ID)
+  redis.call('DEL', unpack(THREAD_KEYS))
+end
+
+local function validate_record(raw)
+  local rec = unpack_rec(raw)
+  if #rec ~= 9 then fail('RS_BADARG', 'checkpoint record must have 9 parts') end
+  unpack_rec(rec[6])
+  unpack_rec(rec[7])
+  unpack_rec(rec[9])
+  return rec
+end
+
+-- the full reply for one checkpoint: {cid, record, blobs aligned with versions, writes}
+local function tuple_reply(ns_e, cid_e, raw)
+  local rec = unpack_rec(raw)
+  local fields = blob_fields(ns_e, rec[6])
+  local blobs = {}
+  if #fields > 0 then blobs = redis.call('HMGET', K_BLOB, unpack(fields)) end
+  return {raw, blobs, writes_of(ns_e, cid_e)}
+end

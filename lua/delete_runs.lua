@@ -1,0 +1,27 @@
+#!lua
+--- @include "_lib.lua"
+--[[ delete_runs: delete the checkpoints of this thread whose metadata run_id is one of
+ARGV[5..], with their writes; blobs no remaining checkpoint references go too (reference
+counts, so the cost follows the deleted data). A thread left empty is removed entirely.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5..] run ids
+Returns: number of checkpoints deleted
+]]
+check_format()
+if redis.call('EXISTS', K_META) == 0 then return 0 end
+local deleted = 0
+for i = 5, #ARGV do
+  local run_e = enc(ARGV[i])
+  for _, m in ipairs(redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX')) do
+    local p = skip(m, #run_e + 1)
+    drop_cp(string.sub(m, #run_e + 1, p - 1), string.sub(m, p), false)
+    deleted = deleted + 1
+  end
+end
+if deleted > 0 and redis.call('HLEN', K_CP) == 0 and redis.call('HGET', K_META, 'pin') ~= '1' then
+  drop_thread()
+  fix_index_expiry()
+elseif deleted > 0 then
+  touch()
+end
+return deleted

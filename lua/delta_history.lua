@@ -1,0 +1,59 @@
+#!lua flags=no-writes
+--- @include "_lib.lua"
+--[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction
+(BaseCheckpointSaver.get_delta_channel_history), inside Redis, in one call.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)   ARGV[7..] channel names
+Returns: {ancestors, seeds}; ancestors = {{write records of still-unseeded channels, in
+writes_sort_key order}, ...} newest ancestor first (the target itself is excluded);
+seeds = {channel, blob record, ...} for each channel whose nearest stored value was found.
+]]
+local ns, cid = ARGV[5], ARGV[6]
+check_format()
+local ns_e = enc(ns)
+local remaining, left = {}, 0
+for i = 7, #ARGV do
+  if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
+end
+local cid_e
+if cid == '' then
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return {{}, {}} end
+  cid_e = string.sub(top[1], #ns_e + 1)
+else
+  cid_e = enc(cid)
+end
+local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+local ancestors, seeds = {}, {}
+local parent = nil
+if raw then parent = unpack_rec(raw)[1] end
+while parent and parent ~= '' and left > 0 do
+  local p_e = enc(parent)
+  raw = redis.call('HGET', K_CP, ns_e .. p_e)
+  if not raw then break end
+  local rec = unpack_rec(raw)
+  local _, by_ch = blob_fields(ns_e, rec[6])
+  local here = {}
+  for ch, _ in pairs(remaining) do
+    local f = by_ch[ch]
+    if f then
+      local b = redis.call('HGET', K_BLOB, f)
+      if b and unpack_rec(b)[1] ~= 'empty' then here[ch] = b end
+    end
+  end
+  local ws = {}
+  for _, w in ipairs(writes_of(ns_e, p_e)) do
+    if w and remaining[unpack_rec(w)[2]] then ws[#ws + 1] = w end
+  end
+  ancestors[#ancestors + 1] = ws
+  for ch, b in pairs(here) do
+    seeds[#seeds + 1] = ch
+    seeds[#seeds + 1] = b
+    remaining[ch] = nil
+    left = left - 1
+  end
+  parent = rec[1]
+end
+if REFRESH == '1' and redis.call('EXISTS', K_META) == 1 then touch() end
+return {ancestors, seeds}

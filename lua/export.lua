@@ -1,0 +1,13 @@
+#!lua flags=no-writes
+--- @include "_lib.lua"
+--[[ export: one page of a thread's stored data, for copy_thread (import.lua writes it).
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6] HSCAN cursor   ARGV[7] HSCAN COUNT hint
+Returns: {next cursor ("0" = done), {field, value, field, value, ...}}
+]]
+local what, cursor, count = ARGV[5], ARGV[6], ARGV[7]
+local key = ({cp = K_CP, blob = K_BLOB, wr = K_WR})[what]
+if not key or not tonumber(count) then fail('RS_BADARG', 'bad export arguments') end
+check_format()
+return redis.call('HSCAN', key, cursor, 'COUNT', count)

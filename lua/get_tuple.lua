@@ -1,0 +1,26 @@
+#!lua flags=no-writes
+--- @include "_lib.lua"
+--[[ get_tuple: one checkpoint (by id, or the latest of its namespace) with blobs and writes.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
+            the driver then runs the writable variant of this script, without no-writes)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
+Returns: nil, or {checkpoint id, record, {blob or nil per version}, {write records in writes_sort_key order}}
+]]
+local ns, cid = ARGV[5], ARGV[6]
+check_format()
+local ns_e = enc(ns)
+local cid_e
+if cid == '' then
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return nil end
+  cid_e = string.sub(top[1], #ns_e + 1)
+  cid = dec(cid_e, 1)
+else
+  cid_e = enc(cid)
+end
+local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+if not raw then return nil end
+local reply = tuple_reply(ns_e, cid_e, raw)
+if REFRESH == '1' then touch() end
+return {cid, reply[1], reply[2], reply[3]}

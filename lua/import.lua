@@ -1,0 +1,45 @@
+#!lua
+--- @include "_lib.lua"
+--[[ import: write exported data into this (target) thread, for copy_thread.
+Blobs and writes are imported before the checkpoints that reference them, so a reader of
+the target never sees a checkpoint without its data.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6..] field, value pairs (as export.lua returns them)
+Returns: number of entries written
+]]
+local what = ARGV[5]
+if what ~= 'cp' and what ~= 'blob' and what ~= 'wr' then fail('RS_BADARG', 'bad import kind') end
+if (#ARGV - 5) % 2 ~= 0 then fail('RS_BADARG', 'odd field/value list') end
+local recs = {}
+for i = 6, #ARGV - 1, 2 do
+  local r = unpack_rec(ARGV[i + 1])
+  if what == 'cp' then r = validate_record(ARGV[i + 1]) end
+  if what == 'wr' and #r ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
+  if what == 'blob' and #r ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
+  recs[#recs + 1] = r
+end
+check_format()
+init_meta()
+local n = 0
+for i = 6, #ARGV - 1, 2 do
+  n = n + 1
+  local field, value, r = ARGV[i], ARGV[i + 1], recs[n]
+  if what == 'blob' then
+    redis.call('HSET', K_BLOB, field, value)
+  elseif what == 'wr' then
+    -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before e(task_id)
+    local p = skip(field, skip(field, 1))
+    local old = redis.call('HGET', K_WR, field)
+    if old then
+      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(unpack_rec(old)[5]) .. string.sub(field, p))
+    end
+    redis.call('HSET', K_WR, field, value)
+    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[5]) .. string.sub(field, p))
+  else
+    local p = skip(field, 1)
+    store_cp(string.sub(field, 1, p - 1), string.sub(field, p), value, r)
+  end
+end
+touch()
+return n

@@ -1,0 +1,64 @@
+#!lua flags=no-writes
+--- @include "_lib.lua"
+--[[ list: one page of a thread's checkpoints, newest first, filtered by metadata in Redis.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] index: "ns" (members e(ns)e(cid), one namespace) | "id" (members e(cid)e(ns), all)
+ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, built by Python)
+ARGV[8] max items to return   ARGV[9] max members to examine in this call
+ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key)
+Returns: {cursor, item, item, ...}; cursor = last member examined when the page stopped
+         early ("" when the range is exhausted); item = {ns, cid, record, blobs, writes}
+]]
+local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
+local limit, budget, nf = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+if (index ~= 'ns' and index ~= 'id') or not limit or limit < 1 or not budget or budget < 1
+    or not nf or #ARGV ~= 10 + 2 * nf then
+  fail('RS_BADARG', 'bad list arguments')
+end
+check_format()
+local key = K_CPNS
+if index == 'id' then key = K_CPID end
+
+local function matches(rec)
+  if nf == 0 then return true end
+  local f = unpack_rec(rec[7])
+  local md = {}
+  for i = 1, #f - 1, 2 do md[f[i]] = f[i + 1] end
+  for i = 0, nf - 1 do
+    local want, got = ARGV[12 + 2 * i], md[ARGV[11 + 2 * i]]
+    if want == 'null' then
+      if got ~= nil and got ~= 'null' then return false end
+    elseif got ~= want then
+      return false
+    end
+  end
+  return true
+end
+
+local out = {''}
+local examined, chunk = 0, 64
+local cursor = upper
+while #out - 1 < limit and examined < budget do
+  local want = math.min(chunk, budget - examined)
+  local members = redis.call('ZRANGE', key, cursor, lower, 'BYLEX', 'REV', 'LIMIT', 0, want)
+  for _, m in ipairs(members) do
+    examined = examined + 1
+    cursor = '(' .. m
+    local a, p = dec(m, 1)
+    local b = dec(m, p)
+    local ns, cid = a, b
+    if index == 'id' then ns, cid = b, a end
+    local ns_e, cid_e = enc(ns), enc(cid)
+    local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+    if raw and matches(unpack_rec(raw)) then
+      local r = tuple_reply(ns_e, cid_e, raw)
+      out[#out + 1] = {ns, cid, r[1], r[2], r[3]}
+      if #out - 1 >= limit then break end
+    end
+  end
+  if #members < want then cursor = nil break end
+end
+if cursor ~= nil then out[1] = cursor end
+if REFRESH == '1' and redis.call('EXISTS', K_META) == 1 then touch() end
+return out

@@ -1,0 +1,20 @@
+#!lua
+--- @include "_lib.lua"
+--[[ pin: pin ("1") or unpin ("0") a thread; a pinned thread never expires until unpinned.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "1" | "0"
+Returns: 1; 0 when unpinning a thread that does not exist (nothing written).
+A thread may be pinned before its first checkpoint.
+]]
+local flag = ARGV[5]
+if flag ~= '1' and flag ~= '0' then fail('RS_BADARG', 'pin flag must be 1 or 0') end
+check_format()
+if flag == '1' then
+  init_meta()
+  redis.call('HSET', K_META, 'pin', '1')
+else
+  if redis.call('EXISTS', K_META) == 0 then return 0 end
+  redis.call('HDEL', K_META, 'pin')
+end
+touch()
+return 1

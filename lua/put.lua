@@ -1,0 +1,59 @@
+#!lua
+--- @include "_lib.lua"
+--[[ put: store one checkpoint, its new channel blobs, and refresh the thread.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent id ("" = none)
+ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
+ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's latest
+ARGV[11] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
+Returns: 1
+Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
+]]
+local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local nblobs = tonumber(ARGV[11])
+if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
+if nblobs == nil or #ARGV ~= 11 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
+if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
+local rec = validate_record(raw)
+for i = 1, nblobs do
+  local b = unpack_rec(ARGV[11 + 2 * i])
+  if #b ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
+end
+check_format()
+local ns_e, cid_e = enc(ns), enc(cid)
+
+if fence == '1' and not redis.call('HEXISTS', K_CP, ns_e .. cid_e) then
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local latest = ''
+  if #top > 0 then latest = dec(top[1], #ns_e + 1) end
+  if latest ~= parent then
+    fail('RS_CONFLICT', 'thread moved on: latest checkpoint is ' .. latest .. ', put expected parent ' .. parent)
+  end
+end
+
+-- validation done: writes start here
+init_meta()
+for i = 1, nblobs do
+  redis.call('HSET', K_BLOB, ns_e .. ARGV[10 + 2 * i], ARGV[11 + 2 * i])
+end
+store_cp(ns_e, cid_e, raw, rec)
+
+if mode == 'latest' then
+  -- keep only this checkpoint in its namespace; keep the writes of it and of its parent
+  local parent_e = enc(parent)
+  for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
+    local ocid = string.sub(m, #ns_e + 1)
+    if ocid ~= cid_e then drop_cp(ns_e, ocid, ocid == parent_e) end
+  end
+  local seen = {}
+  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
+    local ocid = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
+    if ocid ~= cid_e and ocid ~= parent_e and not seen[ocid] then
+      seen[ocid] = true
+      drop_writes(ns_e, ocid)
+    end
+  end
+end
+touch()
+return 1

@@ -1,0 +1,40 @@
+#!lua
+--- @include "_lib.lua"
+--[[ put_writes: store the writes of one task against one checkpoint.
+KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] n = number of writes
+then n quadruples: field suffix e(task_id)..idx, sort suffix e(task_path)..e(task_id)..idx,
+                   write record, "1" if special (overwrites) else "0" (first write wins)
+Returns: number of writes stored
+Errors: RS_BADARG (nothing written), RS_SCHEMA
+]]
+local ns, cid, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
+if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
+if n == nil or #ARGV ~= 7 + 4 * n then fail('RS_BADARG', 'bad write count') end
+for i = 0, n - 1 do
+  local w = unpack_rec(ARGV[10 + 4 * i])
+  if #w ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
+  local sp = ARGV[11 + 4 * i]
+  if sp ~= '0' and sp ~= '1' then fail('RS_BADARG', 'bad special flag') end
+end
+check_format()
+local prefix = enc(ns) .. enc(cid)
+init_meta()
+local stored = 0
+for i = 0, n - 1 do
+  local field = prefix .. ARGV[8 + 4 * i]
+  local member = prefix .. ARGV[9 + 4 * i]
+  local old = redis.call('HGET', K_WR, field)
+  if not old or ARGV[11 + 4 * i] == '1' then
+    if old then
+      local ow = unpack_rec(old)
+      redis.call('ZREM', K_WORD, prefix .. enc(ow[5]) .. ARGV[8 + 4 * i])
+    end
+    redis.call('HSET', K_WR, field, ARGV[10 + 4 * i])
+    redis.call('ZADD', K_WORD, 0, member)
+    stored = stored + 1
+  end
+end
+touch()
+return stored

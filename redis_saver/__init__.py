@@ -1,0 +1,30 @@
+"""redis_saver: LangGraph checkpoints in plain Redis (>= 7.0, no modules).
+
+One Lua round trip per call, every key of a thread in one hash slot (Redis Cluster,
+proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only mode.
+"""
+
+from ._base import TTLConfig
+from .aio import AsyncRedisSaver
+from .errors import (
+    ConflictError,
+    MalformedReplyError,
+    RedisSaverError,
+    SchemaMismatchError,
+    UnsupportedServerError,
+)
+from .keys import FORMAT_VERSION, KeySchema
+from .saver import RedisSaver
+
+__all__ = [
+    "AsyncRedisSaver",
+    "ConflictError",
+    "FORMAT_VERSION",
+    "KeySchema",
+    "MalformedReplyError",
+    "RedisSaver",
+    "RedisSaverError",
+    "SchemaMismatchError",
+    "TTLConfig",
+    "UnsupportedServerError",
+]

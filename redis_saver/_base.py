@@ -1,0 +1,99 @@
+"""Configuration shared by RedisSaver and AsyncRedisSaver."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, SerializerProtocol
+
+from ._plans import Plans
+from .keys import KeySchema
+
+
+@dataclass(frozen=True)
+class TTLConfig:
+    """Whole-thread expiry.
+
+    Args:
+        default_ttl: minutes of inactivity after which a whole thread expires (every key
+            of it at once); ``None`` = never.
+        refresh_on_read: when true, ``get_tuple``, ``list`` of one thread and
+            ``get_delta_channel_history`` extend the thread's expiry in the same call.
+    """
+
+    default_ttl: float | None = None
+    refresh_on_read: bool = False
+
+    @classmethod
+    def coerce(cls, ttl: TTLConfig | Mapping[str, Any] | None) -> TTLConfig:
+        if ttl is None:
+            return cls()
+        if isinstance(ttl, TTLConfig):
+            cfg = ttl
+        elif isinstance(ttl, Mapping):
+            unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
+            if unknown:
+                raise ValueError(f"unknown ttl option(s): {sorted(unknown)}")
+            cfg = cls(ttl.get("default_ttl"), bool(ttl.get("refresh_on_read", False)))
+        else:
+            raise TypeError("ttl must be a dict like {'default_ttl': minutes, 'refresh_on_read': bool} or a TTLConfig")
+        if cfg.default_ttl is not None:
+            if isinstance(cfg.default_ttl, bool) or not isinstance(cfg.default_ttl, (int, float)):
+                raise TypeError("default_ttl must be a number of minutes")
+            if not cfg.default_ttl > 0:
+                raise ValueError("default_ttl must be > 0 minutes (use None for no expiry)")
+        return cfg
+
+    @property
+    def ttl_ms(self) -> int:
+        return 0 if self.default_ttl is None else max(1, round(self.default_ttl * 60_000))
+
+
+class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
+    """State and plans shared by both savers; subclasses add only the I/O shell."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str = "lg",
+        serde: SerializerProtocol | None = None,
+        ttl: TTLConfig | Mapping[str, Any] | None = None,
+        history: Literal["full", "latest"] = "full",
+        fencing: bool = False,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.keys = KeySchema(prefix)
+        self.ttl = TTLConfig.coerce(ttl)
+        if history not in ("full", "latest"):
+            raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
+        self.history = history
+        self.fencing = bool(fencing)
+        self._ttl_ms = self.ttl.ttl_ms
+        self._refresh = self.ttl.refresh_on_read
+        self._history = history
+        self._fencing = self.fencing
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """String versions ``"<counter:032>.<random>"``, as InMemorySaver / PostgresSaver."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+
+def check_client(client: Any) -> None:
+    kwargs: dict[str, Any] = {}
+    try:
+        kwargs = client.get_connection_kwargs()
+    except Exception:  # cluster clients and fakes expose options differently
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", {}) or {}
+    if kwargs.get("decode_responses"):
+        raise ValueError(
+            "redis_saver needs a client with decode_responses=False: checkpoints are stored as raw bytes"
+        )

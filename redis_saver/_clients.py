@@ -1,0 +1,89 @@
+"""Clients built by ``from_conn_string``, with sane timeouts and a bounded retry.
+
+redis-py's default retry (10 attempts with backoff, on connect *and* per command) can stall
+one call for a minute against a dead server; ours retries a connection error at most
+``retries`` times with a short backoff and gives up after ``socket_timeout`` per attempt.
+
+URL forms: ``redis://``, ``rediss://`` (TLS), ``unix://``; ``redis+cluster://host:port``
+(or ``cluster=True``) for Redis Cluster; ``redis+sentinel://host:port[,host:port]/<master>``
+for a Sentinel-managed primary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+DEFAULTS: dict[str, Any] = {
+    "socket_timeout": 5.0,
+    "socket_connect_timeout": 2.0,
+    "health_check_interval": 30,
+}
+
+
+def _retry(retries: int) -> Retry:
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries)
+
+
+def _split(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    retries = int(options.pop("retries", 3))
+    opts = {**DEFAULTS, **options}
+    opts.setdefault("retry", _retry(retries))
+    cluster = bool(opts.pop("cluster", False))
+    parts = urlsplit(url)
+    kind = "cluster" if cluster else "single"
+    if parts.scheme in ("redis+cluster", "rediss+cluster"):
+        kind = "cluster"
+        url = urlunsplit(parts._replace(scheme=parts.scheme.split("+")[0]))
+    elif parts.scheme in ("redis+sentinel", "rediss+sentinel"):
+        kind = "sentinel"
+    return kind, url, opts
+
+
+def _sentinel_args(url: str) -> tuple[list[tuple[str, int]], str, bool]:
+    parts = urlsplit(url)
+    hosts = []
+    for hp in parts.netloc.split("@")[-1].split(","):
+        host, _, port = hp.rpartition(":")
+        hosts.append((host or "localhost", int(port or 26379)))
+    master = parts.path.strip("/") or "mymaster"
+    return hosts, master, parts.scheme.startswith("rediss")
+
+
+def make_sync_client(url: str, **options: Any) -> Any:
+    import redis
+    from redis.cluster import RedisCluster
+    from redis.sentinel import Sentinel
+
+    kind, url, opts = _split(url, dict(options))
+    if kind == "cluster":
+        opts.pop("health_check_interval", None)
+        return RedisCluster.from_url(url, **opts)
+    if kind == "sentinel":
+        hosts, master, tls = _sentinel_args(url)
+        sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout") if k in opts}
+        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)
+        return s.master_for(master)
+    return redis.Redis.from_url(url, **opts)
+
+
+async def make_async_client(url: str, **options: Any) -> Any:
+    import redis.asyncio as aredis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.sentinel import Sentinel
+
+    kind, url, opts = _split(url, dict(options))
+    if kind == "cluster":
+        opts.pop("health_check_interval", None)
+        client = RedisCluster.from_url(url, **opts)
+        await client.initialize()
+        return client
+    if kind == "sentinel":
+        hosts, master, tls = _sentinel_args(url)
+        sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout") if k in opts}
+        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)
+        return s.master_for(master)
+    return aredis.Redis.from_url(url, **opts)

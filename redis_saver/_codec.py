@@ -1,0 +1,109 @@
+"""Byte framing shared by Python and the Lua scripts.
+
+A *record* is a list of byte strings framed as ``b"<len>,<len>,...;" + parts``: cheap to
+build here, cheap to split in Lua (``lua/_lib.lua: unpack_rec``), and binary-safe, so serde
+bytes are stored as they are (never re-encoded through JSON or base64).
+
+Records stored by the scripts:
+
+checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta]
+            versions = record of [channel, version, channel, version, ...]
+            filter   = record of [key, canonical-json, ...] (server-side metadata filters)
+            delta    = record of channel names listed in ``counters_since_delta_snapshot``
+blob        [type, bytes]            (type ``empty`` = the channel had no value)
+write       [task_id, channel, type, bytes, task_path, idx]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import MalformedReplyError
+
+
+def pack(parts: Iterable[bytes | str]) -> bytes:
+    bs = [p.encode() if isinstance(p, str) else p for p in parts]
+    return ",".join(str(len(b)) for b in bs).encode() + b";" + b"".join(bs)
+
+
+def unpack(rec: bytes) -> list[bytes]:
+    try:
+        head, sep, body = rec.partition(b";")
+        if not sep:
+            raise ValueError("no header")
+        out: list[bytes] = []
+        if not head:
+            return out
+        pos = 0
+        for n in head.split(b","):
+            ln = int(n)
+            out.append(body[pos : pos + ln])
+            pos += ln
+        if pos != len(body):
+            raise ValueError("length mismatch")
+        return out
+    except (ValueError, TypeError) as exc:
+        raise MalformedReplyError(f"malformed record: {exc}") from exc
+
+
+def _canon(v: Any) -> Any:
+    # Python equality semantics (InMemorySaver compares with ==): True == 1, 1.0 == 1.
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {str(k): _canon(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    return v
+
+
+def canonical_json(v: Any) -> bytes | None:
+    """Canonical JSON of a metadata value, or None when it is not JSON-representable."""
+    try:
+        return json.dumps(
+            _canon(v), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except (TypeError, ValueError):
+        return None
+
+
+def filter_record(metadata: dict[str, Any]) -> bytes:
+    parts: list[bytes] = []
+    for k, v in metadata.items():
+        cj = canonical_json(v)
+        if cj is not None:
+            parts += [k.encode(), cj]
+    return pack(parts)
+
+
+def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
+    """``[n, key, json, ...]``; a value that has no JSON form can match nothing."""
+    if not flt:
+        return [b"0"]
+    out: list[bytes] = [str(len(flt)).encode()]
+    for k, v in flt.items():
+        if not isinstance(k, str):
+            raise TypeError(f"filter keys must be str, got {type(k).__name__}")
+        cj = canonical_json(v)
+        out += [k.encode(), cj if cj is not None else b"\x00nomatch"]
+    return out
+
+
+def versions_record(versions: dict[str, Any]) -> bytes:
+    parts: list[bytes] = []
+    for ch, ver in versions.items():
+        parts += [ch.encode(), str(ver).encode()]
+    return pack(parts)
+
+
+def as_str(b: bytes) -> str:
+    return b.decode()
+
+
+def pairs(items: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+    return [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]

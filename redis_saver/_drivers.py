@@ -1,0 +1,222 @@
+"""Run plans against a client: the only place that talks to Redis.
+
+``SyncDriver`` serves ``redis.Redis`` and ``redis.cluster.RedisCluster``; ``AsyncDriver``
+serves their asyncio twins. Both send a plan's ``Call`` as one EVALSHA (a NOSCRIPT reply,
+after a restart, failover or ``SCRIPT FLUSH``, loads the script and retries once) and a
+list of calls as one non-transactional pipeline (in a cluster, redis-py splits it by node).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from ._plans import Call, Out, Plan
+from ._scripts import Script, load_all
+from .errors import LUA_ERROR_CLASSES, SchemaMismatchError, UnsupportedServerError
+from .keys import FORMAT_VERSION, KeySchema
+
+PIPELINE_CHUNK = 2000
+_SUFFIX = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
+
+
+def map_error(exc: ResponseError) -> Exception:
+    msg = str(exc)
+    code = msg.split(" ", 1)[0]
+    cls = LUA_ERROR_CLASSES.get(code)
+    if cls is None:
+        # fakeredis wraps script errors: "Error running script (...): ... RS_X msg"
+        for c, k in LUA_ERROR_CLASSES.items():
+            if c + " " in msg:
+                code, cls = c, k
+                msg = msg[msg.index(c) :]
+                break
+    if cls is None:
+        return exc
+    text = _SUFFIX.sub("", msg[len(code) :].strip())
+    err = cls(text)
+    err.__cause__ = exc
+    return err
+
+
+def _is_fake(client: Any) -> bool:
+    return type(client).__module__.startswith("fakeredis")
+
+
+class _Base:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        scripts = load_all()
+        if _is_fake(client):
+            scripts = {k: v.without_shebang() for k, v in scripts.items()}
+        self.scripts: dict[str, Script] = scripts
+
+    def _unsupported(self, exc: Exception) -> Exception:
+        return UnsupportedServerError(
+            "redis_saver needs Redis >= 7.0 or Valkey >= 7.2 (Lua scripts with #!lua flags); "
+            f"loading its scripts failed: {exc}"
+        )
+
+    @staticmethod
+    def _check_schema(keys: KeySchema, stored: Any) -> None:
+        if stored is not None and (stored.decode() if isinstance(stored, bytes) else stored) != FORMAT_VERSION:
+            raise SchemaMismatchError(
+                f"keys under prefix {keys.prefix!r} use storage format {stored!r}; this redis_saver "
+                f"reads and writes format {FORMAT_VERSION}: use another prefix or migrate"
+            )
+
+    def _argv(self, call: Call) -> tuple[Script, list[Any]]:
+        s = self.scripts[call.script]
+        return s, [s.sha, len(call.keys), *call.keys, *call.args]
+
+
+class SyncDriver(_Base):
+    def call(self, call: Call) -> Any:
+        s, argv = self._argv(call)
+        try:
+            try:
+                return self.client.evalsha(*argv)
+            except NoScriptError:
+                self.client.script_load(s.source)
+                return self.client.evalsha(*argv)
+        except ResponseError as exc:
+            raise map_error(exc) from None
+
+    def batch(self, calls: Sequence[Call]) -> list[Any]:
+        out: list[Any] = []
+        for i in range(0, len(calls), PIPELINE_CHUNK):
+            out.extend(self._batch(calls[i : i + PIPELINE_CHUNK]))
+        return out
+
+    def _batch(self, calls: Sequence[Call]) -> list[Any]:
+        if not calls:
+            return []
+        prepared = [self._argv(c) for c in calls]
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for _, argv in prepared:
+                pipe.execute_command("EVALSHA", *argv)
+            res = pipe.execute(raise_on_error=False)
+            missing = {prepared[i][0].name for i, r in enumerate(res) if isinstance(r, NoScriptError)}
+            if not missing or attempt:
+                break
+            for name in missing:
+                self.client.script_load(self.scripts[name].source)
+        for r in res:
+            if isinstance(r, ResponseError):
+                raise map_error(r) from None
+            if isinstance(r, Exception):
+                raise r
+        return res
+
+    def setup(self, keys: KeySchema) -> None:
+        for s in self.scripts.values():
+            try:
+                self.client.script_load(s.source)
+            except ResponseError as exc:
+                raise self._unsupported(exc) from exc
+        self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
+        self._check_schema(keys, self.client.get(keys.schema_key()))
+
+    def step(self, step: Any) -> Any:
+        return self.batch(step) if isinstance(step, list) else self.call(step)
+
+    def run(self, plan: Plan) -> Any:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply = None if isinstance(step, Out) else self.step(step)
+
+    def iterate(self, plan: Plan) -> Iterator[Any]:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Out):
+                reply = None
+                yield from step.items
+            else:
+                reply = self.step(step)
+
+
+class AsyncDriver(_Base):
+    async def call(self, call: Call) -> Any:
+        s, argv = self._argv(call)
+        try:
+            try:
+                return await self.client.evalsha(*argv)
+            except NoScriptError:
+                await self.client.script_load(s.source)
+                return await self.client.evalsha(*argv)
+        except ResponseError as exc:
+            raise map_error(exc) from None
+
+    async def batch(self, calls: Sequence[Call]) -> list[Any]:
+        out: list[Any] = []
+        for i in range(0, len(calls), PIPELINE_CHUNK):
+            out.extend(await self._batch(calls[i : i + PIPELINE_CHUNK]))
+        return out
+
+    async def _batch(self, calls: Sequence[Call]) -> list[Any]:
+        if not calls:
+            return []
+        prepared = [self._argv(c) for c in calls]
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for _, argv in prepared:
+                pipe.execute_command("EVALSHA", *argv)
+            res = await pipe.execute(raise_on_error=False)
+            missing = {prepared[i][0].name for i, r in enumerate(res) if isinstance(r, NoScriptError)}
+            if not missing or attempt:
+                break
+            for name in missing:
+                await self.client.script_load(self.scripts[name].source)
+        for r in res:
+            if isinstance(r, ResponseError):
+                raise map_error(r) from None
+            if isinstance(r, Exception):
+                raise r
+        return res
+
+    async def setup(self, keys: KeySchema) -> None:
+        for s in self.scripts.values():
+            try:
+                await self.client.script_load(s.source)
+            except ResponseError as exc:
+                raise self._unsupported(exc) from exc
+        await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
+        self._check_schema(keys, await self.client.get(keys.schema_key()))
+
+    async def step(self, step: Any) -> Any:
+        return await (self.batch(step) if isinstance(step, list) else self.call(step))
+
+    async def run(self, plan: Plan) -> Any:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply = None if isinstance(step, Out) else await self.step(step)
+
+    async def iterate(self, plan: Plan) -> AsyncIterator[Any]:
+        reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Out):
+                reply = None
+                for item in step.items:
+                    yield item
+            else:
+                reply = await self.step(step)

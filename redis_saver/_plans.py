@@ -1,0 +1,453 @@
+"""Every operation as a pure plan: a generator that yields script calls and parses replies.
+
+A plan never does I/O. It yields a :class:`Call` (one EVALSHA) and receives its reply, or
+yields a ``list`` of calls (sent in one pipeline: fan-out over threads or slots) and
+receives the list of replies, or yields :class:`Out` to hand finished results to the
+caller (``list``). Its return value is the operation's result. The sync and async drivers
+in ``_drivers.py`` run the same plans, so no logic is written twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+
+from . import _codec as codec
+from .keys import FORMAT_VERSION, SLOTS, KeySchema, enc
+
+PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
+SCAN_BUDGET = 20_000  # members one list call may examine while filtering
+EXPORT_COUNT = 200  # HSCAN COUNT per copy_thread page
+
+
+@dataclass(frozen=True)
+class Call:
+    script: str
+    keys: Sequence[bytes]
+    args: Sequence[bytes | str | int]
+
+
+@dataclass(frozen=True)
+class Out:
+    items: list[CheckpointTuple]
+
+
+Step = Union[Call, list[Call], Out]
+Plan = Generator[Step, Any, Any]
+
+
+def _thread_id(configurable: dict[str, Any], what: str = "config") -> str:
+    if "thread_id" not in configurable or configurable["thread_id"] is None:
+        raise ValueError(f"{what}['configurable']['thread_id'] is required")
+    return normalize_thread_id(configurable["thread_id"])
+
+
+def normalize_thread_id(tid: Any) -> str:
+    if isinstance(tid, str):
+        return tid
+    if isinstance(tid, (int, uuid.UUID)) and not isinstance(tid, bool):
+        return str(tid)
+    raise TypeError(f"thread_id must be a str (or int / UUID), got {type(tid).__name__}")
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _configurable(config: RunnableConfig | None, what: str = "config") -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise TypeError(f"{what} must be a RunnableConfig dict, got {type(config).__name__}")
+    c = config.get("configurable")
+    if not isinstance(c, dict):
+        raise ValueError(f"{what}['configurable'] is required")
+    return c
+
+
+def _idx8(idx: int) -> bytes:
+    return b"%08x" % (idx + 2**31)
+
+
+class Plans:
+    """Plans for every operation; mixed into both savers (reads ``self.serde`` per call)."""
+
+    serde: SerializerProtocol
+    keys: KeySchema
+    _ttl_ms: int
+    _refresh: bool
+    _history: str
+    _fencing: bool
+
+    # ---- helpers -------------------------------------------------------------------
+    def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
+        return [FORMAT_VERSION, thread_id, self._ttl_ms, "1" if refresh else "0"]
+
+    def _read_script(self, name: str) -> tuple[str, bool]:
+        refresh = self._refresh and self._ttl_ms > 0
+        return (name + "+rw" if refresh else name), refresh
+
+    def _load(self, type_: bytes, data: bytes) -> Any:
+        return self.serde.loads_typed((type_.decode(), data))
+
+    def _tuple(self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list, writes: list) -> CheckpointTuple:
+        rec = codec.unpack(raw)
+        if len(rec) != 9:
+            raise codec.MalformedReplyError("checkpoint record must have 9 parts")
+        checkpoint: Checkpoint = self._load(rec[1], rec[2])
+        versions = codec.unpack(rec[5])
+        values: dict[str, Any] = {}
+        for ch, blob in zip(versions[0::2], blobs):
+            if blob:
+                b = codec.unpack(blob)
+                if b[0] != b"empty":
+                    values[ch.decode()] = self._load(b[0], b[1])
+        pending = []
+        for w in writes:
+            if w:
+                tid, ch, ty, data, _path, _idx = codec.unpack(w)
+                pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
+        parent = rec[0].decode()
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=self._load(rec[3], rec[4]),
+            parent_config=(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+                if parent
+                else None
+            ),
+            pending_writes=pending,
+        )
+
+    # ---- put -----------------------------------------------------------------------
+    def _plan_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan:
+        conf = _configurable(config)
+        thread_id = _thread_id(conf)
+        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+        parent = conf.get("checkpoint_id") or ""
+        _str(parent, "config checkpoint_id")
+        if not isinstance(checkpoint, dict) or "id" not in checkpoint:
+            raise TypeError("checkpoint must be a Checkpoint dict with an 'id'")
+        cid = _str(checkpoint["id"], "checkpoint['id']")
+        if not cid:
+            raise ValueError("checkpoint['id'] must not be empty")
+        if not isinstance(new_versions, dict):
+            raise TypeError("new_versions must be a dict")
+        c = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", None) or {}
+        md = get_checkpoint_metadata(config, metadata)
+        cp_type, cp_bytes = self.serde.dumps_typed(c)
+        md_type, md_bytes = self.serde.dumps_typed(md)
+        blob_args: list[bytes] = []
+        for ch, ver in new_versions.items():
+            _str(ch, "channel name")
+            if ch in values:
+                ty, data = self.serde.dumps_typed(values[ch])
+            else:
+                ty, data = "empty", b""
+            blob_args += [enc(ch) + str(ver).encode(), codec.pack([ty, data])]
+        run_id = md.get("run_id")
+        delta = md.get("counters_since_delta_snapshot") or {}
+        record = codec.pack(
+            [
+                parent,
+                cp_type,
+                cp_bytes,
+                md_type,
+                md_bytes,
+                codec.versions_record(c.get("channel_versions") or {}),
+                codec.filter_record(md),
+                "" if run_id is None else str(run_id),
+                codec.pack([str(k) for k in delta]) if isinstance(delta, dict) else codec.pack([]),
+            ]
+        )
+        args = self._header(thread_id) + [
+            ns,
+            cid,
+            parent,
+            record,
+            self._history,
+            "1" if self._fencing else "0",
+            len(new_versions),
+            *blob_args,
+        ]
+        yield Call("put", self.keys.thread_keys(thread_id), args)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    # ---- put_writes ----------------------------------------------------------------
+    def _plan_put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> Plan:
+        conf = _configurable(config)
+        thread_id = _thread_id(conf)
+        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+        cid = conf.get("checkpoint_id")
+        if not cid:
+            raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
+        _str(cid, "checkpoint_id")
+        _str(task_id, "task_id")
+        _str(task_path, "task_path")
+        args: list[bytes | str | int] = []
+        for idx, item in enumerate(writes):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise TypeError("writes must be a sequence of (channel, value) pairs")
+            ch, value = item
+            _str(ch, "write channel")
+            widx = WRITES_IDX_MAP.get(ch, idx)
+            ty, data = self.serde.dumps_typed(value)
+            tail = enc(task_id) + _idx8(widx)
+            args += [
+                tail,
+                enc(task_path) + tail,
+                codec.pack([task_id, ch, ty, data, task_path, str(widx)]),
+                "1" if ch in WRITES_IDX_MAP else "0",
+            ]
+        if not args:
+            return None
+        yield Call(
+            "put_writes",
+            self.keys.thread_keys(thread_id),
+            self._header(thread_id) + [ns, cid, len(args) // 4, *args],
+        )
+        return None
+
+    # ---- get_tuple -----------------------------------------------------------------
+    def _plan_get_tuple(self, config: RunnableConfig) -> Plan:
+        conf = _configurable(config)
+        thread_id = _thread_id(conf)
+        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+        cid = get_checkpoint_id(config) or ""
+        _str(cid, "checkpoint_id")
+        name, refresh = self._read_script("get_tuple")
+        reply = yield Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
+        if reply is None:
+            return None
+        cid_b, raw, blobs, writes = reply
+        return self._tuple(thread_id, ns, cid_b.decode(), raw, blobs, writes)
+
+    # ---- list ----------------------------------------------------------------------
+    def _plan_list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Plan:
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+            if limit <= 0:
+                return
+        if filter is not None and not isinstance(filter, dict):
+            raise TypeError("filter must be a dict or None")
+        fargs = codec.filter_args(filter)
+        before_id = None
+        if before is not None:
+            before_id = get_checkpoint_id(before) if _configurable(before, "before") else None
+            if before_id is not None:
+                _str(before_id, "before checkpoint_id")
+        if config is None:
+            yield from self._plan_list_all(fargs, before_id, limit)
+            return
+        conf = _configurable(config)
+        thread_id = _thread_id(conf)
+        ns = conf.get("checkpoint_ns")
+        if ns is not None:
+            _str(ns, "checkpoint_ns")
+        cid = get_checkpoint_id(config)
+        bounds = _list_bounds(ns, cid, before_id)
+        if bounds is None:
+            return
+        remaining = limit
+        name, refresh = self._read_script("list")
+        index, upper, lower = bounds
+        while True:
+            page = PAGE_SIZE if remaining is None else min(remaining, PAGE_SIZE)
+            reply = yield Call(
+                name,
+                self.keys.thread_keys(thread_id),
+                self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
+            )
+            cursor, items = reply[0], reply[1:]
+            out = [self._tuple(thread_id, i[0].decode(), i[1].decode(), i[2], i[3], i[4]) for i in items]
+            if out:
+                yield Out(out)
+            if remaining is not None:
+                remaining -= len(out)
+                if remaining <= 0:
+                    return
+            if not cursor:
+                return
+            upper = cursor
+
+    def _plan_live_threads(self, runs: Sequence[str] | None = None) -> Plan:
+        """Fan out over every slot's index: ids of live threads (optionally holding ``runs``)."""
+        args: list[Any] = ["threads"] if runs is None else ["runs", *runs]
+        replies = yield [Call("ix_query", self.keys.index_keys(slot), args) for slot in range(SLOTS)]
+        out: list[str] = []
+        for r in replies:
+            out.extend(t.decode() for t in r)
+        return out
+
+    def _plan_list_all(self, fargs: list[bytes], before_id: str | None, limit: int | None) -> Plan:
+        threads = yield from self._plan_live_threads()
+        if not threads:
+            return
+        bounds = _list_bounds(None, None, before_id)
+        assert bounds is not None
+        index, upper, lower = bounds
+        page = PAGE_SIZE if limit is None else min(limit, PAGE_SIZE)
+        name, refresh = "list", False
+        found: list[CheckpointTuple] = []
+        pending = [(t, upper, 0) for t in threads]
+        while pending:
+            calls = [
+                Call(name, self.keys.thread_keys(t), self._header(t, refresh) + [index, up, lower, page, SCAN_BUDGET, *fargs])
+                for t, up, _ in pending
+            ]
+            replies = yield calls
+            nxt = []
+            for (t, _, n), reply in zip(pending, replies):
+                cursor, items = reply[0], reply[1:]
+                got = [self._tuple(t, i[0].decode(), i[1].decode(), i[2], i[3], i[4]) for i in items]
+                found.extend(got)
+                n += len(got)
+                # with a limit, no thread can contribute more than `limit` items
+                if cursor and (limit is None or n < limit):
+                    nxt.append((t, cursor, n))
+            pending = nxt
+        found.sort(key=lambda t: t.config["configurable"]["checkpoint_id"], reverse=True)
+        if limit is not None:
+            found = found[:limit]
+        if found:
+            yield Out(found)
+
+    # ---- deletes, prune, copy ------------------------------------------------------
+    def _plan_delete_thread(self, thread_id: Any) -> Plan:
+        tid = normalize_thread_id(thread_id)
+        yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
+
+    def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan:
+        if isinstance(run_ids, (str, bytes)):
+            raise TypeError("run_ids must be a sequence of run ids, not a single str")
+        runs = [str(r) for r in run_ids]
+        if not runs:
+            return 0
+        threads = yield from self._plan_live_threads(runs)
+        if not threads:
+            return 0
+        replies = yield [
+            Call("delete_runs", self.keys.thread_keys(t), self._header(t) + runs) for t in threads
+        ]
+        return sum(int(r) for r in replies)
+
+    def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan:
+        if isinstance(thread_ids, (str, bytes)):
+            raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        tids = [normalize_thread_id(t) for t in thread_ids]
+        if not tids:
+            return 0
+        replies = yield [Call("prune", self.keys.thread_keys(t), self._header(t) + [strategy]) for t in tids]
+        return sum(int(r) for r in replies)
+
+    def _plan_copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Plan:
+        src = normalize_thread_id(source_thread_id)
+        dst = normalize_thread_id(target_thread_id)
+        if src == dst:
+            return None
+        src_keys, dst_keys = self.keys.thread_keys(src), self.keys.thread_keys(dst)
+        # blobs and writes first, checkpoints last: readers of the target never see a
+        # checkpoint whose data has not arrived yet
+        for what in ("blob", "wr", "cp"):
+            cursor = b"0"
+            while True:
+                cursor, flat = yield Call("export", src_keys, self._header(src) + [what, cursor, EXPORT_COUNT])
+                if flat:
+                    yield Call("import", dst_keys, self._header(dst) + [what, *flat])
+                if cursor in (b"0", 0, "0"):
+                    break
+        return None
+
+    # ---- DeltaChannel history ------------------------------------------------------
+    def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan:
+        chans = list(channels)
+        if not chans:
+            return {}
+        conf = _configurable(config)
+        thread_id = _thread_id(conf)
+        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+        cid = get_checkpoint_id(config) or ""
+        for ch in chans:
+            _str(ch, "channel name")
+        name, refresh = self._read_script("delta_history")
+        ancestors, seeds = yield Call(
+            name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid, *chans]
+        )
+        writes: dict[str, list] = {c: [] for c in chans}
+        for anc in reversed(ancestors):  # oldest first; each in writes_sort_key order
+            for w in anc:
+                tid, ch, ty, data, _p, _i = codec.unpack(w)
+                writes[ch.decode()].append((tid.decode(), ch.decode(), self._load(ty, data)))
+        result: dict[str, DeltaChannelHistory] = {c: {"writes": writes[c]} for c in chans}
+        for ch, blob in codec.pairs(seeds):
+            b = codec.unpack(blob)
+            result[ch.decode()]["seed"] = self._load(b[0], b[1])
+        return result
+
+    # ---- pinning -------------------------------------------------------------------
+    def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan:
+        tid = normalize_thread_id(thread_id)
+        reply = yield Call("pin", self.keys.thread_keys(tid), self._header(tid) + ["1" if pinned else "0"])
+        return bool(reply)
+
+
+def _list_bounds(ns: str | None, cid: str | None, before_id: str | None) -> tuple[str, bytes, bytes] | None:
+    """(index, upper, lower) lex bounds for ZRANGE ... BYLEX REV; None = empty result."""
+    if cid is not None and before_id is not None and cid >= before_id:
+        return None
+    if ns is not None:
+        base = enc(ns)
+        if cid is not None:
+            m = base + enc(cid)
+            return "ns", b"[" + m, b"[" + m
+        upper = b"(" + base + (enc(before_id) if before_id is not None else b"\xff")
+        return "ns", upper, b"[" + base
+    if cid is not None:
+        return "id", b"(" + enc(cid) + b"\xff", b"[" + enc(cid)
+    return "id", (b"(" + enc(before_id)) if before_id is not None else b"+", b"-"
+
+
+def chunks(items: Iterable[Any], n: int) -> Iterable[list[Any]]:
+    buf: list[Any] = []
+    for x in items:
+        buf.append(x)
+        if len(buf) == n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf

@@ -1,0 +1,206 @@
+"""AsyncRedisSaver: the asyncio saver (its sync methods work from other threads)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    SerializerProtocol,
+)
+
+from ._base import RedisSaverBase, TTLConfig, check_client
+from ._clients import make_async_client
+from ._drivers import AsyncDriver
+
+T = TypeVar("T")
+
+
+class AsyncRedisSaver(RedisSaverBase):
+    """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
+
+    It can be constructed outside a running event loop; it binds to the loop of its first
+    async call. Its sync methods (``get_tuple``, ``put``, ...) may be called from other
+    threads while that loop runs (as ``AsyncPostgresSaver``); on the loop's own thread they
+    raise ``asyncio.InvalidStateError`` instead of deadlocking.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "lg",
+        serde: SerializerProtocol | None = None,
+        ttl: TTLConfig | Mapping[str, Any] | None = None,
+        history: Literal["full", "latest"] = "full",
+        fencing: bool = False,
+    ) -> None:
+        super().__init__(prefix=prefix, serde=serde, ttl=ttl, history=history, fencing=fencing)
+        check_client(client)
+        self.client = client
+        self._driver = AsyncDriver(client)
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
+        """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
+        saver_opts = {k: options.pop(k) for k in ("prefix", "serde", "ttl", "history", "fencing") if k in options}
+        client = await make_async_client(url, **options)
+        try:
+            yield cls(client, **saver_opts)
+        finally:
+            await client.aclose()
+
+    def _bind(self) -> None:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+
+    async def _run(self, plan: Any) -> Any:
+        self._bind()
+        return await self._driver.run(plan)
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and running is self.loop:
+            coro.close()
+            raise asyncio.InvalidStateError(
+                "Synchronous calls to AsyncRedisSaver are only allowed from a different thread. "
+                "From the main thread, use the async interface (e.g. `await saver.aget_tuple(...)`, "
+                "`await graph.ainvoke(...)`)."
+            )
+        if self.loop is None or self.loop.is_closed() or not self.loop.is_running():
+            coro.close()
+            raise asyncio.InvalidStateError(
+                "AsyncRedisSaver's sync methods run on the saver's event loop from another thread; "
+                "that loop is not running. Use RedisSaver for synchronous code."
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def asetup(self) -> None:
+        """Optional, idempotent: load the scripts and check the server and storage format."""
+        self._bind()
+        await self._driver.setup(self.keys)
+
+    # ---- async API -------------------------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self._plan_get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        self._bind()
+        async for item in self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit)):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._run(self._plan_put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await self._run(self._plan_put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self._plan_delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._run(self._plan_delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._run(self._plan_copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self._plan_prune(thread_ids, strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._run(self._plan_delta_history(config, channels))
+
+    async def apin(self, thread_id: str) -> None:
+        """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
+        await self._run(self._plan_pin(thread_id, True))
+
+    async def aunpin(self, thread_id: str) -> None:
+        """Unpin a thread: it expires again ``default_ttl`` after this call."""
+        await self._run(self._plan_pin(thread_id, False))
+
+    # ---- sync API: bridged onto the saver's loop from other threads ---------------------
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        yield from self._sync(collect())
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+
+    def pin(self, thread_id: str) -> None:
+        self._sync(self.apin(thread_id))
+
+    def unpin(self, thread_id: str) -> None:
+        self._sync(self.aunpin(thread_id))
+
+    def setup(self) -> None:
+        self._sync(self.asetup())

@@ -1,0 +1,36 @@
+"""Errors raised by redis_saver for its own conditions.
+
+Misuse (a missing ``thread_id``, a wrong argument type) raises the standard ``ValueError`` /
+``TypeError`` as LangGraph's own savers do, and errors from Redis itself (connection
+failures, OOM, ...) propagate unchanged as ``redis.exceptions.RedisError``.
+"""
+
+from __future__ import annotations
+
+
+class RedisSaverError(Exception):
+    """Base class of the conditions that redis_saver itself detects."""
+
+
+class SchemaMismatchError(RedisSaverError):
+    """Data in Redis was written in a storage format this version does not read."""
+
+
+class MalformedReplyError(RedisSaverError):
+    """A script returned a reply this version cannot parse (usually a version mix-up)."""
+
+
+class ConflictError(RedisSaverError):
+    """``put`` with fencing found that another writer already moved the thread on."""
+
+
+class UnsupportedServerError(RedisSaverError):
+    """The server lacks a feature redis_saver needs (Redis >= 7.0 / Valkey >= 7.2)."""
+
+
+# Error codes raised by the Lua scripts (``redis.error_reply('RS_<CODE> ...')``).
+LUA_ERROR_CLASSES: dict[str, type[Exception]] = {
+    "RS_SCHEMA": SchemaMismatchError,
+    "RS_CONFLICT": ConflictError,
+    "RS_BADARG": ValueError,
+}

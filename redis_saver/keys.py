@@ -1,0 +1,129 @@
+"""Key schema: the only module that spells redis_saver's key names.
+
+Every key of one thread shares the hash tag ``{<thread tag>}``, so that every per-thread
+script touches a single cluster slot::
+
+    <prefix>:{<tag>}:meta       HASH  tid, v (format), pin
+    <prefix>:{<tag>}:cp         HASH  e(ns)e(cid)              -> checkpoint record
+    <prefix>:{<tag>}:cp_ns      ZSET  e(ns)e(cid)              (lex; latest / before per namespace)
+    <prefix>:{<tag>}:cp_id      ZSET  e(cid)e(ns)              (lex; order across namespaces)
+    <prefix>:{<tag>}:blob       HASH  e(ns)e(channel)version   -> blob record
+    <prefix>:{<tag>}:blob_rc    HASH  same field               -> number of checkpoints using it
+    <prefix>:{<tag>}:wr         HASH  e(ns)e(cid)e(task_id)idx -> write record
+    <prefix>:{<tag>}:wr_ord     ZSET  e(ns)e(cid)e(task_path)e(task_id)idx (lex = writes_sort_key)
+    <prefix>:{<tag>}:runs       ZSET  e(run_id)e(ns)e(cid)     (lex; delete_for_runs)
+
+Cross-thread views (``list(None)``, ``delete_for_runs``) use a per-*slot* index that lives
+in the same slot as the threads it describes, so per-thread scripts keep it exact
+atomically, and cross-thread operations fan out over slots (grouped by cluster node)::
+
+    <prefix>:ix:{<slot tag>}:threads  ZSET  thread id -> expiry (ms since epoch, +inf = none)
+    <prefix>:ix:{<slot tag>}:runs     ZSET  lex: "r"e(run)e(thread) and "t"e(thread)e(run)
+
+``e(s)`` is an order-preserving, prefix-free encoding (``\\x00`` -> ``\\x00\\xff``, then a
+``\\x00`` terminator), so concatenated components sort like tuples and never run into each
+other. The thread tag escapes ``%``, ``{`` and ``}``, so it is injective and no thread id
+can end the tag early or share another thread's tag.
+"""
+
+from __future__ import annotations
+
+import binascii
+import itertools
+from functools import lru_cache
+
+SLOTS = 16384
+FORMAT_VERSION = "1"
+
+THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "blob_rc", "wr", "wr_ord", "runs")
+INDEX_SUFFIXES = ("threads", "runs")
+
+
+def enc(s: str | bytes) -> bytes:
+    """Order-preserving, prefix-free encoding of one key component."""
+    b = s.encode() if isinstance(s, str) else s
+    return b.replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
+def dec_first(b: bytes, pos: int = 0) -> tuple[bytes, int]:
+    """Decode the component that starts at ``pos``; return it and the position after it."""
+    out = bytearray()
+    while True:
+        i = b.index(b"\x00", pos)
+        out += b[pos:i]
+        if i + 1 < len(b) and b[i + 1] == 0xFF:
+            out += b"\x00"
+            pos = i + 2
+        else:
+            return bytes(out), i + 1
+
+
+def thread_tag(thread_id: str) -> bytes:
+    """Injective hash tag for a thread id: never contains braces, never empty."""
+    if thread_id == "":
+        return b"%"
+    return thread_id.encode().replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
+
+
+def key_slot(tag: bytes) -> int:
+    """Redis Cluster slot of a hash tag (CRC16-XMODEM, as ``CLUSTER KEYSLOT``)."""
+    return binascii.crc_hqx(tag, 0) % SLOTS
+
+
+@lru_cache(maxsize=1)
+def _slot_tags() -> tuple[bytes, ...]:
+    # Shortest [0-9a-z] strings, in a fixed enumeration order, that hash to each slot.
+    # Deterministic, so every process and version derives the same index key names.
+    table: list[bytes | None] = [None] * SLOTS
+    left = SLOTS
+    alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    for length in itertools.count(1):
+        for tup in itertools.product(alphabet, repeat=length):
+            s = bytes(tup)
+            slot = binascii.crc_hqx(s, 0) % SLOTS
+            if table[slot] is None:
+                table[slot] = s
+                left -= 1
+                if not left:
+                    return tuple(t for t in table if t is not None)
+    raise AssertionError("unreachable")
+
+
+def slot_tag(slot: int) -> bytes:
+    return _slot_tags()[slot]
+
+
+class KeySchema:
+    """Builds every key name for one ``prefix``."""
+
+    def __init__(self, prefix: str = "lg") -> None:
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+        self.prefix = prefix
+        self._p = prefix.encode() + b":"
+
+    def thread_keys(self, thread_id: str) -> list[bytes]:
+        """The 11 KEYS of every per-thread script: 9 thread keys + 2 slot-index keys."""
+        tag = thread_tag(thread_id)
+        base = self._p + b"{" + tag + b"}:"
+        keys = [base + s.encode() for s in THREAD_SUFFIXES]
+        keys.extend(self.index_keys(key_slot(tag)))
+        return keys
+
+    def index_keys(self, slot: int) -> list[bytes]:
+        base = self._p + b"ix:{" + slot_tag(slot) + b"}:"
+        return [base + s.encode() for s in INDEX_SUFFIXES]
+
+    def schema_key(self) -> bytes:
+        return self._p + b"schema"
+
+    def scan_pattern(self) -> bytes:
+        """A SCAN MATCH pattern for every key under this prefix (glob chars escaped)."""
+        out = bytearray()
+        for ch in self._p:
+            if ch in b"*?[]\\":
+                out += b"\\"
+            out.append(ch)
+        return bytes(out) + b"*"
