@@ -14,12 +14,15 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from ._plans import Call, Out, Plan
+from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
 from .errors import LUA_ERROR_CLASSES, SchemaMismatchError, UnsupportedServerError
-from .keys import FORMAT_VERSION, KeySchema
+from .keys import FORMAT_VERSION, SLOTS, KeySchema
 
 PIPELINE_CHUNK = 2000
+# Cross-thread operations find the slot-index keys with SCAN while the keyspace is small,
+# and query all 16384 slots (a fixed cost, independent of the number of threads) beyond.
+SCAN_MAX_KEYS = 200_000
 _SUFFIX = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
 
 
@@ -47,7 +50,8 @@ def _is_fake(client: Any) -> bool:
 
 
 class _Base:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, keys: KeySchema) -> None:
+        self.keys = keys
         self.client = client
         scripts = load_all()
         if _is_fake(client):
@@ -121,7 +125,18 @@ class SyncDriver(_Base):
         self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, self.client.get(keys.schema_key()))
 
+    def index_slots(self) -> list[int]:
+        if self.client.dbsize() > SCAN_MAX_KEYS:
+            return list(range(SLOTS))
+        found = {
+            self.keys.slot_of_index_key(k)
+            for k in self.client.scan_iter(match=self.keys.index_pattern(), count=10_000)
+        }
+        return sorted(found)
+
     def step(self, step: Any) -> Any:
+        if isinstance(step, IndexSlots):
+            return self.index_slots()
         return self.batch(step) if isinstance(step, list) else self.call(step)
 
     def run(self, plan: Plan) -> Any:
@@ -195,7 +210,17 @@ class AsyncDriver(_Base):
         await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, await self.client.get(keys.schema_key()))
 
+    async def index_slots(self) -> list[int]:
+        if await self.client.dbsize() > SCAN_MAX_KEYS:
+            return list(range(SLOTS))
+        found = set()
+        async for k in self.client.scan_iter(match=self.keys.index_pattern(), count=10_000):
+            found.add(self.keys.slot_of_index_key(k))
+        return sorted(found)
+
     async def step(self, step: Any) -> Any:
+        if isinstance(step, IndexSlots):
+            return await self.index_slots()
         return await (self.batch(step) if isinstance(step, list) else self.call(step))
 
     async def run(self, plan: Plan) -> Any:

@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import (
 )
 
 from . import _codec as codec
-from .keys import FORMAT_VERSION, SLOTS, KeySchema, enc
+from .keys import FORMAT_VERSION, KeySchema, enc
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 20_000  # members one list call may examine while filtering
@@ -43,11 +43,16 @@ class Call:
 
 
 @dataclass(frozen=True)
+class IndexSlots:
+    """Ask the driver which slots may hold a cross-thread index key (reply: list of slots)."""
+
+
+@dataclass(frozen=True)
 class Out:
     items: list[CheckpointTuple]
 
 
-Step = Union[Call, list[Call], Out]
+Step = Union[Call, list[Call], Out, IndexSlots]
 Plan = Generator[Step, Any, Any]
 
 
@@ -306,7 +311,8 @@ class Plans:
     def _plan_live_threads(self, runs: Sequence[str] | None = None) -> Plan:
         """Fan out over every slot's index: ids of live threads (optionally holding ``runs``)."""
         args: list[Any] = ["threads"] if runs is None else ["runs", *runs]
-        replies = yield [Call("ix_query", self.keys.index_keys(slot), args) for slot in range(SLOTS)]
+        slots = yield IndexSlots()
+        replies = yield [Call("ix_query", self.keys.index_keys(slot), args) for slot in slots]
         out: list[str] = []
         for r in replies:
             out.extend(t.decode() for t in r)

@@ -46,7 +46,7 @@ class AsyncRedisSaver(RedisSaverBase):
         super().__init__(prefix=prefix, serde=serde, ttl=ttl, history=history, fencing=fencing)
         check_client(client)
         self.client = client
-        self._driver = AsyncDriver(client)
+        self._driver = AsyncDriver(client, self.keys)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod

@@ -103,6 +103,7 @@ class KeySchema:
             raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
         self.prefix = prefix
         self._p = prefix.encode() + b":"
+        self._ix: dict[int, list[bytes]] = {}
 
     def thread_keys(self, thread_id: str) -> list[bytes]:
         """The 11 KEYS of every per-thread script: 9 thread keys + 2 slot-index keys."""
@@ -113,8 +114,20 @@ class KeySchema:
         return keys
 
     def index_keys(self, slot: int) -> list[bytes]:
+        cached = self._ix.get(slot)
+        if cached is not None:
+            return cached
         base = self._p + b"ix:{" + slot_tag(slot) + b"}:"
-        return [base + s.encode() for s in INDEX_SUFFIXES]
+        out = self._ix[slot] = [base + s.encode() for s in INDEX_SUFFIXES]
+        return out
+
+    def index_pattern(self) -> bytes:
+        """SCAN MATCH pattern of the slot-index keys of this prefix."""
+        return self.scan_pattern()[:-1] + b"ix:{*}:threads"
+
+    def slot_of_index_key(self, key: bytes) -> int:
+        start = key.index(b"{") + 1
+        return key_slot(key[start : key.index(b"}", start)])
 
     def schema_key(self) -> bytes:
         return self._p + b"schema"

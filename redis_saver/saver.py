@@ -58,7 +58,7 @@ class RedisSaver(RedisSaverBase):
         super().__init__(prefix=prefix, serde=serde, ttl=ttl, history=history, fencing=fencing)
         check_client(client)
         self.client = client
-        self._driver = SyncDriver(client)
+        self._driver = SyncDriver(client, self.keys)
 
     @classmethod
     @contextmanager
