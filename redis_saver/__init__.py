@@ -10,6 +10,7 @@ from .errors import (
     ConflictError,
     MalformedReplyError,
     RedisSaverError,
+    ReplicationTimeoutError,
     SchemaMismatchError,
     UnsupportedServerError,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "MalformedReplyError",
     "RedisSaver",
     "RedisSaverError",
+    "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",
     "UnsupportedServerError",

@@ -51,6 +51,9 @@ class TTLConfig:
         return 0 if self.default_ttl is None else max(1, round(self.default_ttl * 60_000))
 
 
+SAVER_OPTIONS = ("prefix", "serde", "ttl", "history", "fencing", "wait_for_replicas", "wait_timeout_ms")
+
+
 class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
     """State and plans shared by both savers; subclasses add only the I/O shell."""
 
@@ -62,8 +65,15 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         ttl: TTLConfig | Mapping[str, Any] | None = None,
         history: Literal["full", "latest"] = "full",
         fencing: bool = False,
+        wait_for_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         super().__init__(serde=serde)
+        if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
+            raise ValueError("wait_for_replicas must be an int >= 0")
+        if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:
+            raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
+        self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
         self.keys = KeySchema(prefix)
         self.ttl = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):

@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
-from .errors import LUA_ERROR_CLASSES, SchemaMismatchError, UnsupportedServerError
+from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
 from .keys import FORMAT_VERSION, SLOTS, KeySchema
 
 PIPELINE_CHUNK = 2000
@@ -43,6 +43,19 @@ def map_error(exc: ResponseError) -> Exception:
     err = cls(text)
     err.__cause__ = exc
     return err
+
+
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_node_from_key")
+
+
+def _check_acks(call: Call, acked: Any) -> None:
+    assert call.wait is not None
+    if int(acked) < call.wait[0]:
+        raise ReplicationTimeoutError(
+            f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
+            int(acked),
+        )
 
 
 def _is_fake(client: Any) -> bool:
@@ -79,6 +92,8 @@ class _Base:
 
 class SyncDriver(_Base):
     def call(self, call: Call) -> Any:
+        if call.wait is not None:
+            return self._call_and_wait(call)
         s, argv = self._argv(call)
         try:
             try:
@@ -88,6 +103,28 @@ class SyncDriver(_Base):
                 return self.client.evalsha(*argv)
         except ResponseError as exc:
             raise map_error(exc) from None
+
+    def _call_and_wait(self, call: Call) -> Any:
+        assert call.wait is not None
+        if _is_cluster(self.client):
+            reply = self.call(Call(call.script, call.keys, call.args))
+            node = self.client.get_node_from_key(call.keys[0])
+            acked = self.client.execute_command("WAIT", *call.wait, target_nodes=node)
+        else:
+            # one round trip: the script and WAIT in one pipeline on one connection
+            s, argv = self._argv(call)
+            for attempt in (0, 1):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.execute_command("EVALSHA", *argv)
+                pipe.execute_command("WAIT", *call.wait)
+                reply, acked = pipe.execute(raise_on_error=False)
+                if not isinstance(reply, NoScriptError) or attempt:
+                    break
+                self.client.script_load(s.source)
+            if isinstance(reply, ResponseError):
+                raise map_error(reply) from None
+        _check_acks(call, acked)
+        return reply
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []
@@ -164,6 +201,8 @@ class SyncDriver(_Base):
 
 class AsyncDriver(_Base):
     async def call(self, call: Call) -> Any:
+        if call.wait is not None:
+            return await self._call_and_wait(call)
         s, argv = self._argv(call)
         try:
             try:
@@ -173,6 +212,27 @@ class AsyncDriver(_Base):
                 return await self.client.evalsha(*argv)
         except ResponseError as exc:
             raise map_error(exc) from None
+
+    async def _call_and_wait(self, call: Call) -> Any:
+        assert call.wait is not None
+        if _is_cluster(self.client):
+            reply = await self.call(Call(call.script, call.keys, call.args))
+            node = self.client.get_node_from_key(call.keys[0])
+            acked = await self.client.execute_command("WAIT", *call.wait, target_nodes=node)
+        else:
+            s, argv = self._argv(call)
+            for attempt in (0, 1):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.execute_command("EVALSHA", *argv)
+                pipe.execute_command("WAIT", *call.wait)
+                reply, acked = await pipe.execute(raise_on_error=False)
+                if not isinstance(reply, NoScriptError) or attempt:
+                    break
+                await self.client.script_load(s.source)
+            if isinstance(reply, ResponseError):
+                raise map_error(reply) from None
+        _check_acks(call, acked)
+        return reply
 
     async def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []

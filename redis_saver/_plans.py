@@ -40,6 +40,7 @@ class Call:
     script: str
     keys: Sequence[bytes]
     args: Sequence[bytes | str | int]
+    wait: tuple[int, int] | None = None  # (replicas, timeout ms): WAIT after the script
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Plans:
     _refresh: bool
     _history: str
     _fencing: bool
+    _wait: tuple[int, int] | None
 
     # ---- helpers -------------------------------------------------------------------
     def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
@@ -198,7 +200,7 @@ class Plans:
             len(new_versions),
             *blob_args,
         ]
-        yield Call("put", self.keys.thread_keys(thread_id), args)
+        yield Call("put", self.keys.thread_keys(thread_id), args, self._wait)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     # ---- put_writes ----------------------------------------------------------------
@@ -235,6 +237,7 @@ class Plans:
             "put_writes",
             self.keys.thread_keys(thread_id),
             self._header(thread_id) + [ns, cid, len(args) // 4, *args],
+            self._wait,
         )
         return None
 

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
     SerializerProtocol,
 )
 
-from ._base import RedisSaverBase, TTLConfig, check_client
+from ._base import SAVER_OPTIONS, RedisSaverBase, TTLConfig, check_client
 from ._clients import make_async_client
 from ._drivers import AsyncDriver
 
@@ -42,8 +42,18 @@ class AsyncRedisSaver(RedisSaverBase):
         ttl: TTLConfig | Mapping[str, Any] | None = None,
         history: Literal["full", "latest"] = "full",
         fencing: bool = False,
+        wait_for_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
-        super().__init__(prefix=prefix, serde=serde, ttl=ttl, history=history, fencing=fencing)
+        super().__init__(
+            prefix=prefix,
+            serde=serde,
+            ttl=ttl,
+            history=history,
+            fencing=fencing,
+            wait_for_replicas=wait_for_replicas,
+            wait_timeout_ms=wait_timeout_ms,
+        )
         check_client(client)
         self.client = client
         self._driver = AsyncDriver(client, self.keys)
@@ -53,7 +63,7 @@ class AsyncRedisSaver(RedisSaverBase):
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        saver_opts = {k: options.pop(k) for k in ("prefix", "serde", "ttl", "history", "fencing") if k in options}
+        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
         client = await make_async_client(url, **options)
         try:
             yield cls(client, **saver_opts)

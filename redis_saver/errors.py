@@ -24,6 +24,16 @@ class ConflictError(RedisSaverError):
     """``put`` with fencing found that another writer already moved the thread on."""
 
 
+class ReplicationTimeoutError(RedisSaverError):
+    """``wait_for_replicas``: fewer replicas than asked acknowledged the write in time.
+
+    The write is on the primary; it is not yet durable to the degree asked for."""
+
+    def __init__(self, message: str, acked: int) -> None:
+        super().__init__(message)
+        self.acked = acked
+
+
 class UnsupportedServerError(RedisSaverError):
     """The server lacks a feature redis_saver needs (Redis >= 7.0 / Valkey >= 7.2)."""
 

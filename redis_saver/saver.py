@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
     SerializerProtocol,
 )
 
-from ._base import RedisSaverBase, TTLConfig, check_client
+from ._base import SAVER_OPTIONS, RedisSaverBase, TTLConfig, check_client
 from ._clients import make_sync_client
 from ._drivers import SyncDriver
 
@@ -39,6 +39,9 @@ class RedisSaver(RedisSaverBase):
             each namespace (plus the writes needed to resume it).
         fencing: when true, ``put`` fails with ``ConflictError`` if the thread's latest
             checkpoint is no longer the parent the writer started from.
+        wait_for_replicas: when > 0, ``put`` and ``put_writes`` return only after that
+            many replicas acknowledged the write (Redis ``WAIT``), else raise
+            ``ReplicationTimeoutError`` after ``wait_timeout_ms``.
 
     Example:
         >>> with RedisSaver.from_conn_string("redis://localhost:6379") as saver:
@@ -54,8 +57,18 @@ class RedisSaver(RedisSaverBase):
         ttl: TTLConfig | Mapping[str, Any] | None = None,
         history: Literal["full", "latest"] = "full",
         fencing: bool = False,
+        wait_for_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
-        super().__init__(prefix=prefix, serde=serde, ttl=ttl, history=history, fencing=fencing)
+        super().__init__(
+            prefix=prefix,
+            serde=serde,
+            ttl=ttl,
+            history=history,
+            fencing=fencing,
+            wait_for_replicas=wait_for_replicas,
+            wait_timeout_ms=wait_timeout_ms,
+        )
         check_client(client)
         self.client = client
         self._driver = SyncDriver(client, self.keys)
@@ -69,7 +82,7 @@ class RedisSaver(RedisSaverBase):
         Saver options (``prefix``, ``serde``, ``ttl``, ``history``, ``fencing``) are taken
         from ``options``; the rest go to the client.
         """
-        saver_opts = {k: options.pop(k) for k in ("prefix", "serde", "ttl", "history", "fencing") if k in options}
+        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
         client = make_sync_client(url, **options)
         try:
             yield cls(client, **saver_opts)
