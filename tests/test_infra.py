@@ -182,3 +182,23 @@ def test_sentinel_fixture(sentinel, prefix):
     assert primary.get(f"{prefix}:k") == b"v"
     primary.delete(f"{prefix}:k")
     primary.close()
+
+
+async def test_saver_fixtures_build_real_savers(saver, make_saver, prefix):
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    assert isinstance(saver, BaseCheckpointSaver)
+    cfg = {"configurable": {"thread_id": f"{prefix}-none", "checkpoint_ns": ""}}
+    assert await saver.aget_tuple(cfg) is None
+    for kind in ("sync", "async"):
+        s = make_saver(kind, history="latest")
+        assert isinstance(s, BaseCheckpointSaver)
+        assert await s.aget_tuple(cfg) is None
+
+
+async def test_wire_saver_goes_through_proxy(wire, wire_saver, prefix):
+    s = wire_saver("async")
+    cfg = {"configurable": {"thread_id": f"{prefix}-none", "checkpoint_ns": ""}}
+    wire.reset()
+    assert await s.aget_tuple(cfg) is None
+    assert wire.count() >= 1  # the saver's traffic is visible on the wire
