@@ -6,7 +6,7 @@ memory; none for writes, so Redis refuses them *before* their first write when i
 ``--- @include "_lib.lua"`` for per-thread scripts, then a ``--[[ ... ]]`` header listing
 KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.py).
 
-Read scripts that may refresh a thread's TTL get a second, writable variant (same body,
+Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``.
 
 The script files are found inside the installed package (``redis_saver/lua``, put there by
@@ -73,7 +73,7 @@ def load_all() -> dict[str, Script]:
         name = path.stem
         out[name] = _make(name, text)
         first, rest = text.split("\n", 1)
-        if "no-writes" in first:
+        if "no-writes" in first and "REFRESH ==" in rest:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
     return out
 

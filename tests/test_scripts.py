@@ -1,0 +1,121 @@
+"""The Lua headers are the contract between Python and the scripts: check it both ways.
+
+Each ``lua/<op>.lua`` documents its KEYS and ARGV; every plan's Call must send exactly
+what its script's header lists (key count, fixed ARGV positions, counted variadic tails).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
+
+from redis_saver import RedisSaver
+from redis_saver._plans import Call, IndexSlots, Out
+from redis_saver._scripts import load_all, lua_dir
+
+HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
+
+
+def header(name: str) -> str:
+    text = (lua_dir() / f"{name}.lua").read_text()
+    m = HEADER.search(text)
+    assert m, f"{name}.lua has no --[[ ... ]] header"
+    return m.group(1)
+
+
+def fixed_argv(name: str) -> int:
+    """Highest ARGV[n] (or ARGV[a..b]) position the header documents (header ARGV[1..4] included)."""
+    nums = [int(n) for n in re.findall(r"ARGV\[(\d+)", header(name))]
+    nums += [int(n) for n in re.findall(r"ARGV\[\d+\.\.(\d+)\]", header(name))]
+    return max(nums)
+
+
+def first_call(plan) -> Call:
+    step = next(plan)
+    while isinstance(step, (IndexSlots, Out)):
+        step = plan.send([0] if isinstance(step, IndexSlots) else None)
+    if isinstance(step, list):
+        step = step[0]
+    assert isinstance(step, Call)
+    return step
+
+
+@pytest.fixture
+def offline_saver():
+    class NoClient:  # plans never touch the client; the drivers do
+        def get_connection_kwargs(self):
+            return {}
+
+    return RedisSaver(NoClient(), prefix="hdr")
+
+
+def test_every_script_has_a_header_and_right_flags():
+    scripts = load_all()
+    for path in lua_dir().glob("*.lua"):
+        if path.name.startswith("_"):
+            continue
+        text = path.read_text()
+        h = header(path.stem)
+        assert "KEYS" in h and "ARGV" in h and "Returns" in h, path.name
+        first = text.split("\n", 1)[0]
+        assert first.startswith("#!lua"), path.name
+        writes = scripts[path.stem].writes
+        # a script that calls a write command must not claim no-writes, and vice versa
+        calls_writes = bool(re.search(r"'(HSET|HDEL|ZADD|ZREM|DEL|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text))
+        uses_touch = "touch()" in text or "drop_thread()" in text
+        assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
+        if "--- @include" in text:
+            assert "the 11 per-thread keys" in h, path.name
+
+
+def _thread_call_checks(call: Call, name: str) -> None:
+    assert call.script.split("+")[0] == name
+    assert len(call.keys) == 11
+    assert len(call.args) >= fixed_argv(name)
+    assert call.args[0] == "1"  # format version
+
+
+def test_put_sends_what_put_lua_reads(offline_saver):
+    cp = generate_checkpoint(channel_values={"a": 1, "b": 2}, channel_versions={"a": "1", "b": "2"})
+    call = first_call(offline_saver._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"}))
+    _thread_call_checks(call, "put")
+    n = call.args[10]
+    assert n == 3 and len(call.args) == fixed_argv("put") + 2 * n
+
+
+def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
+    cfg = generate_config("t", checkpoint_id=str(uuid.uuid4()))
+    call = first_call(offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task"))
+    _thread_call_checks(call, "put_writes")
+    n = call.args[6]
+    assert n == 2 and len(call.args) == fixed_argv("put_writes") + 4 * n
+
+
+def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
+    s = offline_saver
+    cfg = generate_config("t")
+    c = first_call(s._plan_get_tuple(cfg))
+    _thread_call_checks(c, "get_tuple")
+    assert len(c.args) == fixed_argv("get_tuple")
+    c = first_call(s._plan_list(cfg, filter={"a": 1, "b": None}))
+    _thread_call_checks(c, "list")
+    assert len(c.args) == fixed_argv("list") + 2 * int(c.args[9])
+    c = first_call(s._plan_delta_history(cfg, ["x", "y"]))
+    _thread_call_checks(c, "delta_history")
+    assert len(c.args) == 6 + 2
+    for plan, name, extra in [
+        (s._plan_delete_thread("t"), "delete_thread", 0),
+        (s._plan_prune(["t"], "keep_latest"), "prune", 1),
+        (s._plan_pin("t", True), "pin", 1),
+    ]:
+        c = first_call(plan)
+        _thread_call_checks(c, name)
+        assert len(c.args) == 4 + extra
+    c = first_call(s._plan_copy_thread("a", "b"))
+    _thread_call_checks(c, "export")
+    assert len(c.args) == fixed_argv("export")
+    c = first_call(s._plan_delete_for_runs(["r1", "r2"]))
+    assert c.script == "ix_query" and len(c.keys) == 2 and c.args == ["runs", "r1", "r2"]
