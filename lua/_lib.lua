@@ -105,6 +105,10 @@ end
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
 -- it in the slot index. Called last by every script that writes or refreshes a thread.
 local function touch()
+  if TTL_MS == 0 and redis.call('ZSCORE', K_IXT, THREAD_ID) == 'inf' then
+    -- no TTL and already indexed without one: every key is already persistent
+    return
+  end
   local now = now_ms()
   purge_expired(now)
   local score = 'inf'
