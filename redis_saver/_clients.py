@@ -1,8 +1,10 @@
 """Clients built by ``from_conn_string``, with sane timeouts and a bounded retry.
 
-redis-py's default retry (10 attempts with backoff, on connect *and* per command) can stall
-one call for a minute against a dead server; ours retries a connection error at most
-``retries`` times with a short backoff and gives up after ``socket_timeout`` per attempt.
+redis-py's default retry (10 attempts with backoff, on connect *and* per command, timeouts
+included) can stall one call for a minute against a dead server. Ours retries only
+``ConnectionError`` (refused / reset: fails fast, and a retry can reach a promoted replica),
+at most ``retries`` times with a short backoff; a timeout is not retried, so a call against a
+hung server fails after about ``socket_timeout`` (connect: ``socket_connect_timeout``).
 
 URL forms: ``redis://``, ``rediss://`` (TLS), ``unix://``; ``redis+cluster://host:port``
 (or ``cluster=True``) for Redis Cluster; ``redis+sentinel://host:port[,host:port]/<master>``
@@ -15,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError
 from redis.retry import Retry
 
 DEFAULTS: dict[str, Any] = {
@@ -25,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def _retry(retries: int) -> Retry:
-    return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries)
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries, supported_errors=(ConnectionError,))
 
 
 def _split(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
