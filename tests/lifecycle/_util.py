@@ -1,0 +1,95 @@
+"""Helpers shared by the lifecycle tests: drive sync/async savers and graphs alike, inspect Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from redis_saver import AsyncRedisSaver
+from redis_saver.keys import KeySchema, thread_tag
+
+
+def is_async(saver: Any) -> bool:
+    return isinstance(saver, AsyncRedisSaver)
+
+
+async def call(saver: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``saver.<name>(...)`` for a sync saver, ``await saver.a<name>(...)`` for an async one."""
+    if is_async(saver):
+        return await getattr(saver, "a" + name)(*args, **kwargs)
+    return getattr(saver, name)(*args, **kwargs)
+
+
+async def alist(saver: Any, config: Any, **kwargs: Any) -> list:
+    if is_async(saver):
+        return [t async for t in saver.alist(config, **kwargs)]
+    return list(saver.list(config, **kwargs))
+
+
+async def base_delta_history(saver: Any, *, config: Any, channels: list[str]) -> Any:
+    """The base class's default walk (get_tuple + parent_config), run on ``saver``."""
+    if is_async(saver):
+        return await BaseCheckpointSaver.aget_delta_channel_history(saver, config=config, channels=channels)
+    return BaseCheckpointSaver.get_delta_channel_history(saver, config=config, channels=channels)
+
+
+async def invoke(graph: Any, saver: Any, inp: Any, config: Any) -> Any:
+    if is_async(saver):
+        return await graph.ainvoke(inp, config)
+    return graph.invoke(inp, config)
+
+
+async def get_state(graph: Any, saver: Any, config: Any, **kwargs: Any) -> Any:
+    if is_async(saver):
+        return await graph.aget_state(config, **kwargs)
+    return graph.get_state(config, **kwargs)
+
+
+async def state_history(graph: Any, saver: Any, config: Any) -> list:
+    if is_async(saver):
+        return [s async for s in graph.aget_state_history(config)]
+    return list(graph.get_state_history(config))
+
+
+def cfg(thread_id: str, **extra: Any) -> dict:
+    return {"configurable": {"thread_id": thread_id, **extra}}
+
+
+def thread_key_prefix(prefix: str, thread_id: str) -> bytes:
+    return prefix.encode() + b":{" + thread_tag(thread_id) + b"}:"
+
+
+def scan_keys(client: Any, prefix: str) -> list[bytes]:
+    return sorted(client.scan_iter(match=KeySchema(prefix).scan_pattern(), count=1000))
+
+
+def thread_keys(client: Any, prefix: str, thread_id: str) -> list[bytes]:
+    tp = thread_key_prefix(prefix, thread_id)
+    return [k for k in scan_keys(client, prefix) if k.startswith(tp)]
+
+
+def memory_usage(client: Any, keys: list[bytes]) -> int:
+    """Sum of ``MEMORY USAGE key SAMPLES 0`` (every element counted)."""
+    return sum(client.memory_usage(k, samples=0) or 0 for k in keys)
+
+
+def dump_prefix(client: Any, prefix: str, only: bytes | None = None) -> dict[bytes, tuple[bytes | None, int]]:
+    """Key -> (DUMP, has-ttl) of every key under ``prefix`` (optionally only keys starting with ``only``)."""
+    out = {}
+    for k in scan_keys(client, prefix):
+        if only is not None and not k.startswith(only):
+            continue
+        out[k] = (client.dump(k), client.pttl(k) >= 0)
+    return out
+
+
+def view(s: Any) -> tuple:
+    """The comparable part of a StateSnapshot (ids, timestamps and parent maps differ between savers)."""
+    return (
+        s.values,
+        s.next,
+        tuple((i.value for i in s.interrupts)),
+        s.metadata.get("step") if s.metadata else None,
+        s.metadata.get("source") if s.metadata else None,
+    )
