@@ -59,8 +59,8 @@ def contract_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def unique_prefix() -> str:
-    # hostile on purpose: braces, colon, glob characters
-    return f"lgc{{{uuid.uuid4().hex[:10]}}}:*?[x]"
+    # hostile on purpose: colon, glob characters, space, unicode (braces are refused)
+    return f"lgc:{uuid.uuid4().hex[:10]}:*?[x] ü"
 
 
 def glob_escape(s: str) -> str:
@@ -73,16 +73,25 @@ def glob_escape(s: str) -> str:
     return "".join(out)
 
 
+def _kwargs(name: str) -> dict:
+    try:
+        import tests.servers as servers
+
+        return getattr(servers, name)(5.0, 5.0)
+    except Exception:  # noqa: BLE001
+        return {}
+
+
 def sync_redis(url: str) -> Any:
     import redis
 
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(url, **_kwargs("client_kwargs"))
 
 
 def async_redis(url: str) -> Any:
     import redis.asyncio as aredis
 
-    return aredis.Redis.from_url(url)
+    return aredis.Redis.from_url(url, **_kwargs("async_client_kwargs"))
 
 
 def new_saver(kind: str, url: str | None, prefix: str | None = None, **kwargs: Any) -> Any:
