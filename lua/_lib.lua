@@ -54,6 +54,19 @@ local function unpack_rec(s)
   return out
 end
 
+-- validate a record's framing without copying its parts; returns its number of parts
+local function rec_parts(s)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local n, total = 0, 0
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    n = n + 1
+    total = total + tonumber(len)
+  end
+  if semi + total ~= #s then fail('RS_BADARG', 'malformed record') end
+  return n
+end
+
 local function pack_rec(parts)
   local lens = {}
   for i = 1, #parts do lens[i] = tostring(#parts[i]) end

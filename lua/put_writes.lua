@@ -13,8 +13,7 @@ local ns, cid, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
 if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
 if n == nil or #ARGV ~= 7 + 4 * n then fail('RS_BADARG', 'bad write count') end
 for i = 0, n - 1 do
-  local w = unpack_rec(ARGV[10 + 4 * i])
-  if #w ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
+  if rec_parts(ARGV[10 + 4 * i]) ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
   local sp = ARGV[11 + 4 * i]
   if sp ~= '0' and sp ~= '1' then fail('RS_BADARG', 'bad special flag') end
 end
