@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Iterator, Sequence
 
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -118,6 +119,8 @@ def _unpack(b: bytes) -> tuple[str, bytes]:
 
 
 class _FloorBase(BaseCheckpointSaver):
+    get_next_version = InMemorySaver.get_next_version  # LangGraph's string versions, as every peer uses
+
     def __init__(self, client, prefix: str = "f") -> None:
         super().__init__()
         self.client = client

@@ -1,0 +1,239 @@
+"""Markdown table and PNG chart from the results dict written by bench/run.py."""
+
+from __future__ import annotations
+
+OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
+
+
+def _us(v):
+    if v is None:
+        return "–"
+    if v >= 10000:
+        return f"{v / 1000:,.1f} ms"
+    if v >= 1000:
+        return f"{v / 1000:.2f} ms"
+    return f"{v:.0f} µs"
+
+
+def _x(v):
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def _pf(t):
+    if t is None or t.get("pass") is None:
+        return "n/a"
+    return ("PASS " if t["pass"] else "FAIL ") + _x(t["value"])
+
+
+def markdown(res: dict) -> str:
+    m = res["meta"]
+    w = m["workload"]
+    names = list(res["savers"])
+    L = []
+    L.append(f"# redis_saver benchmark ({m['mode']} run, {m['started_utc']}, {m['duration_s']} s)")
+    L.append("")
+    L.append(f"Machine: {m['machine']}, Python {m['python']}. Workload: {w['turns']}-turn LangGraph chat graph, "
+             f"{w['message_bytes']:,} chars of messages at the end, {w['puts']} put + {w['put_writes_calls']} "
+             f"put_writes calls ({w['writes_per_step']} writes each), replayed exactly against every saver. "
+             f"{m['reps']} repetitions, savers interleaved round-robin (order rotated per repetition). "
+             f"Ratios are p50(saver)/p50(floor of the same sync/async kind), taken per repetition, median over "
+             f"repetitions. Client CPU = `process_time` of the benchmark process per operation.")
+    L.append("")
+    L.append("## Latency p50 (ratio to floor) and p99")
+    L.append("")
+    L.append("| saver | " + " | ".join(OPS) + " |")
+    L.append("|---|" + "---|" * len(OPS))
+    for n in names:
+        lat, rat = res["latency"].get(n, {}), res["ratios"].get(n, {})
+        cells = []
+        for op in OPS:
+            d = lat.get(op)
+            if not d:
+                cells.append("–")
+                continue
+            r = rat.get(op)
+            cells.append(f"{_us(d['p50_us'])}{' (' + _x(r) + ')' if r is not None else ''} / p99 {_us(d['p99_us'])}")
+        L.append(f"| {n} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("## Client CPU per operation (mean)")
+    L.append("")
+    L.append("| saver | " + " | ".join(OPS) + " |")
+    L.append("|---|" + "---|" * len(OPS))
+    for n in names:
+        lat = res["latency"].get(n, {})
+        L.append(f"| {n} | " + " | ".join(_us(lat[op]["client_cpu_us"]) if op in lat else "–" for op in OPS) + " |")
+    L.append("")
+
+    sizes = [str(s) for s in m["scaling_sizes"]]
+    if res["scaling"]:
+        L.append("## Scaling: one thread with N checkpoints (p50 get latest / list(before=middle, limit=10))")
+        L.append("")
+        L.append("| saver | " + " | ".join(f"{int(s):,}" for s in sizes) + " | fill ms/put |")
+        L.append("|---|" + "---|" * (len(sizes) + 1))
+        notes = []
+        for n in names:
+            sc = res["scaling"].get(n, {})
+            cells, rate = [], None
+            for s in sizes:
+                d = sc.get(s, {})
+                if "skipped" in d:
+                    cells.append("skipped")
+                    notes.append(f"{n} at {int(s):,}: {d['skipped']}")
+                elif d.get("get_latest_p50_us") is not None:
+                    c = f"{_us(d['get_latest_p50_us'])} / {_us(d['list_before_p50_us'])}"
+                    if d.get("incorrect"):
+                        c += " ⚠"
+                        notes.append(f"{n} at {int(s):,}: INCORRECT: {d['incorrect']}")
+                    cells.append(c)
+                    rate = d.get("fill_ms_per_put", rate)
+                else:
+                    cells.append("–")
+            L.append(f"| {n} | " + " | ".join(cells) + f" | {'–' if rate is None else f'{rate:.2f}'} |")
+        if notes:
+            L.append("")
+            L += [f"- {x}" for x in dict.fromkeys(notes)]
+        L.append("")
+
+    if res["throughput"]:
+        cols = ["async x1", "async x8", "async x64", "4 threads"]
+        L.append("## Throughput: put + put_writes steps/s, each worker on its own thread (client CPU %)")
+        L.append("")
+        L.append("| saver | " + " | ".join(cols) + " |")
+        L.append("|---|" + "---|" * len(cols))
+        for n in names:
+            tp = res["throughput"].get(n, {})
+            if not tp:
+                continue
+            L.append(f"| {n} | " + " | ".join(
+                f"{tp[c]['steps_per_s']:,.0f} ({tp[c]['client_cpu_pct']:.0f}%)" if c in tp else "–" for c in cols) + " |")
+        L.append("")
+
+    L.append("## Bytes stored per checkpoint, and wire cost per operation")
+    L.append("")
+    L.append("Round trips = request turns counted by a TCP proxy (summed over connections); cmds = top-level "
+             "commands on the wire; srv = commands executed by the server incl. inside Lua (`INFO commandstats`).")
+    L.append("")
+    wops = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history"]
+    L.append("| saver | bytes/checkpoint | " + " | ".join(f"{o} RT/cmds/srv" for o in wops) + " |")
+    L.append("|---|---|" + "---|" * len(wops))
+    for n in names:
+        b = res["bytes_per_checkpoint"].get(n)
+        bc = f"{b['bytes']:,.0f}" + (" (pg)" if "pg_" in b["method"] else "") if b else "–"
+        wr = res["wire"].get(n, {})
+        cells = []
+        for o in wops:
+            d = wr.get(o)
+            if not d:
+                cells.append("–")
+                continue
+            f = lambda v: "–" if v is None else (f"{v:.0f}" if abs(v - round(v)) < 0.05 else f"{v:.1f}")  # noqa
+            cells.append(f"{f(d['round_trips'])}/{f(d['commands'])}/{f(d['server_commands'])}")
+        L.append(f"| {n} | {bc} | " + " | ".join(cells) + " |")
+    L.append("")
+
+    if res["targets"]:
+        keys = list(next(iter(res["targets"].values())).keys())
+        L.append("## Targets (redis_saver's; shown for every saver)")
+        L.append("")
+        L.append("| saver | " + " | ".join(keys) + " |")
+        L.append("|---|" + "---|" * len(keys))
+        for n, t in res["targets"].items():
+            L.append(f"| {n} | " + " | ".join(_pf(t.get(k)) for k in keys) + " |")
+        L.append("")
+        inc = [f"{k.split(' at ')[0]} measured up to {v['size']:,} only" for t in res["targets"].values()
+               for k, v in t.items() if v.get("complete") is False]
+        if inc:
+            L.append("Scaling targets apply at 100,000; " + "; ".join(sorted(set(inc))) + " in this run.")
+            L.append("")
+
+    L.append("## Correctness vs InMemorySaver (same queries after the same replay)")
+    L.append("")
+    L.append("| saver | status | details |")
+    L.append("|---|---|---|")
+    for n in names:
+        c = res["correctness"].get(n)
+        if not c:
+            L.append(f"| {n} | – | not checked |")
+            continue
+        det = c["failures"][:3] + c["warnings"][:2]
+        more = c["n_failures"] + c["n_warnings"] - len(det)
+        txt = "; ".join(det) + (f"; … {more} more" if more > 0 else "")
+        L.append(f"| {n} | {c['status']} | {txt.replace('|', '/') or '–'} |")
+    L.append("")
+    if res["errors"]:
+        L.append("## Errors during the run")
+        L.append("")
+        for n, es in res["errors"].items():
+            for e in es[:3]:
+                L.append(f"- {n}: {e}")
+        L.append("")
+    L.append("## Skipped savers")
+    L.append("")
+    if res["skipped"]:
+        for n, why in res["skipped"].items():
+            L.append(f"- **{n}**: {why}")
+    else:
+        L.append("- none")
+    L.append("")
+    return "\n".join(L)
+
+
+def chart(res: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(res["savers"])
+    fig, axs = plt.subplots(2, 2, figsize=(17, 11))
+    ax = axs[0][0]
+    ops = [o for o in OPS]
+    width = 0.8 / max(len(names), 1)
+    for i, n in enumerate(names):
+        lat = res["latency"].get(n, {})
+        ax.bar([j + i * width for j in range(len(ops))], [lat.get(o, {}).get("p50_us") or 0 for o in ops],
+               width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ops))], ops, rotation=15, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("p50 latency (µs, log)")
+    ax.set_title("Latency per operation (p50)")
+    ax.legend(fontsize=7, ncol=2)
+
+    ax = axs[0][1]
+    for n in names:
+        sc = res["scaling"].get(n, {})
+        xs = [int(s) for s, d in sc.items() if d.get("get_latest_p50_us")]
+        if xs:
+            ax.plot(xs, [sc[str(x)]["get_latest_p50_us"] for x in xs], marker="o", label=f"{n} get latest")
+            ax.plot(xs, [sc[str(x)]["list_before_p50_us"] for x in xs], marker="x", ls="--", alpha=.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("checkpoints in thread")
+    ax.set_ylabel("p50 µs (solid: get latest, dashed: list before)")
+    ax.set_title("Scaling with thread length")
+    ax.legend(fontsize=7)
+
+    ax = axs[1][0]
+    cols = ["async x1", "async x8", "async x64", "4 threads"]
+    tn = [n for n in names if res["throughput"].get(n)]
+    width = 0.8 / max(len(tn), 1)
+    for i, n in enumerate(tn):
+        tp = res["throughput"][n]
+        ax.bar([j + i * width for j in range(len(cols))], [tp.get(c, {}).get("steps_per_s", 0) for c in cols],
+               width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols)
+    ax.set_ylabel("put+put_writes steps/s")
+    ax.set_title("Throughput")
+    ax.legend(fontsize=7)
+
+    ax = axs[1][1]
+    bn = [n for n in names if n in res["bytes_per_checkpoint"]]
+    ax.barh(bn, [res["bytes_per_checkpoint"][n]["bytes"] / 1024 for n in bn])
+    ax.set_xlabel("KiB stored per checkpoint (Redis used_memory / pg relation size delta)")
+    ax.set_title("Storage per checkpoint")
+    for lbl in ax.get_yticklabels():
+        lbl.set_fontsize(8)
+    fig.suptitle(f"redis_saver benchmark ({res['meta']['mode']}, {res['meta']['started_utc']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,718 @@
+"""redis_saver benchmark: every saver side by side, one run, interleaved.
+
+    .venv/bin/python -m bench            # full run (100k-checkpoint scaling, 10 repetitions)
+    .venv/bin/python -m bench --quick    # ~2-3 minutes
+    .venv/bin/python bench/run.py --quick --savers floor,redis_saver,InMemory
+
+Outputs go to bench/results/<UTC timestamp>/ (results.json, results.md, chart.png) and are copied to
+bench/results/latest/. See bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import report  # noqa: E402
+from bench.infra import TurnProxy, Unavailable  # noqa: E402
+from bench.savers import FACTORIES, FLOOR_ASYNC, FLOOR_SYNC, Entry, resolve_pg_url  # noqa: E402
+from bench.workload import Call, build_chat_graph, call_for_thread, capture, user_input  # noqa: E402
+
+OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
+TARGETS = {  # op -> max p50 ratio to the floor
+    "put": 1.25, "put_writes": 1.25, "get_tuple latest": 1.15, "get_tuple by id": 1.15,
+    "list limit=10": 1.2, "invoke turn": 1.15,
+}
+SCALE_TARGET, BYTES_TARGET = 1.3, 1.1
+
+
+FAILED = object()  # returned by guarded() when the call raised
+
+
+def log(*a) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class Timer:
+    """Collects wall (perf_counter_ns) and client CPU (process_time_ns) per (saver, op, rep)."""
+
+    def __init__(self) -> None:
+        self.wall = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+        self.cpu = defaultdict(lambda: defaultdict(int))
+
+    def time(self, name, op, rep, fn, *a, **kw):
+        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+        r = fn(*a, **kw)
+        t1, c1 = time.perf_counter_ns(), time.process_time_ns()
+        self.wall[name][op][rep].append(t1 - t0)
+        self.cpu[name][op] += c1 - c0
+        return r
+
+
+# --------------------------------------------------------------------------- correctness
+
+
+def _norm_tuple(t):
+    if t is None:
+        return None
+    c = t.config["configurable"]
+    p = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    return {
+        "config": (c.get("thread_id"), c.get("checkpoint_ns", ""), c.get("checkpoint_id")),
+        "checkpoint": dict(t.checkpoint), "metadata": dict(t.metadata or {}), "parent": p,
+        "pending_writes": [tuple(w) for w in (t.pending_writes or [])],
+    }
+
+
+def _wkey(w):
+    return (str(w[0]), str(w[1]), repr(w[2]))
+
+
+def compare_tuple(label, got, exp, fails, warns):
+    g, e = _norm_tuple(got), _norm_tuple(exp)
+    if (g is None) != (e is None):
+        fails.append(f"{label}: {'missing' if g is None else 'unexpected'} result")
+        return
+    if g is None:
+        return
+    for k in ("config", "parent", "metadata"):
+        if g[k] != e[k]:
+            fails.append(f"{label}: {k} differs ({str(g[k])[:80]} vs {str(e[k])[:80]})")
+    gc_, ec = g["checkpoint"], e["checkpoint"]
+    for k in sorted(set(gc_) | set(ec)):
+        if gc_.get(k) != ec.get(k):
+            if k == "channel_values":
+                diff = [ch for ch in set(gc_[k]) | set(ec[k]) if gc_[k].get(ch) != ec[k].get(ch)]
+                fails.append(f"{label}: checkpoint.channel_values differ in {sorted(diff)[:4]}")
+            else:
+                fails.append(f"{label}: checkpoint.{k} differs")
+    gw, ew = g["pending_writes"], e["pending_writes"]
+    if gw != ew:
+        if sorted(gw, key=_wkey) == sorted(ew, key=_wkey):
+            warns.append(f"{label}: pending_writes order differs from writes_sort_key order")
+        else:
+            fails.append(f"{label}: pending_writes differ ({len(gw)} vs {len(ew)} writes)")
+
+
+def compare_list(label, got, exp, fails, warns):
+    gi = [t.config["configurable"]["checkpoint_id"] for t in got]
+    ei = [t.config["configurable"]["checkpoint_id"] for t in exp]
+    if gi != ei:
+        fails.append(f"{label}: ids differ (got {len(gi)}, expected {len(ei)}; first {gi[:1]} vs {ei[:1]})")
+        return
+    for g, e in zip(got, exp):
+        compare_tuple(label, g, e, fails, warns)
+
+
+def compare_delta(label, got, exp, fails):
+    for ch, e in exp.items():
+        g = (got or {}).get(ch)
+        if g is None:
+            fails.append(f"{label}: channel {ch} missing")
+            continue
+        if ("seed" in g) != ("seed" in e) or g.get("seed") != e.get("seed"):
+            fails.append(f"{label}: seed of {ch} differs")
+        if [tuple(w) for w in g["writes"]] != [tuple(w) for w in e["writes"]]:
+            fails.append(f"{label}: writes of {ch} differ ({len(g['writes'])} vs {len(e['writes'])})")
+
+
+def check(e: Entry, ref: Entry, thread: str, put_ids, delta_cfg, capped=False):
+    fails, warns = [], []
+    base = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    queries = [("get_tuple(latest)", lambda s: s.get_tuple(base))]
+    for cid in put_ids:
+        cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid}}
+        queries.append((f"get_tuple({cid[-6:]})", lambda s, cfg=cfg: s.get_tuple(cfg)))
+    mid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": put_ids[len(put_ids) // 2]}}
+    lists = [("list(all)", {}), ("list(limit=10)", {"limit": 10}), ("list(before=middle, limit=10)",
+                                                                      {"before": mid, "limit": 10})]
+    for label, q in queries:
+        try:
+            compare_tuple(label, q(e), q(ref), fails, warns)
+        except Exception as ex:
+            fails.append(f"{label}: raised {type(ex).__name__}: {str(ex)[:100]}")
+    for label, kw in lists:
+        try:
+            compare_list(label, e.list(base, **kw), ref.list(base, **kw), fails, warns)
+        except Exception as ex:
+            fails.append(f"{label}: raised {type(ex).__name__}: {str(ex)[:100]}")
+    try:
+        compare_delta("get_delta_channel_history", e.delta(delta_cfg, ["messages"]),
+                      ref.delta(delta_cfg, ["messages"]), fails)
+    except Exception as ex:
+        fails.append(f"get_delta_channel_history: raised {type(ex).__name__}: {str(ex)[:100]}")
+    return fails, warns
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def replay(e: Entry, calls, thread, timer=None, rep=0):
+    prepared = [call_for_thread(c, thread) for c in calls]
+    gc.collect()
+    for c in prepared:
+        if timer is None:
+            e.do(c)
+            continue
+        op = c.op if c.op in ("put", "put_writes") else "replay " + c.op
+        timer.time(e.name, op, rep, e.do, c)
+
+
+def used_memory(e: Entry):
+    return e.admin.info("memory")["used_memory"] if e.admin is not None else None
+
+
+def pg_bytes(e: Entry, pg_url):
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        return c.execute(
+            "select coalesce(sum(pg_total_relation_size(c.oid)),0) from pg_class c join pg_namespace n "
+            "on n.oid=c.relnamespace where n.nspname=%s and c.relkind='r'", (e.pg_schema,)).fetchone()[0]
+
+
+def fill_template(calls):
+    """A small real put (turn 0, after the assistant step) and a real 2-write put_writes."""
+    puts = [c for c in calls if c.op == "put"]
+    pw = next(c for c in calls if c.op == "put_writes" and len(c.args[1]) == 2)
+    return puts[2], pw
+
+
+def make_ids(n):
+    from langgraph.checkpoint.base.id import uuid6
+
+    return sorted(str(uuid6(clock_seq=i)) for i in range(n))
+
+
+def fill(e: Entry, thread, tpl, ids, start, stop, deadline):
+    """put ids[start:stop] as a parent chain; returns number actually put (stops at deadline)."""
+    cfg0, cp0, md0, nv = tpl.args
+
+    def args(i):
+        cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                                **({"checkpoint_id": ids[i - 1]} if i else {})}}
+        return cfg, {**cp0, "id": ids[i]}, {**md0, "step": i}, nv
+
+    if e.mode == "sync":
+        for i in range(start, stop):
+            e.saver.put(*args(i))
+            if (i & 63) == 0 and time.perf_counter() > deadline:
+                return i + 1
+        return stop
+
+    async def go():
+        for i in range(start, stop):
+            await e.saver.aput(*args(i))
+            if (i & 63) == 0 and time.perf_counter() > deadline:
+                return i + 1
+        return stop
+
+    return e.run(go())
+
+
+def throughput_async(e: Entry, conc, dur, tpl, pw, tag):
+    from langgraph.checkpoint.base.id import uuid6
+
+    cfg0, cp0, md0, nv = tpl.args
+    writes, task_id, task_path = pw.args[1], pw.args[2], pw.args[3]
+
+    async def worker(w, end):
+        n, parent = 0, None
+        thread = f"tp-{tag}-{w}"
+        while time.perf_counter() < end:
+            cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "", **({"checkpoint_id": parent}
+                                                                                   if parent else {})}}
+            cid = str(uuid6(clock_seq=n))
+            out = await e.saver.aput(cfg, {**cp0, "id": cid}, {**md0, "step": n}, nv)
+            await e.saver.aput_writes(out, writes, task_id, task_path)
+            parent = cid
+            n += 1
+        return n
+
+    async def go():
+        end = time.perf_counter() + dur
+        return await asyncio.gather(*(worker(w, end) for w in range(conc)))
+
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    counts = e.run(go())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = sum(counts)
+    return {"steps_per_s": n / wall, "steps": n, "client_cpu_pct": 100 * cpu / wall,
+            "client_cpu_us_per_step": 1e6 * cpu / max(n, 1)}
+
+
+def throughput_threads(e: Entry, nthreads, dur, tpl, pw, tag):
+    from langgraph.checkpoint.base.id import uuid6
+
+    cfg0, cp0, md0, nv = tpl.args
+    writes, task_id, task_path = pw.args[1], pw.args[2], pw.args[3]
+    counts, errors = [0] * nthreads, []
+    end = [0.0]
+    barrier = threading.Barrier(nthreads + 1)
+
+    def worker(w):
+        n, parent = 0, None
+        thread = f"tp-{tag}-{w}"
+        barrier.wait()
+        try:
+            while time.perf_counter() < end[0]:
+                cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                                        **({"checkpoint_id": parent} if parent else {})}}
+                cid = str(uuid6(clock_seq=n))
+                out = e.saver.put(cfg, {**cp0, "id": cid}, {**md0, "step": n}, nv)
+                e.saver.put_writes(out, writes, task_id, task_path)
+                parent = cid
+                n += 1
+        except Exception as ex:
+            errors.append(f"{type(ex).__name__}: {ex}")
+        counts[w] = n
+
+    ths = [threading.Thread(target=worker, args=(w,)) for w in range(nthreads)]
+    for t in ths:
+        t.start()
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    end[0] = t0 + dur
+    barrier.wait()
+    for t in ths:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = sum(counts)
+    r = {"steps_per_s": n / wall, "steps": n, "client_cpu_pct": 100 * cpu / wall,
+         "client_cpu_us_per_step": 1e6 * cpu / max(n, 1)}
+    if errors:
+        r["error"] = errors[0][:200]
+    return r
+
+
+def commandstats(e: Entry):
+    if e.admin is None:
+        return None
+    return sum(v["calls"] for k, v in e.admin.info("commandstats").items() if k not in ("cmdstat_info",))
+
+
+def wire_counts(e: Entry, tpl, pw, thread, mid_id, delta_cfg, m=5):
+    """Round trips / commands / bytes per operation, counted by a proxy in front of the entry's server."""
+    proxy = TurnProxy(*e.probe_target, resp=e.kind != "postgres")
+    saver, close = e.make_probe("127.0.0.1", proxy.port)
+    out = {}
+    try:
+        cfg0, cp0, md0, nv = tpl.args
+        writes, task_id, task_path = pw.args[1], pw.args[2], pw.args[3]
+        ids = make_ids(2 * m + 2)
+        state = {"parent": None, "i": 0}
+        wthread = f"wire-{e.name.replace(' ', '_')}"
+
+        def do_put():
+            i = state["i"]
+            cfg = {"configurable": {"thread_id": wthread, "checkpoint_ns": "",
+                                    **({"checkpoint_id": state["parent"]} if state["parent"] else {})}}
+            out_cfg = e.put(cfg, {**cp0, "id": ids[i]}, {**md0, "step": i}, nv, saver=saver)
+            state["parent"], state["i"], state["cfg"] = ids[i], i + 1, out_cfg
+
+        def do_pw():
+            state["i"] += 1
+            e.put_writes(state["cfg"], writes, f"{task_id}-{state['i']}", task_path, saver=saver)
+
+        base = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        byid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": mid_id}}
+        ops = {
+            "put": do_put, "put_writes": do_pw,
+            "get_tuple latest": lambda: e.get_tuple(base, saver=saver),
+            "get_tuple by id": lambda: e.get_tuple(byid, saver=saver),
+            "list limit=10": lambda: e.list(base, saver=saver, limit=10),
+            "delta history": lambda: e.delta(delta_cfg, ["messages"], saver=saver),
+        }
+        for fn in ops.values():  # warm: connections, script loads, prepared statements
+            fn()
+        for op, fn in ops.items():
+            proxy.reset()
+            s0 = commandstats(e)
+            for _ in range(m):
+                fn()
+            time.sleep(0.01)
+            snap = proxy.snapshot()
+            s1 = commandstats(e)
+            out[op] = {
+                "round_trips": snap["turns"] / m,
+                "commands": None if snap["commands"] is None else snap["commands"] / m,
+                "server_commands": None if s0 is None else (s1 - s0) / m,
+                "bytes_up": snap["bytes_up"] / m, "bytes_down": snap["bytes_down"] / m,
+            }
+    finally:
+        try:
+            close()
+        finally:
+            proxy.close()
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run (~2-3 min): fewer reps, sizes up to 10k")
+    ap.add_argument("--savers", default="", help="comma-separated substrings; floors are always included")
+    ap.add_argument("--reps", type=int, help="repetitions (round-robin over savers)")
+    ap.add_argument("--sizes", default="", help="scaling sizes, e.g. 10,1000,10000,100000")
+    ap.add_argument("--fill-budget", type=float, help="seconds allowed to fill one saver to one size")
+    ap.add_argument("--turns", type=int, default=25, help="chat turns captured (~1.9 KB of messages per turn)")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,wire,invoke")
+    a = ap.parse_args(argv)
+
+    q = a.quick
+    reps = a.reps or (3 if q else 10)
+    n_reads = 20 if q else 50
+    k_invoke = 3 if q else 5
+    sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else ([10, 1000, 10000] if q else [10, 1000, 10000, 100000])
+    budget = a.fill_budget or (4.0 if q else 120.0)
+    tp_dur = 1.0 if q else 3.0
+    scale_n = 15 if q else 40
+    skip_phases = set(filter(None, a.skip.split(",")))
+    t_start = time.time()
+    started = datetime.now(timezone.utc)
+
+    loop = asyncio.new_event_loop()
+    tmp = tempfile.mkdtemp(prefix="rsbench-")
+    pg_url, pg_reason = resolve_pg_url()
+    ctx = {"loop": loop, "tmp": tmp, "pg_url": pg_url, "pg_reason": pg_reason}
+
+    log(f"capturing workload: {a.turns} chat turns (plain add_messages, and DeltaChannel)")
+    chat = capture(a.turns)
+    dchat = capture(a.turns, delta=True, thread_id="capture-delta")
+    tpl, pw_tpl = fill_template(chat.calls)
+    chat_puts = chat.put_ids
+    mid_id = chat_puts[len(chat_puts) // 2]
+    delta_cfg = {"configurable": {"thread_id": "delta", "checkpoint_ns": "", "checkpoint_id": dchat.put_ids[-1]}}
+
+    wanted = [s.strip().lower() for s in a.savers.split(",") if s.strip()]
+    entries: list[Entry] = []
+    skipped: dict[str, str] = {}
+    for name, fac in FACTORIES:
+        if wanted and name not in (FLOOR_SYNC, FLOOR_ASYNC) and not any(w in name.lower() for w in wanted):
+            continue
+        try:
+            log(f"starting {name}")
+            entries.append(fac(ctx))
+        except Unavailable as ex:
+            skipped[name] = str(ex)
+            log(f"  skipped: {ex}")
+        except Exception as ex:
+            skipped[name] = f"setup failed: {type(ex).__name__}: {str(ex)[:200]}"
+            log(f"  skipped: {skipped[name]}")
+    names = [e.name for e in entries]
+    ref = Entry("reference", "sync", "memory", __import__("langgraph.checkpoint.memory", fromlist=["x"]).InMemorySaver(),
+                loop)
+
+    timer = Timer()
+    errors: dict[str, list] = defaultdict(list)
+    bytes_per_cp: dict[str, dict] = {}
+    correctness: dict[str, dict] = {}
+    graphs = {e.name: build_chat_graph(e.saver) for e in entries}
+
+    def guarded(e, what, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as ex:
+            msg = f"{what}: {type(ex).__name__}: {str(ex)[:200]}"
+            if len(errors[e.name]) < 10:
+                errors[e.name].append(msg)
+            log(f"  ERROR {e.name} {msg}")
+            if os.environ.get("BENCH_DEBUG"):
+                traceback.print_exc()
+            return FAILED
+
+    try:
+        # ---- setup data every phase reads: the DeltaChannel thread; warm-up (connections, scripts, indexes)
+        for e in [ref, *entries]:
+            log(f"setup {e.name}: delta thread + warm-up")
+            guarded(e, "setup delta replay", replay, e, dchat.calls, "delta")
+            guarded(e, "warm-up replay", replay, e, chat.calls, "warm")
+
+        # ---- latency, interleaved: each phase runs every saver in turn, the order rotating per repetition
+        for r in range(reps):
+            order = entries[r % len(entries):] + entries[:r % len(entries)] if entries else []
+            thread = f"rep{r}"
+            log(f"rep {r + 1}/{reps}: replay")
+            for e in order:
+                m0 = used_memory(e) if r == 0 else None
+                p0 = pg_bytes(e, pg_url) if r == 0 and e.kind == "postgres" else None
+                guarded(e, "replay", replay, e, chat.calls, thread, timer, r)
+                if r == 0:
+                    if m0 is not None:
+                        bytes_per_cp[e.name] = {"bytes": (used_memory(e) - m0) / chat.n_puts,
+                                                "method": "Redis used_memory delta"}
+                    elif p0 is not None:
+                        bytes_per_cp[e.name] = {"bytes": (pg_bytes(e, pg_url) - p0) / chat.n_puts,
+                                                "method": "pg_total_relation_size delta"}
+            if r == 0:
+                replay(ref, chat.calls, thread)
+                log("correctness check vs InMemorySaver")
+                for e in entries:
+                    res = guarded(e, "correctness", check, e, ref, thread, chat_puts, delta_cfg)
+                    fails, warns = res if res is not FAILED else (["check raised (see errors)"], [])
+                    correctness[e.name] = {"status": "FAIL" if fails else ("WARN" if warns else "OK"),
+                                           "failures": fails[:12], "n_failures": len(fails),
+                                           "warnings": warns[:6], "n_warnings": len(warns)}
+            log(f"rep {r + 1}/{reps}: reads")
+            base = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            byid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": mid_id}}
+            reads = [
+                ("get_tuple latest", lambda e: e.get_tuple(base)),
+                ("get_tuple by id", lambda e: e.get_tuple(byid)),
+                ("list limit=10", lambda e: e.list(base, limit=10)),
+                ("delta history", lambda e: e.delta(delta_cfg, ["messages"])),
+            ]
+            for op, fn in reads:
+                for e in order:
+                    gc.collect()
+                    for _ in range(n_reads):
+                        if guarded(e, op, timer.time, e.name, op, r, fn, e) is FAILED:
+                            break
+            if "invoke" not in skip_phases:
+                log(f"rep {r + 1}/{reps}: invoke (untimed native prefill of {a.turns} turns, then {k_invoke} timed)")
+                for e in order:
+                    # a thread written by the saver itself (its own version strings), ~50 KB of messages
+                    cfg = {"configurable": {"thread_id": f"inv{r}"}}
+                    ok = True
+                    for t in range(a.turns):
+                        if guarded(e, "invoke prefill", e.invoke, graphs[e.name], user_input(t), cfg) is FAILED:
+                            ok = False
+                            break
+                    gc.collect()
+                    for k in range(k_invoke if ok else 0):
+                        if guarded(e, "invoke", timer.time, e.name, "invoke turn", r, e.invoke, graphs[e.name],
+                                   user_input(a.turns + k), cfg) is FAILED:
+                            break
+
+        # ---- scaling: one thread per saver grown to each size by put in a loop; get latest + list(before=middle)
+        scaling: dict[str, dict] = defaultdict(dict)
+        if "scaling" not in skip_phases:
+            ids = make_ids(max(sizes))
+            have = {e.name: 0 for e in entries}
+            rate = {e.name: None for e in entries}
+            dead: dict[str, str] = {}
+            for size in sizes:
+                live = []
+                for e in entries:
+                    if e.name in dead:
+                        scaling[e.name][size] = {"skipped": dead[e.name]}
+                        continue
+                    need = size - have[e.name]
+                    if rate[e.name] and need * rate[e.name] > budget:
+                        dead[e.name] = (f"fill to {size:,} estimated {need * rate[e.name]:.0f}s > budget "
+                                        f"{budget:.0f}s ({1e3 * rate[e.name]:.2f} ms/put)")
+                        scaling[e.name][size] = {"skipped": dead[e.name]}
+                        continue
+                    log(f"scaling: fill {e.name} to {size:,}")
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    got = guarded(e, f"fill {size}", fill, e, "scale", tpl, ids, have[e.name], size,
+                                  t0 + 1.5 * budget)
+                    dt = time.perf_counter() - t0
+                    if got is FAILED:
+                        dead[e.name] = f"fill to {size:,} failed"
+                        scaling[e.name][size] = {"skipped": dead[e.name]}
+                        continue
+                    rate[e.name] = dt / max(got - have[e.name], 1)
+                    scaling[e.name][size] = {"fill_s": dt, "fill_ms_per_put": 1e3 * rate[e.name]}
+                    have[e.name] = got
+                    if got < size:
+                        dead[e.name] = f"fill to {size:,} exceeded the time budget ({got:,} put in {dt:.0f}s)"
+                        scaling[e.name][size] = {"skipped": dead[e.name]}
+                        continue
+                    live.append(e)
+                base = {"configurable": {"thread_id": "scale", "checkpoint_ns": ""}}
+                before = {"configurable": {"thread_id": "scale", "checkpoint_ns": "",
+                                           "checkpoint_id": ids[size // 2]}}
+                expect = list(reversed(ids[max(0, size // 2 - 10):size // 2]))
+                st = Timer()
+                for r in range(3):
+                    order = live[r % max(len(live), 1):] + live[:r % max(len(live), 1)]
+                    for e in order:
+                        gc.collect()
+                        for _ in range(scale_n):
+                            guarded(e, f"scale get {size}", st.time, e.name, "get", r, e.get_tuple, base)
+                            guarded(e, f"scale list {size}", st.time, e.name, "list", r,
+                                    lambda e=e: e.list(base, before=before, limit=10))
+                for e in live:
+                    d = scaling[e.name][size]
+                    g = [x for v in st.wall[e.name]["get"].values() for x in v]
+                    li = [x for v in st.wall[e.name]["list"].values() for x in v]
+                    d["get_latest_p50_us"] = pct(g, 0.5) / 1e3 if g else None
+                    d["list_before_p50_us"] = pct(li, 0.5) / 1e3 if li else None
+                    try:
+                        got_t = e.get_tuple(base)
+                        got_l = [t.config["configurable"]["checkpoint_id"] for t in e.list(base, before=before,
+                                                                                              limit=10)]
+                        bad = []
+                        if got_t is None or got_t.config["configurable"]["checkpoint_id"] != ids[size - 1]:
+                            bad.append("get latest returned the wrong checkpoint")
+                        if got_l != expect:
+                            bad.append(f"list(before=middle, limit=10) returned {len(got_l)} ids, "
+                                       f"{'different ids' if len(got_l) == len(expect) else 'expected 10'}"
+                                       f"{' (before ignored)' if got_l and got_l[0] == ids[size - 1] else ''}")
+                        if bad:
+                            d["incorrect"] = "; ".join(bad)
+                    except Exception as ex:
+                        d["incorrect"] = f"check raised {type(ex).__name__}"
+
+        # ---- throughput: put+put_writes steps/s, each worker on its own thread
+        throughput: dict[str, dict] = defaultdict(dict)
+        if "throughput" not in skip_phases:
+            configs = [("async x1", 1), ("async x8", 8), ("async x64", 64), ("4 threads", 4)]
+            for label, n in configs:
+                for r, e in enumerate(entries):
+                    if (label.startswith("async") and e.mode != "async") or (label == "4 threads" and e.mode != "sync"):
+                        continue
+                    log(f"throughput {label}: {e.name}")
+                    fn = throughput_async if label.startswith("async") else throughput_threads
+                    res = guarded(e, f"throughput {label}", fn, e, n, tp_dur, tpl, pw_tpl, label.replace(" ", ""))
+                    if res is not FAILED:
+                        throughput[e.name][label] = res
+
+        # ---- wire: round trips and commands per operation
+        wire: dict[str, dict] = {}
+        if "wire" not in skip_phases:
+            for e in entries:
+                if e.make_probe is None:
+                    continue
+                log(f"wire counts: {e.name}")
+                res = guarded(e, "wire counts", wire_counts, e, tpl, pw_tpl, "rep0", mid_id, delta_cfg)
+                if res is not FAILED:
+                    wire[e.name] = res
+    finally:
+        for e in entries:
+            e.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    # ---- aggregate
+    latency: dict[str, dict] = {}
+    ratios: dict[str, dict] = {}
+    floor_of = {e.name: e.floor for e in entries}
+    for name in names:
+        latency[name] = {}
+        for op, per_rep in timer.wall[name].items():
+            xs = [x for v in per_rep.values() for x in v]
+            latency[name][op] = {"p50_us": pct(xs, .5) / 1e3, "p99_us": pct(xs, .99) / 1e3,
+                                 "mean_us": statistics.fmean(xs) / 1e3, "n": len(xs),
+                                 "client_cpu_us": timer.cpu[name][op] / len(xs) / 1e3}
+    for name in names:
+        fl = floor_of[name]
+        ratios[name] = {}
+        if name == fl or fl not in timer.wall:
+            continue
+        for op in timer.wall[name]:
+            per = []
+            for r, xs in timer.wall[name][op].items():
+                fx = timer.wall[fl][op].get(r)
+                if xs and fx:
+                    per.append(pct(xs, .5) / pct(fx, .5))
+            if per:
+                ratios[name][op] = statistics.median(per)
+
+    targets: dict[str, dict] = {}
+    for name in names:
+        if name in (FLOOR_SYNC, FLOOR_ASYNC):
+            continue
+        t = {}
+        for op, lim in TARGETS.items():
+            v = ratios[name].get(op)
+            t[f"{op} <= {lim}x floor"] = {"value": v, "pass": None if v is None else v <= lim}
+        sc = scaling.get(name, {})
+        ok = [s for s in sizes if sc.get(s, {}).get("get_latest_p50_us")]
+        for key, lab in (("get_latest_p50_us", "get latest"), ("list_before_p50_us", "list(before)")):
+            if len(ok) >= 2 and ok[0] == sizes[0]:
+                v = sc[ok[-1]][key] / sc[ok[0]][key]
+                t[f"{lab} at {ok[-1]:,} <= {SCALE_TARGET}x at {ok[0]}"] = {
+                    "value": v, "pass": v <= SCALE_TARGET, "size": ok[-1], "complete": ok[-1] == max(sizes)}
+            else:
+                t[f"{lab} at {max(sizes):,} <= {SCALE_TARGET}x at {sizes[0]}"] = {"value": None, "pass": None}
+        b, fb = bytes_per_cp.get(name), bytes_per_cp.get(floor_of[name])
+        v = b["bytes"] / fb["bytes"] if b and fb and b["method"] == fb["method"] and fb["bytes"] > 0 else None
+        t[f"bytes/checkpoint <= {BYTES_TARGET}x floor"] = {"value": v, "pass": None if v is None else v <= BYTES_TARGET}
+        targets[name] = t
+
+    versions = {}
+    for pkg in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres",
+                "langgraph-checkpoint-redis", "langgraph-checkpoint-plainredis", "redis", "hiredis", "psycopg",
+                "redis-saver"):
+        try:
+            from importlib.metadata import version
+
+            versions[pkg] = version(pkg)
+        except Exception:
+            versions[pkg] = None
+    results = {
+        "meta": {
+            "started_utc": started.isoformat(timespec="seconds"), "duration_s": round(time.time() - t_start, 1),
+            "mode": "quick" if q else "full", "reps": reps, "reads_per_rep": n_reads, "invokes_per_rep": k_invoke,
+            "scaling_sizes": sizes, "fill_budget_s": budget, "throughput_seconds": tp_dur,
+            "python": platform.python_version(), "machine": f"{platform.machine()} {os.cpu_count()} cpu",
+            "load_avg_start_end": None, "versions": versions, "postgres": pg_url or pg_reason,
+            "workload": {"turns": a.turns, "message_bytes": chat.message_bytes, "puts": chat.n_puts,
+                         "put_writes_calls": chat.n_writes_calls, "calls": len(chat.calls),
+                         "delta_calls": len(dchat.calls),
+                         "writes_per_step": sorted({len(c.args[1]) for c in chat.calls if c.op == "put_writes"})},
+        },
+        "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "notes": e.notes} for e in entries},
+        "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios,
+        "scaling": {k: {str(s): v for s, v in d.items()} for k, d in scaling.items()},
+        "throughput": dict(throughput), "bytes_per_checkpoint": bytes_per_cp, "wire": wire,
+        "correctness": correctness, "targets": targets,
+    }
+    try:
+        results["meta"]["load_avg_end"] = os.getloadavg()
+    except OSError:
+        pass
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    out = Path(a.out) / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    md = report.markdown(results)
+    (out / "results.md").write_text(md)
+    try:
+        report.chart(results, out / "chart.png")
+    except Exception as ex:
+        log(f"chart failed: {type(ex).__name__}: {ex}")
+    latest = Path(a.out) / "latest"
+    shutil.rmtree(latest, ignore_errors=True)
+    shutil.copytree(out, latest)
+    print(md)
+    log(f"wrote {out}/results.json, results.md, chart.png (and {latest}/) in {time.time() - t_start:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
