@@ -224,32 +224,40 @@ class ReferenceSaver:
             for (t, ns), cps in list(self.storage.items()):
                 if t != thread_id or not cps:
                     continue
-                keep = self._keep_set(thread_id, ns)
+                keep, oldest = self._keep_set(thread_id, ns)
                 for cid in list(cps):
                     if cid not in keep:
                         self._drop_checkpoint(thread_id, ns, cid)
+                # The oldest kept checkpoint is detached from a parent that is not kept
+                # (redis_saver's documented choice, lua/prune.lua; the semantics in the
+                # brief are silent here, delete_for_runs leaves parents dangling).
+                ckpt, md, parent = cps[oldest]
+                if parent is not None and parent not in keep:
+                    cps[oldest] = (ckpt, md, None)
 
-    def _keep_set(self, thread_id: str, ns: str) -> set[str]:
-        """Latest checkpoint + ancestors back to the nearest stored value of every
-        DeltaChannel.  The model recognises delta channels by the
-        ``counters_since_delta_snapshot`` metadata of the thread's checkpoints
-        (the differential test never generates it, so there it is just the latest).
-        """
+    def _keep_set(self, thread_id: str, ns: str) -> tuple[set[str], str]:
+        """Latest checkpoint + ancestors back to the nearest one storing a value for
+        every DeltaChannel the latest still needs: the channels named in the latest's
+        ``counters_since_delta_snapshot`` metadata that have a version there but no
+        stored value.  (The differential test never generates that metadata, so there
+        it is just the latest.)  Returns (kept ids, oldest kept id)."""
         cps = self.storage[(thread_id, ns)]
         latest = max(cps)
-        delta: set[str] = set()
-        for (t, _ns), other in self.storage.items():
-            if t == thread_id:
-                for _c, md, _p in other.values():
-                    delta.update((md.get("counters_since_delta_snapshot") or {}).keys())
-        keep = {latest}
-        remaining = delta - set(self._tuple(thread_id, ns, latest).checkpoint["channel_values"])
-        cur: str | None = cps[latest][2]
+        ckpt, md, parent = cps[latest]
+        values = self._tuple(thread_id, ns, latest).checkpoint["channel_values"]
+        remaining = {
+            ch
+            for ch in (md.get("counters_since_delta_snapshot") or {})
+            if ch in ckpt["channel_versions"] and ch not in values
+        }
+        keep, oldest = {latest}, latest
+        cur: str | None = parent
         while remaining and cur is not None and cur in cps:
             keep.add(cur)
+            oldest = cur
             remaining -= set(self._tuple(thread_id, ns, cur).checkpoint["channel_values"])
             cur = cps[cur][2]
-        return keep
+        return keep, oldest
 
     def get_delta_channel_history(self, *, config: dict, channels: Sequence[str]) -> dict:
         """Same walk as ``BaseCheckpointSaver.get_delta_channel_history``."""
