@@ -77,10 +77,14 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag
+local META_V, META_IX, META_PIN = nil, nil, nil
+
 local function check_format()
-  local v = redis.call('HGET', K_META, 'v')
-  if v and v ~= FORMAT then
-    fail('RS_SCHEMA', 'thread stored in format ' .. v .. ', this redis_saver reads format ' .. FORMAT)
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin')
+  META_V, META_IX, META_PIN = m[1], m[2], m[3]
+  if META_V and META_V ~= FORMAT then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads format ' .. FORMAT)
   end
 end
 
@@ -117,18 +121,24 @@ end
 
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
 -- it in the slot index. Called last by every script that writes or refreshes a thread.
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
 local function touch()
-  if TTL_MS == 0 and redis.call('ZSCORE', K_IXT, THREAD_ID) == 'inf' then
-    -- no TTL and already indexed without one: every key is already persistent
+  local expiring = TTL_MS > 0 and META_PIN ~= '1'
+  if not expiring and META_IX == 'inf' then
+    -- already indexed without expiry: every key is persistent, nothing to do
     return
   end
   local now = now_ms()
   purge_expired(now)
   local score = 'inf'
-  if TTL_MS > 0 and redis.call('HGET', K_META, 'pin') ~= '1' then
+  if expiring then
+    if META_IX ~= 'ttl' then redis.call('HSET', K_META, 'ix', 'ttl') end
     for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
     score = string.format('%.0f', now + TTL_MS)
   else
+    redis.call('HSET', K_META, 'ix', 'inf')
     for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
   end
   redis.call('ZADD', K_IXT, score, THREAD_ID)
@@ -136,7 +146,10 @@ local function touch()
 end
 
 local function init_meta()
-  redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+  if not META_V then
+    redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+    META_V = FORMAT
+  end
 end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
@@ -163,18 +176,37 @@ local function blob_fields(ns_e, versions_rec)
   return fields, by_ch
 end
 
+-- reference counts of blobs, two commands whatever the number of channels
 local function add_refs(ns_e, rec)
   local fields = blob_fields(ns_e, rec[6])
-  for _, f in ipairs(fields) do redis.call('HINCRBY', K_BRC, f, 1) end
+  if #fields == 0 then return end
+  local counts = redis.call('HMGET', K_BRC, unpack(fields))
+  local args = {}
+  for i, f in ipairs(fields) do
+    args[#args + 1] = f
+    args[#args + 1] = (tonumber(counts[i]) or 0) + 1
+  end
+  redis.call('HSET', K_BRC, unpack(args))
 end
 
 local function drop_refs(ns_e, rec)
   local fields = blob_fields(ns_e, rec[6])
-  for _, f in ipairs(fields) do
-    if redis.call('HINCRBY', K_BRC, f, -1) <= 0 then
-      redis.call('HDEL', K_BRC, f)
-      redis.call('HDEL', K_BLOB, f)
+  if #fields == 0 then return end
+  local counts = redis.call('HMGET', K_BRC, unpack(fields))
+  local keep, gone = {}, {}
+  for i, f in ipairs(fields) do
+    local n = (tonumber(counts[i]) or 0) - 1
+    if n > 0 then
+      keep[#keep + 1] = f
+      keep[#keep + 1] = n
+    else
+      gone[#gone + 1] = f
     end
+  end
+  if #keep > 0 then redis.call('HSET', K_BRC, unpack(keep)) end
+  if #gone > 0 then
+    redis.call('HDEL', K_BRC, unpack(gone))
+    redis.call('HDEL', K_BLOB, unpack(gone))
   end
 end
 

@@ -8,7 +8,7 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5..] run ids
 Returns: number of checkpoints deleted
 ]]
 check_format()
-if redis.call('EXISTS', K_META) == 0 then return 0 end
+if not META_V then return 0 end
 local deleted = 0
 for i = 5, #ARGV do
   local run_e = enc(ARGV[i])
@@ -18,7 +18,7 @@ for i = 5, #ARGV do
     deleted = deleted + 1
   end
 end
-if deleted > 0 and redis.call('HLEN', K_CP) == 0 and redis.call('HGET', K_META, 'pin') ~= '1' then
+if deleted > 0 and redis.call('HLEN', K_CP) == 0 and META_PIN ~= '1' then
   drop_thread()
   fix_index_expiry()
 elseif deleted > 0 then

@@ -55,5 +55,5 @@ while parent and parent ~= '' and left > 0 do
   end
   parent = rec[1]
 end
-if REFRESH == '1' and redis.call('EXISTS', K_META) == 1 then touch() end
+if REFRESH == '1' and META_V then touch() end
 return {ancestors, seeds}

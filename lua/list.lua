@@ -60,5 +60,5 @@ while #out - 1 < limit and examined < budget do
   if #members < want then cursor = nil break end
 end
 if cursor ~= nil then out[1] = cursor end
-if REFRESH == '1' and redis.call('EXISTS', K_META) == 1 then touch() end
+if REFRESH == '1' and META_V then touch() end
 return out

@@ -12,9 +12,11 @@ check_format()
 if flag == '1' then
   init_meta()
   redis.call('HSET', K_META, 'pin', '1')
+  META_PIN = '1'
 else
-  if redis.call('EXISTS', K_META) == 0 then return 0 end
+  if not META_V then return 0 end
   redis.call('HDEL', K_META, 'pin')
+  META_PIN = nil
 end
 touch()
 return 1

@@ -14,7 +14,7 @@ Returns: number of checkpoints deleted
 local strategy = ARGV[5]
 if strategy ~= 'keep_latest' and strategy ~= 'delete' then fail('RS_BADARG', 'unknown strategy') end
 check_format()
-if redis.call('EXISTS', K_META) == 0 then return 0 end
+if not META_V then return 0 end
 if strategy == 'delete' then
   local n = redis.call('HLEN', K_CP)
   drop_thread()

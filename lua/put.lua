@@ -33,8 +33,13 @@ end
 
 -- validation done: writes start here
 init_meta()
-for i = 1, nblobs do
-  redis.call('HSET', K_BLOB, ns_e .. ARGV[10 + 2 * i], ARGV[11 + 2 * i])
+if nblobs > 0 then
+  local args = {}
+  for i = 1, nblobs do
+    args[2 * i - 1] = ns_e .. ARGV[10 + 2 * i]
+    args[2 * i] = ARGV[11 + 2 * i]
+  end
+  redis.call('HSET', K_BLOB, unpack(args))
 end
 store_cp(ns_e, cid_e, raw, rec)
 
