@@ -1,0 +1,57 @@
+"""history="latest" at the saver level: which pending writes survive a put."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+from tests.sessions._util import call, cfg, new_tid
+
+
+def _cp() -> dict:
+    c = empty_checkpoint()
+    c["channel_values"] = {"x": 1}
+    c["channel_versions"] = {"x": "1"}
+    return c
+
+
+async def _scenario(s, tid: str) -> list:
+    """langgraph's background executor may store a task's writes before their checkpoint
+    (seen with an interrupt() inside a subgraph): the writes of c3 arrive before c2 and c3."""
+    base = cfg(tid)
+    c1, c2, c3 = _cp(), _cp(), _cp()  # ids increase
+    cfg1 = await call(s, "put", base, c1, {"step": 0}, {"x": "1"})
+    await call(s, "put_writes", cfg(tid, cid=c3["id"]), [("__interrupt__", "ask")], "task-3")
+    cfg2 = await call(s, "put", cfg1, c2, {"step": 1}, {"x": "1"})
+    await call(s, "put", cfg2, c3, {"step": 2}, {"x": "1"})
+    return (await call(s, "get_tuple", base)).pending_writes
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_writes_before_their_checkpoint_survive(kind, make_saver):
+    expected = await _scenario(InMemorySaver(), "ref")
+    assert expected == [("task-3", "__interrupt__", "ask")]
+    s = make_saver(kind, history="latest")
+    assert await _scenario(s, new_tid()) == expected
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_latest_keeps_own_and_parent_writes_only(kind, make_saver, sync_client, prefix):
+    s = make_saver(kind, history="latest")
+    tid = new_tid()
+    c1, c2, c3 = _cp(), _cp(), _cp()
+    cfg1 = await call(s, "put", cfg(tid), c1, {"step": 0}, {"x": "1"})
+    await call(s, "put_writes", cfg1, [("a", 1)], "t1")
+    cfg2 = await call(s, "put", cfg1, c2, {"step": 1}, {"x": "1"})
+    await call(s, "put_writes", cfg2, [("b", 2)], "t2")
+    cfg3 = await call(s, "put", cfg2, c3, {"step": 2}, {"x": "1"})
+    await call(s, "put_writes", cfg3, [("c", 3)], "t3")
+    got = await call(s, "get_tuple", cfg(tid))
+    assert got.config == cfg3 and got.pending_writes == [("t3", "c", 3)]
+    assert [t.config for t in await call(s, "list", cfg(tid))] == [cfg3]
+    # c1's writes are gone from storage; c2's (the parent's) are kept for resuming
+    from tests.sessions._util import thread_keys
+
+    wr = sync_client.hlen(thread_keys(prefix, tid)[0][6])
+    assert wr == 2, wr
