@@ -54,7 +54,7 @@ async def test_copy_thread_then_diverge(saver, sync_client, prefix):
     g = build(saver)
     mem_a, mem_b = InMemorySaver(), InMemorySaver()
     ga, gb = build(mem_a), build(mem_b)
-    for t in range(7):
+    for t in range(5):
         await invoke(g, saver, turn_input(t), cfg(src))
         ga.invoke(turn_input(t), cfg("x"))
         gb.invoke(turn_input(t), cfg("x"))
@@ -78,7 +78,7 @@ async def test_copy_thread_then_diverge(saver, sync_client, prefix):
     assert view(await get_state(g, saver, cfg(dst))) == view(await get_state(g, saver, cfg(src)))
 
     # diverge: different inputs on each side
-    for t in range(7, 12):
+    for t in range(5, 8):
         await invoke(g, saver, turn_input(t, "A"), cfg(src))
         ga.invoke(turn_input(t, "A"), cfg("x"))
         await invoke(g, saver, turn_input(t, "B"), cfg(dst))
@@ -167,3 +167,14 @@ async def test_delete_for_runs_removes_exactly_one_run(saver, sync_client, prefi
     # the other thread lost exactly its checkpoints of that run
     other_left = await alist(saver, cfg(other))
     assert other_left and {t.metadata["run_id"] for t in other_left} == {runs[2]}
+
+
+async def test_copy_thread_degenerate(saver, sync_client, prefix):
+    """Copying an unknown thread writes nothing; copying a thread onto itself changes nothing."""
+    g = build(saver)
+    await invoke(g, saver, turn_input(0), cfg("real"))
+    snap = dump_prefix(sync_client, prefix)
+    await call(saver, "copy_thread", "ghost", "target")
+    await call(saver, "copy_thread", "real", "real")
+    assert dump_prefix(sync_client, prefix) == snap
+    assert await alist(saver, cfg("target")) == []

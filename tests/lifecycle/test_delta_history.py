@@ -21,7 +21,7 @@ from tests.lifecycle._util import base_delta_history, call, cfg
 
 CHANNELS = ("items", "other")
 QUERIES = (["items"], ["items", "other"], ["other", "ghost"], ["ghost"], ["other", "items", "items"])
-SEEDS = range(12)
+SEEDS = range(8)
 
 
 def _version(n: int) -> str:

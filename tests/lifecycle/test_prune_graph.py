@@ -27,6 +27,7 @@ from tests.lifecycle._util import (
     cfg,
     get_state,
     invoke,
+    is_async,
     memory_usage,
     state_history,
     thread_keys,
@@ -84,8 +85,8 @@ async def redis_kept_steps(saver, thread_id: str) -> tuple[list[int], list[list[
     return root, sorted(subs)
 
 
-PRUNE_AFTER = (4, 9, 10, 15, 19)  # turns after which the thread is pruned (0-based)
-TURNS = 24
+PRUNE_AFTER = (4, 9, 10, 15)  # turns after which the thread is pruned (0-based)
+TURNS = 20
 
 
 async def test_prune_keep_latest_many_turns_with_subgraph(saver, sync_client, prefix):
@@ -120,9 +121,10 @@ async def test_prune_keep_latest_many_turns_with_subgraph(saver, sync_client, pr
         root_lengths.append(len(got_root))
         # every kept checkpoint still reconstructs the same state as the reference
         hist = await state_history(g_redis, saver, config)
-        ref = list(g_mem.get_state_history(config))
-        assert [view(s) for s in hist] == [view(s) for s in ref[: len(hist)]]
+        ref = list(g_mem.get_state_history(config, limit=len(hist)))
+        assert [view(s) for s in hist] == [view(s) for s in ref]
         assert hist[-1].parent_config is None  # the oldest kept one lost its deleted parent
+        await _assert_delta_history_is_default_walk(saver, config)
         mem_after = memory_usage(sync_client, thread_keys(sync_client, prefix, tid))
         assert mem_after < mem_before, (mem_before, mem_after)
         # a second prune right away deletes nothing
@@ -174,4 +176,83 @@ async def test_pending_interrupt_survives_prune(saver, where):
     g_mem.invoke(turn_input(7), config)
     await invoke(g_redis, saver, Command(resume="last"), config)
     g_mem.invoke(Command(resume="last"), config)
+    assert view(await get_state(g_redis, saver, config)) == view(g_mem.get_state(config))
+
+
+async def _assert_delta_history_is_default_walk(saver, config) -> None:
+    from tests.lifecycle._util import base_delta_history
+
+    got = await call(saver, "get_delta_channel_history", config=config, channels=list(DELTA))
+    assert got == await base_delta_history(saver, config=config, channels=list(DELTA))
+
+
+async def test_prune_exit_durability(saver):
+    """durability="exit": one checkpoint per run, DeltaChannel writes saved at exit under
+    synthetic task ids; the chain prune keeps still reconstructs the state."""
+    tid = f"exit-{uuid.uuid4().hex[:8]}"
+    config = cfg(tid)
+    mem = InMemorySaver()
+    g_mem, g_redis = build(mem), build(saver)
+
+    async def turn(t):
+        if is_async(saver):
+            await g_redis.ainvoke(turn_input(t), config, durability="exit")
+        else:
+            g_redis.invoke(turn_input(t), config, durability="exit")
+        g_mem.invoke(turn_input(t), config, durability="exit")
+
+    lengths = []
+    for t in range(9):
+        await turn(t)
+        if t in (4, 5, 8):
+            before = await get_state(g_redis, saver, config)
+            await call(saver, "prune", [tid])
+            assert view(await get_state(g_redis, saver, config)) == view(before) == view(g_mem.get_state(config))
+            exp_root, exp_subs = expected_kept_steps(mem, tid)
+            got_root, got_subs = await redis_kept_steps(saver, tid)
+            assert (got_root, got_subs) == (exp_root, exp_subs)
+            lengths.append(len(got_root))
+            await _assert_delta_history_is_default_walk(saver, config)
+    assert max(lengths) > 1
+    assert view(await get_state(g_redis, saver, config)) == view(g_mem.get_state(config))
+
+
+async def test_prune_after_time_travel_fork(saver):
+    """The latest checkpoint is on a branch forked from an old checkpoint: prune follows the
+    branch's parent chain (not list order) and drops the abandoned branch."""
+    tid = f"fork-{uuid.uuid4().hex[:8]}"
+    config = cfg(tid)
+    mem = InMemorySaver()
+    g_mem, g_redis = build(mem), build(saver)
+    for t in range(6):
+        await invoke(g_redis, saver, turn_input(t), config)
+        g_mem.invoke(turn_input(t), config)
+
+    def fork_point(hist):
+        # an old root checkpoint between turns (nothing pending), 3 turns back
+        done = [s for s in hist if not s.next]
+        return done[3]
+
+    r_hist = await state_history(g_redis, saver, config)
+    m_hist = list(g_mem.get_state_history(config))
+    r_fork, m_fork = fork_point(r_hist), fork_point(m_hist)
+    assert view(r_fork) == view(m_fork)
+    # replay from the old checkpoint with a new input: a branch
+    await invoke(g_redis, saver, turn_input(100), r_fork.config)
+    g_mem.invoke(turn_input(100), m_fork.config)
+    await invoke(g_redis, saver, turn_input(101), config)
+    g_mem.invoke(turn_input(101), config)
+    before = await get_state(g_redis, saver, config)
+    assert view(before) == view(g_mem.get_state(config))
+    assert "in100" in before.values["items"] and "in4" not in before.values["items"]
+
+    await call(saver, "prune", [tid])
+
+    assert view(await get_state(g_redis, saver, config)) == view(before)
+    exp_root, exp_subs = expected_kept_steps(mem, tid)
+    got_root, got_subs = await redis_kept_steps(saver, tid)
+    assert (got_root, got_subs) == (exp_root, exp_subs)
+    await _assert_delta_history_is_default_walk(saver, config)
+    await invoke(g_redis, saver, turn_input(102), config)
+    g_mem.invoke(turn_input(102), config)
     assert view(await get_state(g_redis, saver, config)) == view(g_mem.get_state(config))
