@@ -20,7 +20,7 @@ end
 if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
 if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 
--- order-preserving, prefix-free component encoding (keys.enc)
+-- order-preserving, self-delimiting component encoding (keys.enc)
 local function enc(s)
   return (string.gsub(s, '%z', '\0\255')) .. '\0'
 end
@@ -126,8 +126,9 @@ end
 -- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
 local function touch()
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
-  if not expiring and META_IX == 'inf' then
-    -- already indexed without expiry: every key is persistent, nothing to do
+  if TTL_MS == 0 and META_IX == 'inf' then
+    -- a saver without TTL on a thread already indexed without expiry: every key is
+    -- persistent, nothing to do (savers with a TTL also purge expired index entries)
     return
   end
   local now = now_ms()
@@ -281,10 +282,11 @@ end
 
 local function validate_record(raw)
   local rec = unpack_rec(raw)
-  if #rec ~= 9 then fail('RS_BADARG', 'checkpoint record must have 9 parts') end
+  if #rec ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
   unpack_rec(rec[6])
   unpack_rec(rec[7])
   unpack_rec(rec[9])
+  unpack_rec(rec[10])
   return rec
 end
 

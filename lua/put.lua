@@ -22,7 +22,7 @@ end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
 
-if fence == '1' and not redis.call('HEXISTS', K_CP, ns_e .. cid_e) then
+if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
   local latest = ''
   if #top > 0 then latest = dec(top[1], #ns_e + 1) end
@@ -56,6 +56,30 @@ if mode == 'latest' then
     if ocid ~= cid_e and ocid ~= parent_e and not seen[ocid] then
       seen[ocid] = true
       drop_writes(ns_e, ocid)
+    end
+  end
+  -- subgraph namespaces that ran under an older checkpoint of this namespace (their
+  -- metadata "parents" names it) can never be resumed again: drop them whole
+  local stale = {}
+  for _, m in ipairs(redis.call('ZRANGE', K_CPNS, '-', '+', 'BYLEX')) do
+    local p = skip(m, 1)
+    local ons_e = string.sub(m, 1, p - 1)
+    if ons_e ~= ns_e and not stale[ons_e] then
+      local parents = unpack_rec(unpack_rec(redis.call('HGET', K_CP, m))[10])
+      for i = 1, #parents - 1, 2 do
+        if parents[i] == ns then
+          local pc = enc(parents[i + 1])
+          if pc ~= cid_e and pc ~= parent_e then stale[ons_e] = true end
+        end
+      end
+    end
+  end
+  for ons_e, _ in pairs(stale) do
+    for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ons_e), hi(ons_e), 'BYLEX')) do
+      drop_cp(ons_e, string.sub(m, #ons_e + 1), false)
+    end
+    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
+      drop_writes(ons_e, string.sub(m, #ons_e + 1, skip(m, #ons_e + 1) - 1))
     end
   end
 end

@@ -51,7 +51,16 @@ class TTLConfig:
         return 0 if self.default_ttl is None else max(1, round(self.default_ttl * 60_000))
 
 
-SAVER_OPTIONS = ("prefix", "serde", "ttl", "history", "fencing", "wait_for_replicas", "wait_timeout_ms")
+SAVER_OPTIONS = (
+    "prefix",
+    "serde",
+    "ttl",
+    "history",
+    "fencing",
+    "wait_for_replicas",
+    "wait_timeout_ms",
+    "retries",
+)
 
 
 class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
@@ -67,8 +76,12 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         fencing: bool = False,
         wait_for_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        retries: int = 0,
     ) -> None:
         super().__init__(serde=serde)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an int >= 0")
+        self.retries = retries
         if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
             raise ValueError("wait_for_replicas must be an int >= 0")
         if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:

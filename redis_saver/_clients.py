@@ -1,10 +1,12 @@
 """Clients built by ``from_conn_string``, with sane timeouts and a bounded retry.
 
 redis-py's default retry (10 attempts with backoff, on connect *and* per command, timeouts
-included) can stall one call for a minute against a dead server. Ours retries only
-``ConnectionError`` (refused / reset: fails fast, and a retry can reach a promoted replica),
-at most ``retries`` times with a short backoff; a timeout is not retried, so a call against a
-hung server fails after about ``socket_timeout`` (connect: ``socket_connect_timeout``).
+included, nested so they multiply) can stall one call for a minute against a dead server.
+These clients do not retry by themselves; the saver retries a whole script call, which is
+safe because every script is idempotent, only on ``ConnectionError`` (refused / reset: fails
+fast, and a retry can reach a promoted replica), at most ``retries`` times (saver option,
+default 3 here) with a short backoff. A timeout is not retried, so a call against a hung
+server fails after about ``socket_timeout`` (connect: ``socket_connect_timeout``).
 
 URL forms: ``redis://``, ``rediss://`` (TLS), ``unix://``; ``redis+cluster://host:port``
 (or ``cluster=True``) for Redis Cluster; ``redis+sentinel://host:port[,host:port]/<master>``
@@ -16,8 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError
+from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 DEFAULTS: dict[str, Any] = {
@@ -27,14 +28,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _retry(retries: int) -> Retry:
-    return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries, supported_errors=(ConnectionError,))
-
-
 def _split(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    retries = int(options.pop("retries", 3))
     opts = {**DEFAULTS, **options}
-    opts.setdefault("retry", _retry(retries))
+    opts.setdefault("retry", Retry(NoBackoff(), 0))
     cluster = bool(opts.pop("cluster", False))
     parts = urlsplit(url)
     kind = "cluster" if cluster else "single"

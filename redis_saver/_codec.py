@@ -6,10 +6,13 @@ bytes are stored as they are (never re-encoded through JSON or base64).
 
 Records stored by the scripts:
 
-checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta]
+checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta,
+             parents]
             versions = record of [channel, version, channel, version, ...]
             filter   = record of [key, canonical-json, ...] (server-side metadata filters)
             delta    = record of channel names listed in ``counters_since_delta_snapshot``
+            parents  = record of [namespace, checkpoint id, ...] from metadata ``parents``
+                       (latest-only mode drops subgraph namespaces of older checkpoints)
 blob        [type, bytes]            (type ``empty`` = the channel had no value)
 write       [task_id, channel, type, bytes, task_path, idx]
 """

@@ -8,11 +8,13 @@ list of calls as one non-transactional pipeline (in a cluster, redis-py splits i
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
@@ -51,6 +53,8 @@ def _is_cluster(client: Any) -> bool:
 
 def _check_acks(call: Call, acked: Any) -> None:
     assert call.wait is not None
+    if isinstance(acked, Exception):
+        raise acked
     if int(acked) < call.wait[0]:
         raise ReplicationTimeoutError(
             f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
@@ -62,16 +66,24 @@ def _is_fake(client: Any) -> bool:
     return type(client).__module__.startswith("fakeredis")
 
 
+def _backoff(attempt: int) -> float:
+    return min(0.5, 0.05 * 2**attempt)
+
+
 class _Base:
-    def __init__(self, client: Any, keys: KeySchema) -> None:
+    def __init__(self, client: Any, keys: KeySchema, retries: int = 0) -> None:
         self.keys = keys
+        self.retries = retries
         self.client = client
         scripts = load_all()
         if _is_fake(client):
             scripts = {k: v.without_shebang() for k, v in scripts.items()}
         self.scripts: dict[str, Script] = scripts
 
-    def _unsupported(self, exc: Exception) -> Exception:
+    def _unsupported(self, exc: ResponseError) -> Exception:
+        text = str(exc)
+        if "near '#'" not in text and "shebang" not in text.lower():
+            return exc  # e.g. NOPERM: not a server-version problem
         return UnsupportedServerError(
             "redis_saver needs Redis >= 7.0 or Valkey >= 7.2 (Lua scripts with #!lua flags); "
             f"loading its scripts failed: {exc}"
@@ -158,7 +170,7 @@ class SyncDriver(_Base):
             try:
                 self.client.script_load(s.source)
             except ResponseError as exc:
-                raise self._unsupported(exc) from exc
+                raise self._unsupported(exc) from None
         self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, self.client.get(keys.schema_key()))
 
@@ -171,10 +183,19 @@ class SyncDriver(_Base):
         }
         return sorted(found)
 
-    def step(self, step: Any) -> Any:
+    def _step(self, step: Any) -> Any:
         if isinstance(step, IndexSlots):
             return self.index_slots()
         return self.batch(step) if isinstance(step, list) else self.call(step)
+
+    def step(self, step: Any) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return self._step(step)
+            except ConnectionError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(_backoff(attempt))
 
     def run(self, plan: Plan) -> Any:
         reply = None
@@ -266,7 +287,7 @@ class AsyncDriver(_Base):
             try:
                 await self.client.script_load(s.source)
             except ResponseError as exc:
-                raise self._unsupported(exc) from exc
+                raise self._unsupported(exc) from None
         await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, await self.client.get(keys.schema_key()))
 
@@ -278,10 +299,19 @@ class AsyncDriver(_Base):
             found.add(self.keys.slot_of_index_key(k))
         return sorted(found)
 
-    async def step(self, step: Any) -> Any:
+    async def _step(self, step: Any) -> Any:
         if isinstance(step, IndexSlots):
             return await self.index_slots()
         return await (self.batch(step) if isinstance(step, list) else self.call(step))
+
+    async def step(self, step: Any) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._step(step)
+            except ConnectionError:
+                if attempt == self.retries:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
 
     async def run(self, plan: Plan) -> Any:
         reply = None

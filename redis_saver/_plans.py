@@ -114,8 +114,8 @@ class Plans:
 
     def _tuple(self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list, writes: list) -> CheckpointTuple:
         rec = codec.unpack(raw)
-        if len(rec) != 9:
-            raise codec.MalformedReplyError("checkpoint record must have 9 parts")
+        if len(rec) != 10:
+            raise codec.MalformedReplyError("checkpoint record must have 10 parts")
         checkpoint: Checkpoint = self._load(rec[1], rec[2])
         versions = codec.unpack(rec[5])
         values: dict[str, Any] = {}
@@ -177,6 +177,7 @@ class Plans:
             blob_args += [enc(ch) + str(ver).encode(), codec.pack([ty, data])]
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
+        parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
         record = codec.pack(
             [
                 parent,
@@ -188,6 +189,7 @@ class Plans:
                 codec.filter_record(md),
                 "" if run_id is None else str(run_id),
                 codec.pack([str(k) for k in delta]) if isinstance(delta, dict) else codec.pack([]),
+                codec.pack([str(x) for kv in parents.items() for x in kv]),
             ]
         )
         args = self._header(thread_id) + [

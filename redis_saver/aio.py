@@ -44,6 +44,7 @@ class AsyncRedisSaver(RedisSaverBase):
         fencing: bool = False,
         wait_for_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        retries: int = 0,
     ) -> None:
         super().__init__(
             prefix=prefix,
@@ -53,10 +54,11 @@ class AsyncRedisSaver(RedisSaverBase):
             fencing=fencing,
             wait_for_replicas=wait_for_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            retries=retries,
         )
         check_client(client)
         self.client = client
-        self._driver = AsyncDriver(client, self.keys)
+        self._driver = AsyncDriver(client, self.keys, self.retries)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -64,6 +66,7 @@ class AsyncRedisSaver(RedisSaverBase):
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
         saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
+        saver_opts.setdefault("retries", 3)
         client = await make_async_client(url, **options)
         try:
             yield cls(client, **saver_opts)

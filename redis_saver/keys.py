@@ -20,8 +20,9 @@ atomically, and cross-thread operations fan out over slots (grouped by cluster n
     <prefix>:ix:{<slot tag>}:threads  ZSET  thread id -> expiry (ms since epoch, +inf = none)
     <prefix>:ix:{<slot tag>}:runs     ZSET  lex: "r"e(run)e(thread) and "t"e(thread)e(run)
 
-``e(s)`` is an order-preserving, prefix-free encoding (``\\x00`` -> ``\\x00\\xff``, then a
-``\\x00`` terminator), so concatenated components sort like tuples and never run into each
+``e(s)`` is an order-preserving, self-delimiting encoding (``\\x00`` -> ``\\x00\\xff``, then a
+``\\x00`` terminator), so concatenated components sort like tuples and decode unambiguously (UTF-8 never holds
+\\xff, so a terminator is never followed by it) and never run into each
 other. The thread tag escapes ``%``, ``{`` and ``}``, so it is injective and no thread id
 can end the tag early or share another thread's tag.
 """
@@ -40,7 +41,7 @@ INDEX_SUFFIXES = ("threads", "runs")
 
 
 def enc(s: str | bytes) -> bytes:
-    """Order-preserving, prefix-free encoding of one key component."""
+    """Order-preserving, self-delimiting encoding of one key component (FoundationDB-style)."""
     b = s.encode() if isinstance(s, str) else s
     return b.replace(b"\x00", b"\x00\xff") + b"\x00"
 

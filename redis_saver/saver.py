@@ -42,6 +42,9 @@ class RedisSaver(RedisSaverBase):
         wait_for_replicas: when > 0, ``put`` and ``put_writes`` return only after that
             many replicas acknowledged the write (Redis ``WAIT``), else raise
             ``ReplicationTimeoutError`` after ``wait_timeout_ms``.
+        retries: how many times to retry a call that failed with ``ConnectionError``
+            (short exponential backoff; safe, as every script is idempotent). Timeouts are
+            never retried. ``from_conn_string`` defaults to 3.
 
     Example:
         >>> with RedisSaver.from_conn_string("redis://localhost:6379") as saver:
@@ -59,6 +62,7 @@ class RedisSaver(RedisSaverBase):
         fencing: bool = False,
         wait_for_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        retries: int = 0,
     ) -> None:
         super().__init__(
             prefix=prefix,
@@ -68,10 +72,11 @@ class RedisSaver(RedisSaverBase):
             fencing=fencing,
             wait_for_replicas=wait_for_replicas,
             wait_timeout_ms=wait_timeout_ms,
+            retries=retries,
         )
         check_client(client)
         self.client = client
-        self._driver = SyncDriver(client, self.keys)
+        self._driver = SyncDriver(client, self.keys, self.retries)
 
     @classmethod
     @contextmanager
@@ -83,6 +88,7 @@ class RedisSaver(RedisSaverBase):
         from ``options``; the rest go to the client.
         """
         saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
+        saver_opts.setdefault("retries", 3)
         client = make_sync_client(url, **options)
         try:
             yield cls(client, **saver_opts)
