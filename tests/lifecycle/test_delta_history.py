@@ -17,7 +17,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from tests.lifecycle._util import base_delta_history, call, cfg
+from tests.lifecycle._util import alist, base_delta_history, call, cfg
 
 CHANNELS = ("items", "other")
 QUERIES = (["items"], ["items", "other"], ["other", "ghost"], ["ghost"], ["other", "items", "items"])
@@ -69,9 +69,11 @@ class Tree:
                 ]
                 # task paths deliberately unrelated to task ids
                 tasks.append((str(uuid.UUID(int=rng.getrandbits(128))), f"~__pregel_pull, n{rng.randrange(100)}", writes))
+            counters = {ch: [1, 1] for ch in CHANNELS if rng.random() < 0.7}
             self.nodes.append(
                 {
                     "id": str(uuid6(clock_seq=i)),
+                    "counters": counters,
                     "parent": parent,
                     "versions": versions,
                     "values": values,
@@ -94,7 +96,10 @@ class Tree:
             cp["channel_versions"] = dict(node["versions"])
             parent = node["parent"]
             conf = self.config(parent) if parent is not None else self.config(None)
-            await call(saver, "put", conf, cp, {"source": "loop", "step": idx}, node["new"])
+            md = {"source": "loop", "step": idx}
+            if node.get("counters"):
+                md["counters_since_delta_snapshot"] = node["counters"]
+            await call(saver, "put", conf, cp, md, node["new"])
             for task_id, path, writes in node["tasks"]:
                 await call(saver, "put_writes", self.config(idx), writes, task_id, path)
 
@@ -125,6 +130,47 @@ async def test_delta_history_matches_default_walk(saver, seed):
     ) == {"items": {"writes": []}}
     assert await call(saver, "get_delta_channel_history", config=cfg("nobody"), channels=["items"]) == {"items": {"writes": []}}
     assert await call(saver, "get_delta_channel_history", config=tree.config(None), channels=[]) == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_prune_preserves_needed_delta_history(saver, seed):
+    """On random trees (two namespaces of one thread) whose checkpoints carry
+    counters_since_delta_snapshot metadata: after prune(keep_latest), the history of every
+    channel the latest checkpoint needs (listed in its counters, versioned, no stored value) is
+    unchanged, the latest reads back unchanged, and only the latest's parent chain survives."""
+    rng = random.Random(1000 + seed)
+    tid = f"pp-{seed}"
+    trees = [Tree(rng, tid, rng.randrange(6, 25)) for _ in range(2)]
+    trees[0].ns, trees[1].ns = "", "sub:q"
+    for tree in trees:
+        await tree.apply(saver)
+    before = {}
+    for tree in trees:
+        latest = tree.nodes[-1]
+        need = [c for c in latest["counters"] if c in latest["versions"] and c not in latest["values"]]
+        before[tree.ns] = (
+            need,
+            await call(saver, "get_delta_channel_history", config=tree.config(None), channels=need),
+            await call(saver, "get_tuple", tree.config(None)),
+        )
+    await call(saver, "prune", [tid])
+    for tree in trees:
+        need, hist, tup = before[tree.ns]
+        assert await call(saver, "get_delta_channel_history", config=tree.config(None), channels=need) == hist
+        after = await call(saver, "get_tuple", tree.config(None))
+        assert (after.checkpoint, after.metadata, after.pending_writes) == (tup.checkpoint, tup.metadata, tup.pending_writes)
+        # survivors: a prefix of the latest's parent chain, as long as the walk needs
+        chain, i = [], len(tree.nodes) - 1
+        while i is not None:
+            chain.append(tree.nodes[i]["id"])
+            i = tree.nodes[i]["parent"]
+        left = [t.checkpoint["id"] for t in await alist(saver, cfg(tid, checkpoint_ns=tree.ns))]
+        assert left == chain[: len(left)]
+        remaining = set(need)
+        for cid in chain[1 : len(left)]:
+            assert remaining, "kept more ancestors than needed"
+            remaining -= set(next(n for n in tree.nodes if n["id"] == cid)["values"])
+        assert not remaining or len(left) == len(chain), "dropped a needed ancestor"
 
 
 def _linear_chain(thread_id: str, n: int, tasks_per_cp: int) -> Tree:
