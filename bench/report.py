@@ -118,7 +118,7 @@ def markdown(res: dict) -> str:
     L.append("|---|---|" + "---|" * len(wops))
     for n in names:
         b = res["bytes_per_checkpoint"].get(n)
-        bc = f"{b['bytes']:,.0f}" + (" (pg)" if "pg_" in b["method"] else "") if b else "–"
+        bc = f"{float(b['bytes']):,.0f}" + (" (pg)" if "pg_" in b["method"] else "") if b else "–"
         wr = res["wire"].get(n, {})
         cells = []
         for o in wops:
@@ -185,55 +185,58 @@ def chart(res: dict, path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(res["savers"])
-    fig, axs = plt.subplots(2, 2, figsize=(17, 11))
-    ax = axs[0][0]
-    ops = [o for o in OPS]
-    width = 0.8 / max(len(names), 1)
-    for i, n in enumerate(names):
-        lat = res["latency"].get(n, {})
-        ax.bar([j + i * width for j in range(len(ops))], [lat.get(o, {}).get("p50_us") or 0 for o in ops],
-               width, label=n)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ops))], ops, rotation=15, fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("p50 latency (µs, log)")
-    ax.set_title("Latency per operation (p50)")
-    ax.legend(fontsize=7, ncol=2)
+    cmap = plt.get_cmap("tab20")
+    color = {n: cmap(i % 20) for i, n in enumerate(names)}
+    fig, axs = plt.subplots(3, 2, figsize=(18, 16))
 
-    ax = axs[0][1]
-    for n in names:
-        sc = res["scaling"].get(n, {})
-        xs = [int(s) for s, d in sc.items() if d.get("get_latest_p50_us")]
-        if xs:
-            ax.plot(xs, [sc[str(x)]["get_latest_p50_us"] for x in xs], marker="o", label=f"{n} get latest")
-            ax.plot(xs, [sc[str(x)]["list_before_p50_us"] for x in xs], marker="x", ls="--", alpha=.6)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("checkpoints in thread")
-    ax.set_ylabel("p50 µs (solid: get latest, dashed: list before)")
-    ax.set_title("Scaling with thread length")
-    ax.legend(fontsize=7)
+    def bars(ax, rows, cols, get, ylabel, title, log=True):
+        width = 0.8 / max(len(rows), 1)
+        for i, n in enumerate(rows):
+            ax.bar([j + i * width for j in range(len(cols))], [get(n, c) or 0 for c in cols], width, label=n,
+                   color=color[n])
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols, rotation=12, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7, ncol=2)
 
-    ax = axs[1][0]
+    bars(axs[0][0], names, OPS, lambda n, o: res["latency"].get(n, {}).get(o, {}).get("p50_us"),
+         "p50 latency (µs, log)", "Latency per operation (p50)")
+    rn = [n for n in names if res["ratios"].get(n)]
+    bars(axs[0][1], rn, OPS, lambda n, o: res["ratios"][n].get(o), "p50 / p50 of floor (log)",
+         "Ratio to the floor (same sync/async kind; 1.0 = floor)")
+    axs[0][1].axhline(1.0, color="k", lw=1)
+
+    for ax, key, title in ((axs[1][0], "get_latest_p50_us", "Scaling: get_tuple latest"),
+                           (axs[1][1], "list_before_p50_us", "Scaling: list(before=middle, limit=10)")):
+        for n in names:
+            sc = res["scaling"].get(n, {})
+            xs = [int(s) for s, d in sc.items() if d.get(key)]
+            if xs:
+                ax.plot(xs, [sc[str(x)][key] for x in xs], marker="o", label=n, color=color[n])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("checkpoints in the thread")
+        ax.set_ylabel("p50 µs (log)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+
     cols = ["async x1", "async x8", "async x64", "4 threads"]
     tn = [n for n in names if res["throughput"].get(n)]
-    width = 0.8 / max(len(tn), 1)
-    for i, n in enumerate(tn):
-        tp = res["throughput"][n]
-        ax.bar([j + i * width for j in range(len(cols))], [tp.get(c, {}).get("steps_per_s", 0) for c in cols],
-               width, label=n)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], cols)
-    ax.set_ylabel("put+put_writes steps/s")
-    ax.set_title("Throughput")
-    ax.legend(fontsize=7)
+    bars(axs[2][0], tn, cols, lambda n, c: res["throughput"][n].get(c, {}).get("steps_per_s"),
+         "put+put_writes steps/s (log)", "Throughput (median of runs)")
 
-    ax = axs[1][1]
+    ax = axs[2][1]
     bn = [n for n in names if n in res["bytes_per_checkpoint"]]
-    ax.barh(bn, [res["bytes_per_checkpoint"][n]["bytes"] / 1024 for n in bn])
-    ax.set_xlabel("KiB stored per checkpoint (Redis used_memory / pg relation size delta)")
+    ax.barh(bn, [float(res["bytes_per_checkpoint"][n]["bytes"]) / 1024 for n in bn], color=[color[n] for n in bn])
+    ax.set_xlabel("KiB stored per checkpoint (Redis used_memory delta; Postgres: relation size delta)")
     ax.set_title("Storage per checkpoint")
     for lbl in ax.get_yticklabels():
         lbl.set_fontsize(8)
-    fig.suptitle(f"redis_saver benchmark ({res['meta']['mode']}, {res['meta']['started_utc']})")
+    sk = "; ".join(f"{k}: {v[:60]}" for k, v in res.get("skipped", {}).items())
+    fig.suptitle(f"redis_saver benchmark ({res['meta']['mode']}, {res['meta']['started_utc']})"
+                 + (f"\nskipped: {sk}" if sk else ""))
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
