@@ -80,7 +80,7 @@ def pttls(client: Any, keys: list[bytes]) -> dict[bytes, int]:
     return dict(zip(keys, p.execute()))
 
 
-def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 150) -> int:
+def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 400) -> int:
     """Every existing key of the thread has the same PTTL (within TOL_MS), no key of the thread
     exists outside the 9 known ones, and the slot-index keys expire no earlier than the thread.
 
@@ -107,6 +107,18 @@ def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *
     for k, v in ix.items():
         assert v == -1 or v >= max(vals) - TOL_MS, f"index key {k!r} expires before the thread: {v} < {vals}"
     return min(vals)
+
+
+def max_pttl(client: Any, prefix: str, tid: str) -> int:
+    """Largest PTTL among the thread's existing keys (call just before an operation)."""
+    return max(v for v in pttls(client, thread_keys(prefix, tid)[0]).values() if v != -2)
+
+
+def assert_refreshed(client: Any, prefix: str, tid: str, before: int) -> None:
+    """Every key's expiry was pushed out past ``before`` (a PTTL read before the operation).
+    Load-independent: without a refresh every PTTL can only have gone down since."""
+    now = pttls(client, [k for k in thread_keys(prefix, tid)[0] if client.exists(k)])
+    assert min(now.values()) > before, f"not refreshed: {now} vs {before} before the call"
 
 
 def twin_in_slot(tid: str, base: str = "twin") -> str:

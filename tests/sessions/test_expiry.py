@@ -60,15 +60,15 @@ async def test_idle_expires_read_thread_survives_only_with_refresh(kind, make_sa
             idle_gone_at = el
         await asyncio.sleep(0.3)
 
-    assert idle_gone_at is not None and 0.9 < idle_gone_at < 1.9, idle_gone_at
-    assert noref_gone_at is not None and 0.9 < noref_gone_at < 1.9, noref_gone_at
+    assert idle_gone_at is not None and 0.7 < idle_gone_at < 2.7, idle_gone_at
+    assert noref_gone_at is not None and 0.7 < noref_gone_at < 2.7, noref_gone_at
     for t in (idle, noref):
         assert scan_thread(r, prefix, t) == set()
         # a refreshing read of an expired thread finds nothing and resurrects nothing
         assert await call(refreshing, "get_tuple", cfg(t)) is None
         assert await call(refreshing, "list", cfg(t)) == []
         assert scan_thread(r, prefix, t) == set()
-    assert_uniform_ttl(r, prefix, active, TTL_MS, fresh_within=400)
+    assert_uniform_ttl(r, prefix, active, TTL_MS, fresh_within=700)
 
     # stop reading: the active thread expires too, and with it the whole prefix is empty
     await asyncio.sleep(PAST)

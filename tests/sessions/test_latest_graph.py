@@ -100,8 +100,7 @@ def one_per_namespace(listed: list) -> collections.Counter:
     [
         pytest.param("sync", True, False, True, id="sync-refresh-flat"),
         pytest.param("async", False, False, True, id="async-flat"),
-        # every check but memory (known bug, see the async-subgraph case)
-        pytest.param("sync", True, True, False, id="sync-refresh-subgraph"),
+        pytest.param("sync", True, True, True, id="sync-refresh-subgraph"),
         pytest.param("async", False, True, True, id="async-subgraph"),
     ],
 )

@@ -7,16 +7,29 @@ import asyncio
 
 import pytest
 
-from tests.sessions._util import assert_uniform_ttl, call, cfg, new_tid, put_cp, scan_thread, thread_keys
+from tests.sessions._util import (
+    assert_refreshed,
+    assert_uniform_ttl,
+    call,
+    cfg,
+    max_pttl,
+    new_tid,
+    put_cp,
+    scan_thread,
+    thread_keys,
+)
 
 TTL_MIN = 0.2  # 12 s: long enough that nothing expires during the test
 TTL_MS = 12_000
+FRESH = 2_000  # "set by the last call": PTTL within 2 s of the full ttl (loaded CI machines)
 KINDS = ["sync", "async"]
 
 
-async def age() -> None:
-    """Let the current expiry visibly run down, so the next call's refresh is observable."""
-    await asyncio.sleep(0.2)
+async def age(r, prefix, *tids) -> dict:
+    """Let the current expiry visibly run down; return the PTTLs just before the next call,
+    so that the call's refresh can be checked with ``assert_refreshed``."""
+    await asyncio.sleep(0.1)
+    return {t: max_pttl(r, prefix, t) for t in tids}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -25,52 +38,60 @@ async def test_every_write_kind_sets_one_ttl_on_all_keys(kind, make_saver, sync_
     r = sync_client
     t = new_tid("a")
 
+    def check(tid: str, before: dict | None = None) -> None:
+        assert_uniform_ttl(r, prefix, tid, TTL_MS, fresh_within=FRESH)
+        if before is not None and tid in before:
+            assert_refreshed(r, prefix, tid, before[tid])
+
     # put (with run ids, so the run index keys exist too), two namespaces
     c1 = await put_cp(s, t, run_id="run-1", step=0)
-    assert_uniform_ttl(r, prefix, t, TTL_MS)
-    await age()
+    check(t)
+    b = await age(r, prefix, t)
     c2 = await put_cp(s, t, c1, run_id="run-1", step=1)
+    check(t, b)
     await put_cp(s, t, run_id="run-2", ns="sub:1", step=0)
     c3 = await put_cp(s, t, c2, run_id="run-2", step=2)
-    m = assert_uniform_ttl(r, prefix, t, TTL_MS)
-    assert m > TTL_MS - 150
+    check(t)
 
     # put_writes
-    await age()
+    b = await age(r, prefix, t)
     await call(s, "put_writes", c3, [("x", "w1"), ("y", "w2")], "task-1")
-    assert_uniform_ttl(r, prefix, t, TTL_MS)
-    found = scan_thread(r, prefix, t)
-    assert set(thread_keys(prefix, t)[0]) == found, "all 9 thread keys should exist by now"
+    check(t, b)
+    assert scan_thread(r, prefix, t) == set(thread_keys(prefix, t)[0]), "all 9 thread keys exist by now"
 
     # copy_thread into a target: the target's keys all carry the ttl
-    await age()
     dst = new_tid("copy")
     await call(s, "copy_thread", t, dst)
-    assert_uniform_ttl(r, prefix, dst, TTL_MS)
-    assert scan_thread(r, prefix, dst) == {k for k in thread_keys(prefix, dst)[0]}
+    check(dst)
+    assert scan_thread(r, prefix, dst) == set(thread_keys(prefix, dst)[0])
+    # copying again into an existing (aged) target refreshes all of it
+    b = await age(r, prefix, dst)
+    await call(s, "copy_thread", t, dst)
+    check(dst, b)
 
     # prune keep_latest
-    await age()
+    b = await age(r, prefix, t)
     await call(s, "prune", [t], strategy="keep_latest")
-    assert_uniform_ttl(r, prefix, t, TTL_MS)
+    check(t, b)
     assert len(await call(s, "list", cfg(t, ""))) == 1
 
     # delete_for_runs of part of the thread (run-2 goes, run-1 stays on the copy and the original)
-    await age()
     c4 = await put_cp(s, t, c3, run_id="run-1", step=3)
-    await age()
+    b = await age(r, prefix, t, dst)
     await call(s, "delete_for_runs", ["run-2"])
-    assert_uniform_ttl(r, prefix, t, TTL_MS)
-    assert_uniform_ttl(r, prefix, dst, TTL_MS)
+    check(t, b)
+    check(dst, b)
     left = await call(s, "list", {"configurable": {"thread_id": t}})
     assert [x.config["configurable"]["checkpoint_id"] for x in left] == [c4["configurable"]["checkpoint_id"]]
 
     # pin: every key (and the slot index) persistent; unpin: the ttl again, on every key
     await call(s, "pin", t)
     assert_uniform_ttl(r, prefix, t, None)
-    await age()
     await call(s, "unpin", t)
-    assert_uniform_ttl(r, prefix, t, TTL_MS)
+    check(t)
+    b = await age(r, prefix, t)
+    await call(s, "unpin", t)  # unpinning again refreshes too (it is a write)
+    check(t, b)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -85,15 +106,17 @@ async def test_refresh_on_read_reaches_every_key(kind, make_saver, sync_client, 
         lambda: call(s, "list", cfg(t)),
         lambda: call(s, "get_delta_channel_history", config=cfg(t), channels=["x"]),
     ):
-        await age()
+        b = await age(sync_client, prefix, t)
         await read()
-        assert_uniform_ttl(sync_client, prefix, t, TTL_MS)
+        assert_uniform_ttl(sync_client, prefix, t, TTL_MS, fresh_within=FRESH)
+        assert_refreshed(sync_client, prefix, t, b[t])
     # a saver without refresh_on_read leaves the expiry running down
-    await age()
+    b = await age(sync_client, prefix, t)
     await call(plain, "get_tuple", cfg(t))
     await call(plain, "list", cfg(t))
-    tk, _ = thread_keys(prefix, t)
-    assert max(sync_client.pttl(k) for k in tk) < TTL_MS - 150
+    await call(plain, "get_delta_channel_history", config=cfg(t), channels=["x"])
+    assert max_pttl(sync_client, prefix, t) <= b[t]
+    assert_uniform_ttl(sync_client, prefix, t, TTL_MS, fresh_within=FRESH)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -107,6 +130,6 @@ async def test_slot_index_expiry_covers_longest_thread(kind, make_saver, sync_cl
     b = twin_in_slot(a)
     await put_cp(long_, b, run_id="rb")
     await put_cp(short, a, run_id="ra")
-    assert_uniform_ttl(sync_client, prefix, a, 6000)
+    assert_uniform_ttl(sync_client, prefix, a, 6000, fresh_within=FRESH)
     _, ikeys = thread_keys(prefix, a)
-    assert all(sync_client.pttl(k) > TTL_MS - 150 for k in ikeys)
+    assert all(sync_client.pttl(k) > TTL_MS - FRESH for k in ikeys)
