@@ -176,7 +176,6 @@ def test_keys_outside_the_prefix_are_not_accessible(acl_user, prefix, sync_clien
             sync_client.delete(k)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: WAIT error reply becomes a TypeError, see /work/bugs.md [deploy] 1")
 def test_wait_denied_surfaces_the_server_error(acl_user, prefix):
     """Without +wait, wait_for_replicas>0 must raise the server's NOPERM error, not a TypeError."""
     client = redis.Redis.from_url(acl_user(SAVER_ACL_COMMANDS.replace("+wait ", "")), **client_kwargs(5.0, 5.0))
@@ -188,9 +187,6 @@ def test_wait_denied_surfaces_the_server_error(acl_user, prefix):
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: NOPERM on SCRIPT LOAD reported as UnsupportedServerError, see /work/bugs.md [deploy] 2"
-)
 def test_script_load_denied_is_not_reported_as_old_server(acl_user, prefix):
     """Without +script|load, setup() must not claim the server is too old."""
     client = redis.Redis.from_url(acl_user(SAVER_ACL_COMMANDS.replace("+script|load ", "")), **client_kwargs(5.0, 5.0))
