@@ -89,3 +89,27 @@ def test_all_capabilities_detected_statically() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q"])
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_get_next_version_monotonic(kind: str) -> None:
+    """Versions strictly increase, both as the saver compares them and as strings
+    (LangGraph compares versions with ``>``; ints and InMemorySaver-style strings in
+    stored checkpoints must be accepted as ``current``)."""
+    from tests.contract.conftest import redis_saver_module
+
+    mod = redis_saver_module()
+    cls = mod.RedisSaver if kind == "sync" else mod.AsyncRedisSaver
+    saver = cls.__new__(cls)
+    v = saver.get_next_version(None, None)
+    seen = [v]
+    for _ in range(30):
+        v = saver.get_next_version(v, None)
+        seen.append(v)
+    assert all(type(x) is type(seen[0]) for x in seen)
+    assert all(a < b for a, b in zip(seen, seen[1:])), seen
+    # accepts what other savers stored
+    nxt = saver.get_next_version(5, None)
+    assert int(str(nxt).split(".")[0]) == 6
+    nxt = saver.get_next_version("00000000000000000000000000000009.0123", None)
+    assert int(str(nxt).split(".")[0]) == 10
