@@ -44,16 +44,21 @@ end
 store_cp(ns_e, cid_e, raw, rec)
 
 if mode == 'latest' then
-  -- keep only this checkpoint in its namespace; keep the writes of it and of its parent
-  local parent_e = enc(parent)
+  -- keep only the namespace's latest checkpoint (the greatest id: puts may arrive out of
+  -- order), the writes of it and of its parent, and writes stored against newer ids whose
+  -- checkpoint has not arrived yet
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local latest_e = string.sub(top[1], #ns_e + 1)
+  local parent_e = enc(unpack_rec(redis.call('HGET', K_CP, top[1]))[1])
+  cid_e = latest_e
   for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1)
-    if ocid ~= cid_e then drop_cp(ns_e, ocid, ocid == parent_e) end
+    if ocid ~= latest_e then drop_cp(ns_e, ocid, ocid == parent_e) end
   end
   local seen = {}
   for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
-    if ocid ~= cid_e and ocid ~= parent_e and not seen[ocid] then
+    if ocid < latest_e and ocid ~= parent_e and not seen[ocid] then
       seen[ocid] = true
       drop_writes(ns_e, ocid)
     end
