@@ -338,3 +338,17 @@ async def test_calls_work_after_script_flush_on_all_nodes_async(cluster, cluster
     await s.adelete_for_runs(["r"])
     assert [t async for t in s.alist(None)] == []
 
+
+
+# --------------------------------------------------------------------------- WAIT on the thread's primary
+
+
+def test_wait_for_replicas_on_cluster(cluster, cluster_client, cprefix):
+    """WAIT goes to the primary that owns the thread's slot; every primary has one replica."""
+    s = redis_saver.RedisSaver(cluster_client, prefix=cprefix, wait_for_replicas=1, wait_timeout_ms=2000)
+    threads = _spread_threads(cluster, 1, "w")
+    for tid in threads:
+        cfgs = put_chain(s, tid, 2)
+        assert s.get_tuple(cfg(tid)).config == cfgs[-1]
+    with pytest.raises(redis_saver.ReplicationTimeoutError):
+        put_chain(redis_saver.RedisSaver(cluster_client, prefix=cprefix, wait_for_replicas=2, wait_timeout_ms=50), "w2", 1)
