@@ -178,3 +178,38 @@ async def test_copy_thread_degenerate(saver, sync_client, prefix):
     await call(saver, "copy_thread", "real", "real")
     assert dump_prefix(sync_client, prefix) == snap
     assert await alist(saver, cfg("target")) == []
+
+
+async def test_copy_thread_with_pending_subgraph_interrupt(saver):
+    """A copy taken while a subgraph interrupt is pending resumes on its own: each side answers
+    differently and matches an InMemorySaver replay of the same inputs."""
+    from langgraph.types import Command
+
+    src, dst = f"isrc-{uuid.uuid4().hex[:6]}", f"idst-{uuid.uuid4().hex[:6]}"
+    g = build(saver, interrupt_in="sub")
+    mem_a, mem_b = InMemorySaver(), InMemorySaver()
+    ga, gb = build(mem_a, interrupt_in="sub"), build(mem_b, interrupt_in="sub")
+    for t in range(3):
+        for gr, sv, conf in ((g, saver, cfg(src)), (ga, None, cfg("x")), (gb, None, cfg("x"))):
+            if sv is None:
+                gr.invoke(turn_input(t), conf)
+            else:
+                await invoke(gr, sv, turn_input(t), conf)
+        if t < 2:
+            await invoke(g, saver, Command(resume=f"r{t}"), cfg(src))
+            ga.invoke(Command(resume=f"r{t}"), cfg("x"))
+            gb.invoke(Command(resume=f"r{t}"), cfg("x"))
+    pending = await get_state(g, saver, cfg(src))
+    assert pending.interrupts
+
+    await call(saver, "copy_thread", src, dst)
+    assert view(await get_state(g, saver, cfg(dst))) == view(pending)
+
+    await invoke(g, saver, Command(resume="left"), cfg(src))
+    ga.invoke(Command(resume="left"), cfg("x"))
+    await invoke(g, saver, Command(resume="right"), cfg(dst))
+    gb.invoke(Command(resume="right"), cfg("x"))
+    got_a, got_b = await get_state(g, saver, cfg(src)), await get_state(g, saver, cfg(dst))
+    assert view(got_a) == view(ga.get_state(cfg("x")))
+    assert view(got_b) == view(gb.get_state(cfg("x")))
+    assert got_a.values != got_b.values
