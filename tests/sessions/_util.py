@@ -99,6 +99,7 @@ def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *
     if ttl_ms is None:
         assert set(t.values()) == {-1}, f"not all persistent: {t}"
         assert set(ix.values()) == {-1}, f"index keys not persistent: {ix}"
+        assert_index_score(client, prefix, tid)
         return -1
     vals = list(t.values())
     assert all(v > 0 for v in vals), f"some keys without expiry: {t}"
@@ -106,19 +107,45 @@ def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *
     assert ttl_ms - fresh_within < min(vals) <= ttl_ms, f"PTTL {vals} not freshly set to {ttl_ms}"
     for k, v in ix.items():
         assert v == -1 or v >= max(vals) - TOL_MS, f"index key {k!r} expires before the thread: {v} < {vals}"
+    assert_index_score(client, prefix, tid)
     return min(vals)
 
 
-def max_pttl(client: Any, prefix: str, tid: str) -> int:
-    """Largest PTTL among the thread's existing keys (call just before an operation)."""
-    return max(v for v in pttls(client, thread_keys(prefix, tid)[0]).values() if v != -2)
+def assert_index_score(client: Any, prefix: str, tid: str) -> None:
+    """The thread's score in the slot index is its expiry (ms since epoch), +inf when persistent."""
+    tkeys, ikeys = thread_keys(prefix, tid)
+    p = client.pipeline(transaction=True)  # one atomic snapshot
+    p.time()
+    p.pttl(tkeys[0])
+    p.zscore(ikeys[0], tid)
+    (sec, usec), pttl, score = p.execute()
+    assert score is not None, f"thread {tid!r} missing from its slot index"
+    if pttl == -1:
+        assert score == float("inf"), score
+    else:
+        expiry = sec * 1000 + usec // 1000 + pttl
+        assert abs(score - expiry) <= TOL_MS, f"index score {score} != expiry {expiry}"
 
 
-def assert_refreshed(client: Any, prefix: str, tid: str, before: int) -> None:
-    """Every key's expiry was pushed out past ``before`` (a PTTL read before the operation).
-    Load-independent: without a refresh every PTTL can only have gone down since."""
-    now = pttls(client, [k for k in thread_keys(prefix, tid)[0] if client.exists(k)])
-    assert min(now.values()) > before, f"not refreshed: {now} vs {before} before the call"
+def expiry_times(client: Any, prefix: str, tid: str) -> dict[bytes, int]:
+    """PEXPIRETIME (absolute expiry, ms since epoch; -1 = none) of the thread's existing keys."""
+    p = client.pipeline(transaction=False)
+    keys = thread_keys(prefix, tid)[0]
+    for k in keys:
+        p.execute_command("PEXPIRETIME", k)
+    return {k: v for k, v in zip(keys, p.execute()) if v != -2}
+
+
+def max_expiry(client: Any, prefix: str, tid: str) -> int:
+    """Latest absolute expiry among the thread's keys (read it just before an operation)."""
+    return max(expiry_times(client, prefix, tid).values())
+
+
+def assert_refreshed(client: Any, prefix: str, tid: str, before: int, min_gain_ms: int = 50) -> None:
+    """Every key's absolute expiry moved past ``before`` (``max_expiry`` read before the call).
+    Load-independent: absolute expiry times do not move unless a call sets them."""
+    now = expiry_times(client, prefix, tid)
+    assert min(now.values()) >= before + min_gain_ms, f"not refreshed: {now} vs {before} before the call"
 
 
 def twin_in_slot(tid: str, base: str = "twin") -> str:

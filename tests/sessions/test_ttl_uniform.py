@@ -12,7 +12,7 @@ from tests.sessions._util import (
     assert_uniform_ttl,
     call,
     cfg,
-    max_pttl,
+    max_expiry,
     new_tid,
     put_cp,
     scan_thread,
@@ -26,10 +26,10 @@ KINDS = ["sync", "async"]
 
 
 async def age(r, prefix, *tids) -> dict:
-    """Let the current expiry visibly run down; return the PTTLs just before the next call,
-    so that the call's refresh can be checked with ``assert_refreshed``."""
+    """Let the current expiry visibly run down; return the absolute expiry just before the next call,
+    so that the call's refresh can be checked with ``assert_refreshed`` (absolute expiry times)."""
     await asyncio.sleep(0.1)
-    return {t: max_pttl(r, prefix, t) for t in tids}
+    return {t: max_expiry(r, prefix, t) for t in tids}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -115,7 +115,7 @@ async def test_refresh_on_read_reaches_every_key(kind, make_saver, sync_client, 
     await call(plain, "get_tuple", cfg(t))
     await call(plain, "list", cfg(t))
     await call(plain, "get_delta_channel_history", config=cfg(t), channels=["x"])
-    assert max_pttl(sync_client, prefix, t) <= b[t]
+    assert max_expiry(sync_client, prefix, t) <= b[t]  # unchanged
     assert_uniform_ttl(sync_client, prefix, t, TTL_MS, fresh_within=FRESH)
 
 
@@ -133,3 +133,43 @@ async def test_slot_index_expiry_covers_longest_thread(kind, make_saver, sync_cl
     assert_uniform_ttl(sync_client, prefix, a, 6000, fresh_within=FRESH)
     _, ikeys = thread_keys(prefix, a)
     assert all(sync_client.pttl(k) > TTL_MS - FRESH for k in ikeys)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_mixed_savers_on_one_thread(kind, make_saver, sync_client, prefix):
+    """The last writer's configuration wins on every key: a no-ttl saver's write makes the whole
+    thread (and its index entry) persistent, a ttl saver's next write gives it the ttl again."""
+    r = sync_client
+    ttl_s = make_saver(kind, ttl={"default_ttl": TTL_MIN})
+    plain = make_saver(kind)
+    t = new_tid("mix")
+    c1 = await put_cp(ttl_s, t, run_id="r1")
+    await call(ttl_s, "put_writes", c1, [("x", 1)], "task")
+    assert_uniform_ttl(r, prefix, t, TTL_MS, fresh_within=FRESH)
+    c2 = await put_cp(plain, t, c1, run_id="r1", step=1)
+    assert_uniform_ttl(r, prefix, t, None)
+    await call(plain, "put_writes", c2, [("x", 2)], "task")
+    assert_uniform_ttl(r, prefix, t, None)
+    await put_cp(ttl_s, t, c2, run_id="r1", step=2)
+    assert_uniform_ttl(r, prefix, t, TTL_MS, fresh_within=FRESH)
+    assert len(await call(plain, "list", cfg(t))) == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_delete_thread_leaves_nothing(kind, make_saver, sync_client, prefix):
+    from tests.sessions._util import ix_members, scan_prefix, twin_in_slot
+    from redis_saver.keys import enc
+
+    r = sync_client
+    s = make_saver(kind, ttl={"default_ttl": TTL_MIN})
+    t = new_tid("del")
+    other = twin_in_slot(t)
+    c = await put_cp(s, t, run_id="r1")
+    await call(s, "put_writes", c, [("x", 1)], "task")
+    await put_cp(s, other, run_id="r2")
+    await call(s, "delete_thread", t)
+    assert scan_thread(r, prefix, t) == set()
+    ixt, ixr = ix_members(r, prefix, t)
+    assert set(ixt) == {other.encode()} and not [m for m in ixr if enc(t) in m]
+    await call(s, "delete_thread", other)
+    assert {k for k in scan_prefix(r, prefix) if not k.endswith(b":schema")} == set()
