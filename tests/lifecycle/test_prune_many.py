@@ -105,37 +105,53 @@ async def test_prune_many_is_one_round_of_scripts(kind, wire, wire_saver):
 
 
 async def test_prune_drops_orphan_writes_and_unreferenced_blobs(saver, sync_client, prefix):
-    """Direct put/put_writes: writes stored against a checkpoint id that does not exist, and writes
-    and blobs of pruned checkpoints, are gone after prune; every remaining blob is referenced."""
+    """Direct put/put_writes: writes of pruned checkpoints, and writes stored against an older
+    checkpoint id that does not exist, are gone after prune; writes stored against a *newer* id
+    (put_writes may precede its checkpoint's put) stay and show up once that checkpoint is put.
+    Every remaining blob is referenced exactly by the checkpoints that remain."""
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.base.id import uuid6
 
     tid = "orphans"
     base = {"thread_id": tid, "checkpoint_ns": ""}
+    old_ghost = str(uuid6(clock_seq=99))  # sorts before every checkpoint below
+    ids = [str(uuid6(clock_seq=i)) for i in range(6)]  # ids[5]: put only after the prune
+    await call(saver, "put_writes", {"configurable": {**base, "checkpoint_id": old_ghost}}, [("a", "old")], "t", "")
+    await call(saver, "put_writes", {"configurable": {**base, "checkpoint_id": ids[5]}}, [("a", "early")], "t5", "")
     parent = None
     version = None
-    for i in range(5):
+
+    async def put(i):
+        nonlocal parent, version
         cp = empty_checkpoint()
-        cp["id"] = str(uuid6(clock_seq=i))
+        cp["id"] = ids[i]
         version = saver.get_next_version(version, None)
         cp["channel_values"] = {"a": f"value {i}", "b": "same"} if i == 0 else {"a": f"value {i}"}
         cp["channel_versions"] = {"a": version, "b": "00000000000000000000000000000001.0"}
         new = dict(cp["channel_versions"]) if i == 0 else {"a": version}
         conf = {"configurable": {**base, **({"checkpoint_id": parent} if parent else {})}}
         await call(saver, "put", conf, cp, {"step": i}, new)
-        await call(saver, "put_writes", {"configurable": {**base, "checkpoint_id": cp["id"]}}, [("a", i)], f"task{i}", "")
         parent = cp["id"]
-    await call(saver, "put_writes", {"configurable": {**base, "checkpoint_id": str(uuid6())}}, [("a", "orphan")], "t", "")
+
+    for i in range(5):
+        await put(i)
+        await call(saver, "put_writes", {"configurable": {**base, "checkpoint_id": ids[i]}}, [("a", i)], f"task{i}", "")
     tp = thread_key_prefix(prefix, tid)
-    assert sync_client.hlen(tp + b"wr") == 6 and sync_client.hlen(tp + b"blob") == 6
+    assert sync_client.hlen(tp + b"wr") == 7 and sync_client.hlen(tp + b"blob") == 6
 
     await call(saver, "prune", [tid])
 
     (latest,) = await alist(saver, cfg(tid))
-    assert latest.checkpoint["id"] == parent and latest.parent_config is None
+    assert latest.checkpoint["id"] == ids[4] and latest.parent_config is None
     assert latest.checkpoint["channel_values"] == {"a": "value 4", "b": "same"}
     assert [w[1:] for w in latest.pending_writes] == [("a", 4)]
-    assert sync_client.hlen(tp + b"wr") == sync_client.zcard(tp + b"wr_ord") == 1
+    # kept: the latest's write and the early write of the future checkpoint
+    assert sync_client.hlen(tp + b"wr") == sync_client.zcard(tp + b"wr_ord") == 2
     # blobs: a@latest and b (carried over from the first, now deleted, checkpoint)
     assert sync_client.hlen(tp + b"blob") == sync_client.hlen(tp + b"blob_rc") == 2
     assert sorted(int(v) for v in sync_client.hvals(tp + b"blob_rc")) == [1, 1]
+
+    await put(5)
+    tup = await call(saver, "get_tuple", cfg(tid))
+    assert tup.checkpoint["id"] == ids[5]
+    assert [w[1:] for w in tup.pending_writes] == [("a", "early")]
