@@ -146,13 +146,13 @@ async def test_pending_interrupt_survives_prune(saver, where):
     config = cfg(tid)
     mem = InMemorySaver()
     g_mem, g_redis = build(mem, interrupt_in=where), build(saver, interrupt_in=where)
-    for t in range(7):
+    for t in range(5):
         await invoke(g_redis, saver, turn_input(t), config)
         g_mem.invoke(turn_input(t), config)
-        if t < 6:
+        if t < 4:
             await invoke(g_redis, saver, Command(resume=f"r{t}"), config)
             g_mem.invoke(Command(resume=f"r{t}"), config)
-            if t == 3:
+            if t == 2:
                 await call(saver, "prune", [tid])
     before = await get_state(g_redis, saver, config)
     assert before.next and before.interrupts
@@ -172,8 +172,8 @@ async def test_pending_interrupt_survives_prune(saver, where):
     assert view(await get_state(g_redis, saver, config)) == view(g_mem.get_state(config))
     assert any(m.content == "answer final" for m in ref["messages"])
     # and the thread keeps going
-    await invoke(g_redis, saver, turn_input(7), config)
-    g_mem.invoke(turn_input(7), config)
+    await invoke(g_redis, saver, turn_input(5), config)
+    g_mem.invoke(turn_input(5), config)
     await invoke(g_redis, saver, Command(resume="last"), config)
     g_mem.invoke(Command(resume="last"), config)
     assert view(await get_state(g_redis, saver, config)) == view(g_mem.get_state(config))
