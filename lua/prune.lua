@@ -71,11 +71,12 @@ for _, ns_e in ipairs(order) do
       deleted = deleted + 1
     end
   end
-  -- writes stored against checkpoint ids that no longer exist in this namespace
+  -- writes stored against older checkpoint ids that are not kept (writes of newer ids
+  -- may precede their checkpoint's put: they stay)
   local seen = {}
   for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local c = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
-    if not keep[c] and not seen[c] then seen[c] = true drop_writes(ns_e, c) end
+    if not keep[c] and c < latest and not seen[c] then seen[c] = true drop_writes(ns_e, c) end
   end
   -- detach the oldest kept checkpoint from its deleted parent
   local oraw = redis.call('HGET', K_CP, ns_e .. oldest)

@@ -27,8 +27,8 @@ T = TypeVar("T")
 class AsyncRedisSaver(RedisSaverBase):
     """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
 
-    It can be constructed outside a running event loop; it binds to the loop of its first
-    async call. Its sync methods (``get_tuple``, ``put``, ...) may be called from other
+    It can be constructed outside a running event loop; it binds to the running loop at
+    construction, else to the loop of its first async call. Its sync methods (``get_tuple``, ``put``, ...) may be called from other
     threads while that loop runs (as ``AsyncPostgresSaver``); on the loop's own thread they
     raise ``asyncio.InvalidStateError`` instead of deadlocking.
     """
@@ -59,7 +59,10 @@ class AsyncRedisSaver(RedisSaverBase):
         check_client(client)
         self.client = client
         self._driver = AsyncDriver(client, self.keys, self.retries)
-        self.loop: asyncio.AbstractEventLoop | None = None
+        try:  # bound now when built inside a running loop (as AsyncPostgresSaver), else lazily
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
 
     @classmethod
     @asynccontextmanager
@@ -74,7 +77,7 @@ class AsyncRedisSaver(RedisSaverBase):
             await client.aclose()
 
     def _bind(self) -> None:
-        if self.loop is None:
+        if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.get_running_loop()
 
     async def _run(self, plan: Any) -> Any:
