@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,3 +156,192 @@ def chain_from_latest(tuples: list) -> list[str]:
         out.append(cid)
         cur = by_id.get(cur.parent_config["configurable"]["checkpoint_id"]) if cur.parent_config else None
     return out
+
+
+# --------------------------------------------------------------------------- failover scenario
+
+RETRYABLE_NAMES = (
+    "ConnectionError", "TimeoutError", "ClusterDownError", "TryAgainError", "SlotNotCoveredError",
+    "MovedError", "AskError", "ClusterError", "RedisClusterException", "ReplicationTimeoutError",
+)  # fmt: skip
+
+
+@dataclass
+class FailoverStats:
+    acked_puts: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # thread -> [(cid, t_ack)]
+    acked_writes: dict[str, list[tuple[str, str, int, str, str]]] = field(default_factory=dict)
+    errors: Counter = field(default_factory=lambda: Counter())
+    unexpected: list[str] = field(default_factory=list)
+    first_error: dict[str, float] = field(default_factory=dict)  # thread -> first failure time
+
+
+class _Stop(Exception):
+    pass
+
+
+def _retrying(fn, thread: str, stats: FailoverStats, stop: Any, lock: Any) -> Any:
+    """Call fn until it succeeds, retrying only errors where a retry is safe (put is idempotent by
+    checkpoint id, put_writes by (task_id, idx)) -- what a user's loop would do."""
+    import redis
+
+    from redis_saver import ReplicationTimeoutError
+
+    while True:
+        if stop.is_set():
+            raise _Stop
+        try:
+            return fn()
+        except (redis.exceptions.RedisError, ReplicationTimeoutError) as e:
+            name = type(e).__name__
+            with lock:
+                stats.errors[name] += 1
+                stats.first_error.setdefault(thread, time.monotonic())
+                if name not in RETRYABLE_NAMES and len(stats.unexpected) < 20:
+                    stats.unexpected.append(f"{name}: {e}")
+            time.sleep(0.02)
+
+
+def failover_worker(url: str, prefix: str, thread: str, saver_kw: dict, stats: FailoverStats, stop: Any, lock: Any) -> None:
+    """Advance ``thread`` (own saver, own client) until ``stop``; each step: put a child, then put_writes."""
+    from redis_saver import RedisSaver
+
+    with RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw) as saver:
+        parent_id, versions, step = None, {}, 0
+        try:
+            while not stop.is_set():
+                cp, md, nv = make_child(saver, versions, thread, step)
+                c = cfg(thread, parent_id)
+                _retrying(lambda: saver.put(c, cp, md, nv), thread, stats, stop, lock)
+                with lock:
+                    stats.acked_puts.setdefault(thread, []).append((cp["id"], time.monotonic()))
+                task = uuid.uuid4().hex
+                writes = [(ch, f"{thread}:{step}:{ch}") for ch in random.sample(CHANNELS, 2)]
+                wc = cfg(thread, cp["id"])
+                _retrying(lambda: saver.put_writes(wc, writes, task), thread, stats, stop, lock)
+                with lock:
+                    stats.acked_writes.setdefault(thread, []).extend(
+                        (cp["id"], task, i, ch, v) for i, (ch, v) in enumerate(writes)
+                    )
+                parent_id, versions, step = cp["id"], cp["channel_versions"], step + 1
+                time.sleep(0.005)
+        except _Stop:
+            pass
+
+
+def run_failover(
+    cluster: Any,
+    *,
+    wait_for_replicas: int = 0,
+    n_threads: int = 6,
+    warmup: float = 1.0,
+    after: float = 1.5,
+    restart: bool = True,
+    client_kw: dict | None = None,
+    prefix: str | None = None,
+) -> dict:
+    """Workers write continuously through ``redis+cluster://``; ``kill -9`` the primary of the first
+    worker's thread; wait for the promotion; restart the killed node (it rejoins as a replica, which
+    ``wait_for_replicas=1`` needs); keep writing ``after`` s; stop; check every acknowledged write.
+
+    Returns recovery timings (s, from the kill) and acknowledged-but-lost counts.
+    """
+    import threading
+
+    from redis_saver import RedisSaver
+
+    prefix = prefix or "fo" + uuid.uuid4().hex[:8]
+    host, port = cluster.startup_nodes[0]
+    url = f"redis+cluster://{host}:{port}"
+    saver_kw = {
+        "socket_timeout": 1.0,
+        "socket_connect_timeout": 1.0,
+        "wait_for_replicas": wait_for_replicas,
+        "wait_timeout_ms": 500,
+        **(client_kw or {}),
+    }
+    threads = [f"fo-{i}" for i in range(n_threads)]
+    probe = RedisSaver(cluster.client(), prefix=prefix)
+    primaries = {t: cluster.primary_for_key(probe.keys.thread_keys(t)[0]).port for t in threads}
+    probe.client.close()
+    victim = primaries[threads[0]]
+    affected = [t for t in threads if primaries[t] == victim]
+
+    stats, stop, lock = FailoverStats(), threading.Event(), threading.Lock()
+    workers = [
+        threading.Thread(target=failover_worker, args=(url, prefix, t, saver_kw, stats, stop, lock), daemon=True)
+        for t in threads
+    ]
+    for w in workers:
+        w.start()
+    time.sleep(warmup)
+    t_kill = time.monotonic()
+    cluster.kill_node(victim)
+    cluster.wait_failover(victim)
+    t_promoted = time.monotonic() - t_kill
+    t_restarted = None
+    if restart:
+        cluster.restart_node(victim)
+        t_restarted = time.monotonic() - t_kill
+    time.sleep(after)
+    stop.set()
+    for w in workers:
+        w.join(15)
+    hung = [w.name for w in workers if w.is_alive()]
+
+    # recovery: first acknowledged put after the kill, per affected thread (the slowest one counts)
+    rec = []
+    for t in affected:
+        after_kill = [ts for _, ts in stats.acked_puts.get(t, []) if ts > t_kill]
+        rec.append(min(after_kill) - t_kill if after_kill else float("inf"))
+    recovery = max(rec) if rec else float("nan")
+    acked_affected_after_kill = sum(1 for t in affected for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
+    others_stalled = [
+        t for t in threads if t not in affected and not any(ts > t_kill for _, ts in stats.acked_puts.get(t, []))
+    ]
+
+    # verification on a fresh client after the dust settled
+    checker = RedisSaver(cluster.client(socket_timeout=5.0), prefix=prefix)
+    checker_keys = checker.keys
+    lost_puts, lost_writes, problems = 0, 0, []
+    try:
+        for t in threads:
+            acked = stats.acked_puts.get(t, [])
+            by_cid = {}
+            for cid, _ in acked:
+                tup = checker.get_tuple(cfg(t, cid))
+                if tup is None:
+                    lost_puts += 1
+                    continue
+                by_cid[cid] = tup
+                vals = tup.checkpoint["channel_values"]
+                for ch, v in tup.checkpoint["channel_versions"].items():
+                    if vals.get(ch) != value_for(ch, v):
+                        problems.append(f"{t}/{cid}: channel {ch}@{v} blob missing/wrong")
+            for cid, task, _i, ch, v in stats.acked_writes.get(t, []):
+                tup = by_cid.get(cid)
+                if tup is not None and (task, ch, v) not in tup.pending_writes:
+                    lost_writes += 1
+            ids = [x.config["configurable"]["checkpoint_id"] for x in checker.list(cfg(t))]
+            if any(a <= b for a, b in zip(ids, ids[1:])):
+                problems.append(f"{t}: list() not strictly descending")
+    finally:
+        checker.client.close()
+    return {
+        "wait_for_replicas": wait_for_replicas,
+        "victim": victim,
+        "affected_threads": len(affected),
+        "acked_puts": sum(len(v) for v in stats.acked_puts.values()),
+        "acked_writes": sum(len(v) for v in stats.acked_writes.values()),
+        "lost_puts": lost_puts,
+        "lost_writes": lost_writes,
+        "promoted_s": t_promoted,
+        "restarted_s": t_restarted,
+        "recovery_s": recovery,
+        "others_stalled": others_stalled,
+        "acked_affected_after_kill": acked_affected_after_kill,
+        "errors": dict(stats.errors),
+        "unexpected": stats.unexpected,
+        "problems": problems,
+        "hung_workers": hung,
+        "keys": {t: checker_keys.thread_keys(t) for t in threads},
+    }

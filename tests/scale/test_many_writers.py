@@ -111,3 +111,44 @@ def test_fencing_keeps_a_single_chain(redis_url, prefix, n_threads):
     finally:
         seed_saver.client.close()
     assert time.monotonic() - t0 < TIME_BUDGET
+
+
+def test_retried_put_and_put_writes_are_idempotent(redis_url, prefix):
+    """What every retry loop (and the failover test) relies on: repeating a put / put_writes with the
+    same arguments after an ambiguous failure changes nothing."""
+    saver = _saver(redis_url, prefix)
+    try:
+        root, md, nv = W.make_child(saver, {}, "r", 0)
+        saver.put(W.cfg("t"), root, md, nv)
+        child, md, nv = W.make_child(saver, root["channel_versions"], "r", 1)
+        for _ in range(3):  # the retry repeats the identical call
+            saver.put(W.cfg("t", root["id"]), child, md, nv)
+            saver.put_writes(W.cfg("t", child["id"]), [("a", "x"), ("b", "y")], "task-1")
+        out = W.check_thread(
+            saver,
+            "t",
+            [("t", root["id"], ""), ("t", child["id"], root["id"])],
+            [("t", child["id"], "task-1", 0, "a", "x"), ("t", child["id"], "task-1", 1, "b", "y")],
+        )
+        assert not out["problems"], out["problems"]
+        assert out["n"] == 2
+        assert len(saver.get_tuple(W.cfg("t", child["id"])).pending_writes) == 2
+    finally:
+        saver.client.close()
+
+
+@pytest.mark.parametrize("n", [99, 100, 101, 120, 127, 128, 200, 215])
+def test_list_returns_every_checkpoint_across_pages(redis_url, prefix, n):
+    """list() pages through Redis (page size 100, chunks of 64): no count may lose the tail."""
+    saver = _saver(redis_url, prefix)
+    try:
+        parent, versions = None, {}
+        for i in range(n):
+            cp, md, nv = W.make_child(saver, versions, "l", i)
+            saver.put(W.cfg("t", parent), cp, md, nv)
+            parent, versions = cp["id"], cp["channel_versions"]
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(W.cfg("t"))]
+        assert len(listed) == n
+        assert listed == sorted(listed, reverse=True)
+    finally:
+        saver.client.close()
