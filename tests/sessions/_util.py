@@ -80,7 +80,7 @@ def pttls(client: Any, keys: list[bytes]) -> dict[bytes, int]:
     return dict(zip(keys, p.execute()))
 
 
-def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 400) -> int:
+def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 600) -> int:
     """Every existing key of the thread has the same PTTL (within TOL_MS), no key of the thread
     exists outside the 9 known ones, and the slot-index keys expire no earlier than the thread.
 

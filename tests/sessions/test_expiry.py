@@ -30,13 +30,27 @@ PAST = 1.5  # seconds: comfortably past the ttl
 KINDS = ["sync", "async"]
 
 
+async def both_kinds(scenario, make_saver, sync_client, prefix):
+    """Run the sync and the async variant of a real-time scenario concurrently (one shared wait),
+    each under its own key prefix. Sync saver calls block the loop only for their round trip."""
+
+    def maker(pfx):
+        return lambda kind, **kw: make_saver(kind, prefix=pfx, **kw)
+
+    results = await asyncio.gather(
+        *(scenario(k, maker(f"{prefix}-{k}"), sync_client, f"{prefix}-{k}") for k in KINDS), return_exceptions=True
+    )
+    for k, res in zip(KINDS, results):
+        if isinstance(res, BaseException):
+            raise AssertionError(f"{k} saver: {res!r}") from res
+
+
 def live_keys(client, prefix):
     """Every key under the prefix except the optional schema marker written by setup()."""
     return scan_prefix(client, prefix) - {KeySchema(prefix).schema_key()}
 
 
-@pytest.mark.parametrize("kind", KINDS)
-async def test_idle_expires_read_thread_survives_only_with_refresh(kind, make_saver, sync_client, prefix):
+async def _idle_expires_read_thread_survives_only_with_refresh(kind, make_saver, sync_client, prefix):
     r = sync_client
     refreshing = make_saver(kind, ttl={"default_ttl": TTL, "refresh_on_read": True})
     plain = make_saver(kind, ttl={"default_ttl": TTL})
@@ -77,8 +91,7 @@ async def test_idle_expires_read_thread_survives_only_with_refresh(kind, make_sa
     assert live_keys(r, prefix) == set(), "stale keys left after every thread expired"
 
 
-@pytest.mark.parametrize("kind", KINDS)
-async def test_pinned_thread_survives_and_unpin_restores_expiry(kind, make_saver, sync_client, prefix):
+async def _pinned_thread_survives_and_unpin_restores_expiry(kind, make_saver, sync_client, prefix):
     r = sync_client
     s = make_saver(kind, ttl={"default_ttl": TTL})
     pinned = new_tid("pin")
@@ -123,8 +136,7 @@ async def test_pinned_thread_survives_and_unpin_restores_expiry(kind, make_saver
     assert live_keys(r, prefix) == set()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-async def test_expired_thread_leaves_cross_thread_views(kind, make_saver, sync_client, prefix):
+async def _expired_thread_leaves_cross_thread_views(kind, make_saver, sync_client, prefix):
     r = sync_client
     ttl_saver = make_saver(kind, ttl={"default_ttl": TTL})
     forever = make_saver(kind)  # same prefix, no ttl
@@ -165,3 +177,15 @@ async def test_expired_thread_leaves_cross_thread_views(kind, make_saver, sync_c
     # nothing else is left under the prefix: only b's keys and its slot index
     assert live_keys(r, prefix) <= set(thread_keys(prefix, b)[0] + thread_keys(prefix, b)[1])
     assert await call(forever, "get_tuple", cfg(b, cid=cb2["configurable"]["checkpoint_id"])) is None
+
+
+async def test_idle_expires_read_thread_survives_only_with_refresh(make_saver, sync_client, prefix):
+    await both_kinds(_idle_expires_read_thread_survives_only_with_refresh, make_saver, sync_client, prefix)
+
+
+async def test_pinned_thread_survives_and_unpin_restores_expiry(make_saver, sync_client, prefix):
+    await both_kinds(_pinned_thread_survives_and_unpin_restores_expiry, make_saver, sync_client, prefix)
+
+
+async def test_expired_thread_leaves_cross_thread_views(make_saver, sync_client, prefix):
+    await both_kinds(_expired_thread_leaves_cross_thread_views, make_saver, sync_client, prefix)

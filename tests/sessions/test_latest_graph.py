@@ -96,15 +96,15 @@ def one_per_namespace(listed: list) -> collections.Counter:
 
 
 @pytest.mark.parametrize(
-    "kind,refresh,subgraph,check_memory",
+    "kind,refresh,subgraph",
     [
-        pytest.param("sync", True, False, True, id="sync-refresh-flat"),
-        pytest.param("async", False, False, True, id="async-flat"),
-        pytest.param("sync", True, True, True, id="sync-refresh-subgraph"),
-        pytest.param("async", False, True, True, id="async-subgraph"),
+        pytest.param("sync", True, False, id="sync-refresh-flat"),
+        pytest.param("async", False, False, id="async-flat"),
+        # (one subgraph variant: ~10 s; the saver logic is the same Lua for both drivers)
+        pytest.param("sync", True, True, id="sync-refresh-subgraph"),
     ],
 )
-async def test_latest_mode_long_interrupt_run(kind, refresh, subgraph, check_memory, make_saver, sync_client, prefix):
+async def test_latest_mode_long_interrupt_run(kind, refresh, subgraph, make_saver, sync_client, prefix):
     ref = reference(subgraph)
     s = make_saver(kind, history="latest", ttl={"default_ttl": TTL, "refresh_on_read": refresh})
     g = build(s, subgraph)
@@ -144,10 +144,9 @@ async def test_latest_mode_long_interrupt_run(kind, refresh, subgraph, check_mem
     one_per_namespace(await call(s, "list", conf))
 
     # the TTL holds on every key of the thread after the whole run
-    assert_uniform_ttl(sync_client, prefix, tid, TTL_MS, fresh_within=600)
+    assert_uniform_ttl(sync_client, prefix, tid, TTL_MS, fresh_within=900)
 
     # the thread's size follows its (bounded) state, not the number of turns
-    if check_memory:
-        mem200 = thread_memory(sync_client, prefix, tid)
-        assert mem200 <= 1.5 * mem10, (mem10, mem200, one_per_namespace(await call(s, "list", conf)).total())
+    mem200 = thread_memory(sync_client, prefix, tid)
+    assert mem200 <= 1.5 * mem10, (mem10, mem200, one_per_namespace(await call(s, "list", conf)).total())
 
