@@ -63,12 +63,16 @@ values_st = st.recursive(
 )
 filter_values = {
     "source": st.sampled_from(["input", "loop", "update", "fork", None]),
-    "step": st.one_of(st.integers(-1, 3), st.none()),
+    "step": st.one_of(st.integers(-1, 3), st.none(), st.sampled_from([1.0, 2.5])),
     "run_id": st.sampled_from(RUN_IDS + [None, "nope"]),
     "flag": st.sampled_from([True, False, None]),
     "user": st.sampled_from(["alice", "b{o}b:*", None]),
     "score": st.sampled_from([None, 1.5, 0.0]),
     "missing_key": st.sampled_from([None, "x"]),
+    # Python equality (InMemorySaver): 1.0 == 1, True == 1; big ints exact
+    "big": st.sampled_from([2**60, 2**60 + 1, 2**63 - 1, -(2**63), float(2**60), None]),
+    "k:{*}?": st.sampled_from(['q"uo\\te ü', "", None, 0]),
+    "flag2": st.sampled_from([1, 0, 1.0, True]),
 }
 
 
@@ -321,6 +325,9 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
                 ("flag", st.booleans()),
                 ("user", st.sampled_from(["alice", "b{o}b:*", "nul\x00l"])),
                 ("score", st.sampled_from([None, 1.5, 0.0])),
+                ("big", st.sampled_from([2**60, 2**60 + 1, 2**63 - 1, -(2**63)])),
+                ("k:{*}?", st.sampled_from(['q"uo\\te ü', ""])),
+                ("flag2", st.sampled_from([True, False, 1, 0])),
             ]:
                 if draw(st.booleans(), label=f"has {key}"):
                     metadata[key] = draw(strat, label=key)
