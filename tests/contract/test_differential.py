@@ -206,11 +206,19 @@ class Driver:
 
 
 class Version:
-    def __init__(self) -> None:
-        self.n = 0
+    """Channel versions in one of the styles savers produce: InMemorySaver-like
+    strings, the base class's ints, or floats (chosen per example)."""
 
-    def next(self) -> str:
+    def __init__(self, style: str) -> None:
+        self.n = 0
+        self.style = style
+
+    def next(self) -> Any:
         self.n += 1
+        if self.style == "int":
+            return self.n
+        if self.style == "float":
+            return self.n + 0.5
         return f"{self.n:032}.{self.n * 7919 % 1000:016}"
 
 
@@ -253,7 +261,7 @@ def _draw_cfg(data: st.DataObject, thread: str, ns: str, cid: str | None) -> dic
 def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> None:
     stale_ids = [str(uuid6()) for _ in range(8)]  # older than every later fresh id
     all_ids: list[str] = []
-    versions = Version()
+    versions = Version(data.draw(st.sampled_from(["str", "int", "float"]), label="version style"))
     last_writes: tuple | None = None
     draw = data.draw
 
@@ -315,6 +323,9 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
                 ),
                 "updated_channels": draw(st.sampled_from([None, sorted(changed)])),
             }
+            if draw(st.integers(0, 4)) == 0:  # older format / extra keys round-trip
+                checkpoint["pending_sends"] = draw(st.sampled_from([[], [["node", {"x": 1}]]]))
+                checkpoint["v"] = 1
             metadata: dict[str, Any] = {
                 "source": draw(st.sampled_from(["input", "loop", "update", "fork"])),
                 "step": draw(st.integers(-1, 3)),
