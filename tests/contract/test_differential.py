@@ -399,7 +399,10 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
             compare(f"get_tuple({config})", exp, got, got_mem)
 
         elif op == "list":
-            scope = draw(st.sampled_from(["none", "thread", "ns", "id"]), label="scope")
+            scope = draw(
+                st.sampled_from(["none", "thread", "thread_ns_none", "ns", "id", "thread_id"]),
+                label="scope",
+            )
             thread = draw(st.sampled_from(THREADS), label="thread")
             ns = draw(st.sampled_from(NAMESPACES), label="ns")
             config: dict | None
@@ -407,6 +410,11 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
                 config = None
             elif scope == "thread":
                 config = {"configurable": {"thread_id": thread}}
+            elif scope == "thread_ns_none":  # checkpoint_ns None = every namespace
+                config = {"configurable": {"thread_id": thread, "checkpoint_ns": None}}
+            elif scope == "thread_id":  # a checkpoint id, every namespace
+                cid = draw(st.sampled_from(all_ids or ["x"]))
+                config = {"configurable": {"thread_id": thread, "checkpoint_id": cid}}
             elif scope == "ns":
                 config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
             else:
@@ -426,7 +434,7 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
             exp_all = [norm(t) for t in ref.list(config, **{**kwargs, "limit": None})]
             got = [norm(t) for t in drv.call(use_async, "list", config, **kwargs)]
             key = lambda d: d["config"]  # noqa: E731
-            if drv.kind == "memory" and scope in ("none", "thread"):  # intended difference
+            if drv.kind == "memory" and scope in ("none", "thread", "thread_ns_none"):  # intended
                 if limit is None:
                     assert sorted(got, key=key) == sorted(exp, key=key)
             else:
@@ -435,7 +443,7 @@ def _run(data: st.DataObject, ref: ReferenceSaver, mem: Any, drv: Driver) -> Non
                 )
             if mem is not None:
                 got_mem = [norm(t) for t in mem.list(config, **kwargs)]
-                if scope in ("ns", "id"):
+                if scope in ("ns", "id", "thread_id"):
                     assert got_mem == exp, "list: InMemorySaver differs (harness bug?)"
                 elif limit is None:
                     assert sorted(got_mem, key=key) == sorted(exp, key=key)
