@@ -238,12 +238,17 @@ def run_failover(
     restart: bool = True,
     client_kw: dict | None = None,
     prefix: str | None = None,
+    fault: str = "kill",
 ) -> dict:
     """Workers write continuously through ``redis+cluster://``; ``kill -9`` the primary of the first
     worker's thread; wait for the promotion; restart the killed node (it rejoins as a replica, which
     ``wait_for_replicas=1`` needs); keep writing ``after`` s; stop; check every acknowledged write.
 
-    Returns recovery timings (s, from the kill) and acknowledged-but-lost counts.
+    ``fault="stop"``: SIGSTOP the primary instead (a hang: calls time out, no connection error), and
+    SIGCONT it after the promotion instead of restarting it (it comes back believing it is the primary
+    until it learns the new epoch: the split-brain window).
+
+    Returns recovery timings (s, from the fault) and acknowledged-but-lost counts.
     """
     import threading
 
@@ -275,13 +280,29 @@ def run_failover(
         w.start()
     time.sleep(warmup)
     t_kill = time.monotonic()
-    cluster.kill_node(victim)
-    cluster.wait_failover(victim)
-    t_promoted = time.monotonic() - t_kill
     t_restarted = None
-    if restart:
-        cluster.restart_node(victim)
+    if fault == "kill":
+        cluster.kill_node(victim)
+        cluster.wait_failover(victim)
+        t_promoted = time.monotonic() - t_kill
+        if restart:
+            cluster.restart_node(victim)
+            t_restarted = time.monotonic() - t_kill
+    elif fault == "stop":
+        import os
+        import signal
+
+        node = cluster.node(victim)
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        try:
+            _wait_promoted_without(cluster, victim)
+            t_promoted = time.monotonic() - t_kill
+        finally:
+            os.kill(node.proc.pid, signal.SIGCONT)
         t_restarted = time.monotonic() - t_kill
+        _wait_demoted(node)
+    else:
+        raise ValueError(fault)
     time.sleep(after)
     stop.set()
     for w in workers:
@@ -289,11 +310,16 @@ def run_failover(
     hung = [w.name for w in workers if w.is_alive()]
 
     # recovery: first acknowledged put after the kill, per affected thread (the slowest one counts)
-    rec = []
+    # (after the thread's first error: a put answered just before the fault may return just after it)
+    rec, gaps = [], []
     for t in affected:
-        after_kill = [ts for _, ts in stats.acked_puts.get(t, []) if ts > t_kill]
+        since = max(t_kill, stats.first_error.get(t, t_kill))
+        after_kill = [ts for _, ts in stats.acked_puts.get(t, []) if ts > since]
         rec.append(min(after_kill) - t_kill if after_kill else float("inf"))
+        times = [t_kill] + sorted(ts for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
+        gaps.append(max(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else float("inf"))
     recovery = max(rec) if rec else float("nan")
+    max_gap = max(gaps) if gaps else float("nan")
     acked_affected_after_kill = sum(1 for t in affected for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
     others_stalled = [
         t for t in threads if t not in affected and not any(ts > t_kill for _, ts in stats.acked_puts.get(t, []))
@@ -327,6 +353,7 @@ def run_failover(
     finally:
         checker.client.close()
     return {
+        "fault": fault,
         "wait_for_replicas": wait_for_replicas,
         "victim": victim,
         "affected_threads": len(affected),
@@ -337,6 +364,7 @@ def run_failover(
         "promoted_s": t_promoted,
         "restarted_s": t_restarted,
         "recovery_s": recovery,
+        "max_gap_s": max_gap,
         "others_stalled": others_stalled,
         "acked_affected_after_kill": acked_affected_after_kill,
         "errors": dict(stats.errors),
@@ -345,3 +373,39 @@ def run_failover(
         "hung_workers": hung,
         "keys": {t: checker_keys.thread_keys(t) for t in threads},
     }
+
+
+def _wait_promoted_without(cluster: Any, victim: int, timeout: float = 20.0) -> None:
+    """Every node but ``victim`` (paused, so it can't answer) serves no slot from it and is ok."""
+    deadline = time.monotonic() + timeout
+    others = [n for n in cluster.nodes if n.port != victim and n.alive()]
+    while time.monotonic() < deadline:
+        try:
+            done = True
+            for n in others:
+                slots = n.command("CLUSTER", "SLOTS")
+                info = n.command("CLUSTER", "INFO")
+                if not isinstance(slots, list) or any(int(row[2][1]) == victim for row in slots):
+                    done = False
+                if not isinstance(info, bytes) or b"cluster_state:ok" not in info:
+                    done = False
+            if done:
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(f"no promotion away from paused {victim} within {timeout} s")
+
+
+def _wait_demoted(node: Any, timeout: float = 20.0) -> None:
+    """After SIGCONT: the old primary has learnt the new epoch and turned into a synced replica."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            raw = node.command("INFO", "replication")
+            if isinstance(raw, bytes) and b"role:slave" in raw and b"master_link_status:up" in raw:
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(f"{node.port} did not rejoin as a replica within {timeout} s")

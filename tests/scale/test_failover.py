@@ -9,7 +9,8 @@ The scenario itself (``tests.scale._workers.run_failover``): 6 worker threads, e
 each (put a child, then put_writes), retrying only safe-to-retry errors on the *same* saver (put is
 idempotent by checkpoint id, put_writes by (task_id, idx)). After 1 s the primary of ``fo-0``'s slot is
 SIGKILLed; once the replica is promoted the dead node is restarted (it rejoins as a replica) and writing
-goes on for 1.5 s. Then every acknowledged put / write is read back by id on a fresh client.
+goes on for 1.5 s. The ``sigstop`` variants pause the primary instead (calls time out rather than being
+refused) and SIGCONT it after the promotion (it briefly still believes it is the primary). Then every acknowledged put / write is read back by id on a fresh client.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def own_cluster():
 def _report(record_property, r: dict) -> None:
     for k in ("recovery_s", "promoted_s", "acked_puts", "acked_writes", "lost_puts", "lost_writes", "errors"):
         record_property(k, r[k])
-    print(f"\nfailover wait_for_replicas={r['wait_for_replicas']}: " + ", ".join(f"{k}={r[k]}" for k in r))
+    print(f"\nfailover {r['fault']} wait_for_replicas={r['wait_for_replicas']}: "
+          + ", ".join(f"{k}={r[k]}" for k in r if k != "keys"))  # fmt: skip
 
 
 def _common(r: dict) -> None:
@@ -49,9 +51,13 @@ def _common(r: dict) -> None:
     assert not r["others_stalled"], f"threads on other primaries stopped making progress: {r['others_stalled']}"
 
 
-def test_failover_with_wait_for_replicas_loses_nothing(own_cluster, record_property):
+FAULTS = pytest.mark.parametrize("fault", ["kill", "stop"], ids=["kill9", "sigstop"])
+
+
+@FAULTS
+def test_failover_with_wait_for_replicas_loses_nothing(own_cluster, record_property, fault):
     t0 = time.monotonic()
-    r = W.run_failover(own_cluster, wait_for_replicas=1)
+    r = W.run_failover(own_cluster, wait_for_replicas=1, fault=fault)
     _report(record_property, r)
     _common(r)
     assert r["recovery_s"] < RECOVERY_BOUND, r["recovery_s"]
@@ -60,9 +66,10 @@ def test_failover_with_wait_for_replicas_loses_nothing(own_cluster, record_prope
     assert time.monotonic() - t0 < 60
 
 
-def test_failover_without_wait_recovers_and_counts_losses(own_cluster, record_property):
+@FAULTS
+def test_failover_without_wait_recovers_and_counts_losses(own_cluster, record_property, fault):
     t0 = time.monotonic()
-    r = W.run_failover(own_cluster, wait_for_replicas=0)
+    r = W.run_failover(own_cluster, wait_for_replicas=0, fault=fault)
     _report(record_property, r)
     _common(r)
     assert r["recovery_s"] < RECOVERY_BOUND, r["recovery_s"]
