@@ -17,9 +17,10 @@ Servers (see /work/shared/redis-infra.md section 6):
 
 ``run`` starts each server on a free port, probes its features by *trying* them (never by
 version string: Valkey reports redis_version 7.2.4), and runs pytest with ``REDIS_URL`` set:
-the contract suite plus the standalone parts of tests/deploy when the server accepts
+tests/contract and the standalone parts of tests/deploy (two runs) when the server accepts
 ``#!lua`` scripts; otherwise only tests/deploy/test_server_support.py, which checks that
-setup() raises UnsupportedServerError there. Prints a pass/fail table.
+setup() raises UnsupportedServerError there. Prints a pass/fail table (markdown); failing
+runs keep their output in the cache dir.
 """
 
 from __future__ import annotations
@@ -226,8 +227,13 @@ def probe(server) -> dict[str, bool]:
 
 # --------------------------------------------------------------------------- run
 
-FULL = ["tests/contract", "tests/deploy", "--ignore=tests/deploy/test_tls.py", "-m", "not cluster and not sentinel"]
-LEGACY = ["tests/deploy/test_server_support.py"]
+# suites run against a server that accepts #!lua scripts (each its own pytest run and table column)
+SUITES = {
+    "contract": ["tests/contract"],
+    "deploy": ["tests/deploy", "--ignore=tests/deploy/test_tls.py", "-m", "not cluster and not sentinel"],
+}
+# and against one that doesn't: setup() must raise UnsupportedServerError
+LEGACY = {"deploy": ["tests/deploy/test_server_support.py"]}
 
 
 def _summary_line(text: str) -> str:
@@ -238,8 +244,22 @@ def _summary_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+def _pytest(name: str, suite: str, args: list[str], url: str) -> tuple[bool, str]:
+    env = {**os.environ, "REDIS_URL": url}
+    _log(f"{name}: REDIS_URL={url} pytest {' '.join(args)}")
+    res = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                         cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    line = _summary_line(res.stdout + res.stderr)
+    if res.returncode != 0:
+        log = CACHE / f"{name}.{suite}.log"
+        log.write_text(res.stdout + res.stderr)
+        fails = re.findall(r"^(?:FAILED|ERROR) (\S+)", res.stdout, re.M)
+        line += f" [{'; '.join(fails[:4])}] (log: {log})"
+    return res.returncode == 0, line
+
+
 def run(names: list[str]) -> int:
-    rows: list[tuple[str, str, str, str, str, float]] = []
+    rows: list[list[str]] = []
     worst = 0
     t_all = time.monotonic()
     for name in names:
@@ -248,35 +268,31 @@ def run(names: list[str]) -> int:
             sb = find(name)
             version = sb.version()
         except Unavailable as e:
-            rows.append((name, "-", "-", "UNAVAILABLE", str(e)[:120], time.monotonic() - t0))
+            rows.append([name, "-", "-", "UNAVAILABLE: " + str(e)[:120], "", ""])
             continue
         server = start_standalone(sb.binary)
         try:
             feats = probe(server)
-            args = FULL if feats["#!lua"] else LEGACY
-            env = {**os.environ, "REDIS_URL": server.url}
-            _log(f"{name} ({version}) at {server.url}: pytest {' '.join(args)}")
-            res = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                                 cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
-            line = _summary_line(res.stdout + res.stderr)
-            status = "PASS" if res.returncode == 0 else "FAIL"
-            if status == "FAIL":
-                worst = 1
-                log = CACHE / f"{name}.log"
-                log.write_text(res.stdout + res.stderr)
-                line += f" (log: {log})"
-            suite = "full" if feats["#!lua"] else "setup-only"
+            suites = SUITES if feats["#!lua"] else LEGACY
+            cells = {}
+            for suite in SUITES:
+                if suite not in suites:
+                    cells[suite] = "n/a (no #!lua)"
+                    continue
+                ok, line = _pytest(name, suite, suites[suite], server.url)
+                worst |= not ok
+                cells[suite] = f"{'PASS' if ok else 'FAIL'}: {line}"
             fs = ",".join(k for k, v in feats.items() if v) or "-"
-            rows.append((name, version, fs, f"{status} ({suite})", line, time.monotonic() - t0))
+            rows.append([name, version, fs, cells["contract"], cells["deploy"], f"{time.monotonic() - t0:.0f} s"])
         finally:
             server.stop()
     print()
-    print("| server | version | features (probed) | result | pytest summary | time |")
+    print("| server | version | features (probed) | tests/contract | tests/deploy (standalone parts) | time |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} s |")
+        print("| " + " | ".join(r) + " |")
     print(f"\nmatrix total: {time.monotonic() - t_all:.0f} s")
-    return worst
+    return int(worst)
 
 
 def main(argv: list[str]) -> int:
