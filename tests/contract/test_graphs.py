@@ -546,3 +546,81 @@ async def test_copy_thread_then_continue(pair_factory: Any, contract_kind: str) 
     s = await p._call(p.graph, "get_state", cfg())
     d = await p._call(p.graph, "get_state", cfg(dst))
     assert len(d.values["log"]) == len(s.values["log"]) + 6
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+async def test_durability_modes(pair_factory: Any, durability: str) -> None:
+    """``durability="async"`` saves checkpoints concurrently with the next step."""
+    b = StateGraph(FanState)
+    b.add_node("worker", worker)
+    b.add_node("collect", collect)
+    b.add_conditional_edges(START, fan_out, ["worker"])
+    b.add_edge("worker", "collect")
+    b.add_edge("collect", END)
+    p = pair_factory(b)
+    for n in (4, 2, 5):
+        await p.both("invoke", {"n": n, "results": []}, cfg(), durability=durability)
+    await p.check(cfg())
+
+
+async def test_failed_task_resumes_without_rerunning_siblings(pair_factory: Any) -> None:
+    """One parallel task fails: ERROR write stored, the siblings' writes are kept as
+    pending writes, and resuming re-runs only the failed task."""
+    calls: dict[str, int] = {}
+    fail_once = {"armed": True}
+
+    def flaky(state: FanState) -> dict:
+        key = f"{id(calls)}:{state['n']}"
+        calls[key] = calls.get(key, 0) + 1
+        if state["n"] == 2 and fail_once["armed"]:
+            raise ValueError("boom")
+        return {"results": [f"ok{state['n']}"]}
+
+    b = StateGraph(FanState)
+    b.add_node("worker", flaky)
+    b.add_node("collect", collect)
+    b.add_conditional_edges(START, fan_out, ["worker"])
+    b.add_edge("worker", "collect")
+    b.add_edge("collect", END)
+    p = pair_factory(b)
+    for graph in (p.ref_graph, p.graph):
+        fail_once["armed"] = True
+        calls.clear()
+        with pytest.raises(ValueError, match="boom"):
+            await p._call(graph, "invoke", {"n": 4, "results": []}, cfg())
+        state = await p._call(graph, "get_state", cfg())
+        errors = [t for t in state.tasks if t.error]
+        assert len(errors) == 1 and "boom" in repr(errors[0].error)
+        first_calls = dict(calls)
+        fail_once["armed"] = False
+        await p._call(graph, "invoke", None, cfg())
+        reran = {k: calls[k] - first_calls.get(k, 0) for k in calls}
+        assert sorted(reran.values()) == [0, 0, 0, 1], reran  # only the failed task ran again
+    await p.check(cfg())
+    state = await p._call(p.graph, "get_state", cfg())
+    assert state.values["results"][-1] == "collected:4"
+
+
+async def test_multiple_interrupts_in_one_node(pair_factory: Any) -> None:
+    """Two sequential interrupt() calls in one node: RESUME special writes accumulate."""
+
+    def two_questions(state: AskState) -> dict:
+        a = interrupt("first?")
+        b2 = interrupt(f"second after {a}?")
+        return {"answer": f"{a}+{b2}", "log": ["done"]}
+
+    b = StateGraph(AskState)
+    b.add_node("ask", two_questions)
+    b.add_edge(START, "ask")
+    b.add_edge("ask", END)
+    p = pair_factory(b)
+    await p.both("invoke", {"question": "q", "log": []}, cfg())
+    await p.check(cfg())
+    await p.both("invoke", Command(resume="one"), cfg())
+    await p.check(cfg())
+    state = await p._call(p.graph, "get_state", cfg())
+    assert [i.value for i in state.interrupts] == ["second after one?"]
+    await p.both("invoke", Command(resume="two"), cfg())
+    await p.check(cfg())
+    state = await p._call(p.graph, "get_state", cfg())
+    assert state.values["answer"] == "one+two" and state.next == ()
