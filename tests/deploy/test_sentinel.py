@@ -1,6 +1,7 @@
 """RedisSaver behind Redis Sentinel (1 primary + 1 replica + 3 sentinels).
 
-The failover test kills the session fixture's primary, so it runs last in this module.
+The failover test kills a primary, so it starts its own deployment (about 10 s until the
+sentinels know each other): the session ``sentinel`` fixture stays as other tests expect it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import redis
 
 import redis_saver
 from tests.deploy.helpers import aput_chain, cfg, delete_prefix, new_prefix, put_chain, tcfg, wait_until
-from tests.servers import client_kwargs
+from tests.servers import client_kwargs, start_sentinel
 
 pytestmark = pytest.mark.sentinel
 
@@ -68,9 +69,19 @@ def test_master_for_client(sentinel, sprefix):
         master.close()
 
 
-def test_failover_saver_keeps_working(sentinel, sprefix):
+@pytest.fixture
+def own_sentinel():
+    s = start_sentinel()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_failover_saver_keeps_working(own_sentinel, sprefix):
     """kill -9 the primary; after the sentinels promote the replica (~2.3 s) both savers work
     again without being recreated, and a write acknowledged by the replica before the crash is there."""
+    sentinel = own_sentinel
     old_host, old_port = sentinel.current_primary()
     master = sentinel.client().master_for(sentinel.master_name, **client_kwargs(1.0, 1.0))
     with redis_saver.RedisSaver.from_conn_string(
