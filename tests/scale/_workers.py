@@ -201,11 +201,17 @@ def _retrying(fn, thread: str, stats: FailoverStats, stop: Any, lock: Any) -> An
             time.sleep(0.02)
 
 
-def failover_worker(url: str, prefix: str, thread: str, saver_kw: dict, stats: FailoverStats, stop: Any, lock: Any) -> None:
-    """Advance ``thread`` (own saver, own client) until ``stop``; each step: put a child, then put_writes."""
+def failover_worker(
+    url: str, prefix: str, thread: str, saver_kw: dict, stats: FailoverStats, stop: Any, lock: Any, shared: Any = None
+) -> None:
+    """Advance ``thread`` until ``stop``; each step: put a child, then put_writes. Uses its own saver
+    (own client), or the ``shared`` saver every worker uses (one checkpointer per process)."""
+    import contextlib
+
     from redis_saver import RedisSaver
 
-    with RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw) as saver:
+    cm = contextlib.nullcontext(shared) if shared is not None else RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw)
+    with cm as saver:
         parent_id, versions, step = None, {}, 0
         try:
             while not stop.is_set():
@@ -239,6 +245,7 @@ def run_failover(
     client_kw: dict | None = None,
     prefix: str | None = None,
     fault: str = "kill",
+    shared: bool = False,
 ) -> dict:
     """Workers write continuously through ``redis+cluster://``; ``kill -9`` the primary of the first
     worker's thread; wait for the promotion; restart the killed node (it rejoins as a replica, which
@@ -272,8 +279,12 @@ def run_failover(
     affected = [t for t in threads if primaries[t] == victim]
 
     stats, stop, lock = FailoverStats(), threading.Event(), threading.Lock()
+    shared_cm = RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw) if shared else None
+    shared_saver = shared_cm.__enter__() if shared_cm is not None else None
     workers = [
-        threading.Thread(target=failover_worker, args=(url, prefix, t, saver_kw, stats, stop, lock), daemon=True)
+        threading.Thread(
+            target=failover_worker, args=(url, prefix, t, saver_kw, stats, stop, lock, shared_saver), daemon=True
+        )
         for t in threads
     ]
     for w in workers:
@@ -308,6 +319,8 @@ def run_failover(
     for w in workers:
         w.join(15)
     hung = [w.name for w in workers if w.is_alive()]
+    if shared_cm is not None:
+        shared_cm.__exit__(None, None, None)
 
     # recovery: first acknowledged put after the kill, per affected thread (the slowest one counts)
     # (after the thread's first error: a put answered just before the fault may return just after it)
@@ -354,6 +367,7 @@ def run_failover(
         checker.client.close()
     return {
         "fault": fault,
+        "shared": shared,
         "wait_for_replicas": wait_for_replicas,
         "victim": victim,
         "affected_threads": len(affected),

@@ -90,3 +90,15 @@ def test_wait_for_replicas_refuses_to_ack_without_a_replica(own_cluster, record_
     assert r["errors"].get("ReplicationTimeoutError", 0) > 0, r["errors"]
     assert r["lost_puts"] == 0 and r["lost_writes"] == 0, r
     assert time.monotonic() - t0 < 60
+
+
+def test_failover_one_shared_saver_with_wait_loses_nothing(own_cluster, record_property):
+    """The usual deployment: one checkpointer per process, used by every worker thread at once."""
+    t0 = time.monotonic()
+    r = W.run_failover(own_cluster, wait_for_replicas=1, shared=True)
+    _report(record_property, r)
+    _common(r)
+    assert r["recovery_s"] < RECOVERY_BOUND, r["recovery_s"]
+    assert r["lost_puts"] == 0 and r["lost_writes"] == 0, r
+    assert not r["problems"], r["problems"][:10]
+    assert time.monotonic() - t0 < 60
