@@ -249,6 +249,49 @@ def test_differential(contract_kind: str, contract_url: str | None, data: st.Dat
         drv.close()
 
 
+@settings(
+    max_examples=int(os.environ.get("CONTRACT_EXAMPLES_SMALL", "20")),
+    deadline=None,
+    report_multiple_bugs=False,
+    phases=(
+        [Phase.explicit, Phase.reuse, Phase.generate]
+        if os.environ.get("CONTRACT_NO_SHRINK")
+        else list(Phase)
+    ),
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(data=st.data())
+def test_differential_small_pages(
+    contract_kind: str, contract_url: str | None, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same, with redis_saver's paging knobs (list page size, filter scan budget,
+    copy_thread export page, pipeline chunk) shrunk to 1-3 so that every multi-call
+    path (continuation cursors, budget exhaustion, chunked fan-out) is exercised."""
+    if contract_kind == "memory":
+        return
+    import redis_saver._drivers as drivers
+    import redis_saver._plans as plans
+
+    for mod, name, value in [
+        (plans, "PAGE_SIZE", 2),
+        (plans, "SCAN_BUDGET", 3),
+        (plans, "EXPORT_COUNT", 1),
+        (drivers, "PIPELINE_CHUNK", 1),
+    ]:
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, value)
+    ref = ReferenceSaver()
+    drv = Driver(contract_kind, contract_url)
+    try:
+        _run(data, ref, InMemorySaver(), drv)
+    finally:
+        drv.close()
+
+
 def _draw_cfg(data: st.DataObject, thread: str, ns: str, cid: str | None) -> dict:
     conf: dict[str, Any] = {"thread_id": thread}
     if ns != "" or data.draw(st.booleans(), label="explicit ns"):
