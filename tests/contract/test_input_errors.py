@@ -276,3 +276,24 @@ async def test_sync_saver_async_methods_and_threads(contract_redis_url: str) -> 
     finally:
         saver.client.close()
         delete_prefix(contract_redis_url, prefix)
+
+
+async def test_sequence_arguments_refuse_bare_str(ctx: Ctx) -> None:
+    """A bare str for run_ids / thread_ids would be iterated character by character."""
+    await ctx.call("put", cfg(), ckpt(), {"run_id": "r"}, {})
+    await ctx.fails(TypeError, "delete_for_runs", "r")
+    await ctx.fails(TypeError, "prune", "t")
+    assert len(await ctx.call("list", None)) == 1
+
+
+async def test_harmless_edge_inputs(ctx: Ctx) -> None:
+    stored = await ctx.call("put", cfg(), ckpt(), {}, {})
+    before = ctx.snapshot()
+    await ctx.call("put_writes", stored, [], "task")  # no writes: no-op
+    await ctx.call("delete_for_runs", [])
+    await ctx.call("prune", [])
+    await ctx.call("delete_thread", "no such thread")
+    assert ctx.snapshot() == before
+    assert await ctx.call("list", None, limit=0) == []
+    assert await ctx.call("list", None, limit=-1) == []  # as InMemorySaver
+    assert len(await ctx.call("list", None, filter={})) == 1
