@@ -11,6 +11,12 @@ Every contract test runs against three kinds of saver:
 The Redis URL comes from the project fixture ``redis_url`` when tests/conftest.py
 provides it; otherwise this file starts its own redis-server (tests/servers.py).
 Each saver gets a unique key prefix, so tests never see each other's keys.
+
+Hypothesis knobs (environment): ``CONTRACT_EXAMPLES`` (default 35) and
+``CONTRACT_EXAMPLES_SMALL`` (default 20) set ``max_examples``; ``CONTRACT_NO_SHRINK=1``
+skips shrinking (fast stress runs), e.g.::
+
+    CONTRACT_NO_SHRINK=1 CONTRACT_EXAMPLES=800 pytest tests/contract/test_differential.py
 """
 
 from __future__ import annotations
