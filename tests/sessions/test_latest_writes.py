@@ -55,3 +55,38 @@ async def test_latest_keeps_own_and_parent_writes_only(kind, make_saver, sync_cl
 
     wr = sync_client.hlen(thread_keys(prefix, tid)[0][6])
     assert wr == 2, wr
+
+
+async def _sub_scenario(s, tid: str):
+    """The subgraph (running under root checkpoint c3) is stored before root c2 and c3 arrive
+    (langgraph's background executor; seen ~1 in 1000 turns of an interrupt-in-subgraph graph)."""
+    root, sub = cfg(tid), cfg(tid, "review:task1")
+    c1, c2, c3, s1 = _cp(), _cp(), _cp(), _cp()  # ids increase
+    cfg1 = await call(s, "put", root, c1, {"step": 0, "parents": {}}, {"x": "1"})
+    await call(s, "put", sub, s1, {"step": 1, "parents": {"": c3["id"]}}, {"x": "1"})
+    await call(s, "put_writes", cfg(tid, "review:task1", s1["id"]), [("__interrupt__", "ask")], "t")
+    cfg2 = await call(s, "put", cfg1, c2, {"step": 1, "parents": {}}, {"x": "1"})
+    await call(s, "put", cfg2, c3, {"step": 2, "parents": {}}, {"x": "1"})
+    t = await call(s, "get_tuple", sub)
+    return t and (t.checkpoint["id"] == s1["id"], t.pending_writes)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_subgraph_of_newer_root_checkpoint_survives(kind, make_saver):
+    expected = await _sub_scenario(InMemorySaver(), "ref")
+    assert expected == (True, [("t", "__interrupt__", "ask")])
+    assert await _sub_scenario(make_saver(kind, history="latest"), new_tid()) == expected
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_subgraph_of_older_root_checkpoint_dropped(kind, make_saver):
+    """The other side: a subgraph namespace that ran under an older root checkpoint goes."""
+    s = make_saver(kind, history="latest")
+    tid = new_tid()
+    c1, s1, c2, c3 = _cp(), _cp(), _cp(), _cp()
+    cfg1 = await call(s, "put", cfg(tid), c1, {"step": 0, "parents": {}}, {"x": "1"})
+    await call(s, "put", cfg(tid, "review:old"), s1, {"step": 0, "parents": {"": c1["id"]}}, {"x": "1"})
+    cfg2 = await call(s, "put", cfg1, c2, {"step": 1, "parents": {}}, {"x": "1"})
+    await call(s, "put", cfg2, c3, {"step": 2, "parents": {}}, {"x": "1"})
+    listed = await call(s, "list", {"configurable": {"thread_id": tid}})
+    assert [t.config["configurable"]["checkpoint_ns"] for t in listed] == [""]
