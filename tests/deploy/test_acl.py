@@ -19,7 +19,9 @@ values) of other keys and the key count of the database.
 
 from __future__ import annotations
 
+import re
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -27,6 +29,7 @@ import redis
 import redis.asyncio
 
 import redis_saver
+import redis_saver._scripts
 from tests.deploy.helpers import aput_chain, cfg, put_chain, tcfg
 from tests.servers import async_client_kwargs, client_kwargs
 
@@ -36,10 +39,23 @@ SAVER_ACL_COMMANDS = (
     "+dbsize +scan "  # cross-thread: find the slot-index keys
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
-    "+time +exists +del +persist +pexpire +pexpireat "
-    "+hget +hmget +hset +hdel +hexists +hincrby +hlen +hscan "
+    "+time +del +persist +pexpire +pexpireat "
+    "+hget +hmget +hset +hdel +hexists +hlen +hscan "
     "+zadd +zrange +zrem +zscore"
 )
+
+
+CLIENT_SIDE_COMMANDS = {"evalsha", "script|load", "get", "set", "dbsize", "scan", "wait"}
+
+
+def test_rule_lists_exactly_the_commands_the_scripts_call():
+    """Keeps SAVER_ACL_COMMANDS in step with lua/: every redis.call in a script, nothing more."""
+    lua = Path(redis_saver._scripts.lua_dir())
+    called = set()
+    for f in lua.glob("*.lua"):
+        called |= {c.lower() for c in re.findall(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]", f.read_text())}
+    rule = {c.lstrip("+") for c in SAVER_ACL_COMMANDS.split()}
+    assert rule - CLIENT_SIDE_COMMANDS == called
 
 
 def _user_url(url: str, user: str, password: str) -> str:
