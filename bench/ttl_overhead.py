@@ -11,6 +11,9 @@ checkpoint with one changed channel (blob) to an existing thread:
 * "10,000" row: one thread per variant pre-filled with ``big`` checkpoints, ``samples`` measured
   puts (the thread grows by ``samples`` during the measurement).
 
+A second table gives the server-side time of the put script (INFO commandstats), free of client
+and network noise: the TTL's real cost is the extra PEXPIRE/index work inside the script.
+
 Interleaved: ttl / no-ttl puts alternate (order flipped every sample), so drift, GC and server
 noise hit both variants alike. Prints a markdown table; target: with-TTL <= 1.1x without, and flat
 with history (10,000-checkpoint p50 close to 10-checkpoint p50).
@@ -83,6 +86,34 @@ def measure(pairs: list[tuple[Thread, Thread]], samples: int) -> tuple[list[int]
     return plain, ttl
 
 
+def server_usec(client: redis.Redis) -> tuple[float, int]:
+    """(total usec, calls) of script commands since the last CONFIG RESETSTAT."""
+    st = client.info("commandstats")
+    usec = calls = 0
+    for name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro"):
+        if name in st:
+            usec += st[name]["usec"]
+            calls += st[name]["calls"]
+    return usec, calls
+
+
+def measure_server(client: redis.Redis, pairs: list[tuple[Thread, Thread]], samples: int, block: int = 50) -> tuple[float, float]:
+    """Server-side us per put (INFO commandstats), no client/network noise: alternating blocks of
+    ``block`` puts per variant, stats reset before each block. Returns (no-TTL, TTL) us/call."""
+    tot = {0: [0.0, 0], 1: [0.0, 0]}
+    nxt = [0, 0]  # per variant: next pair to use, so both variants walk the same threads
+    for blk in range(2 * max(1, samples // block)):
+        variant = blk % 2
+        client.config_resetstat()
+        for _ in range(block):
+            pairs[nxt[variant] % len(pairs)][variant].put()
+            nxt[variant] += 1
+        u, c = server_usec(client)
+        tot[variant][0] += u
+        tot[variant][1] += c
+    return tot[0][0] / tot[0][1], tot[1][0] / tot[1][1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=1000)
@@ -112,6 +143,7 @@ def main() -> None:
                 b.put()
             small.append((a, b))
         rows.append(("10", *measure(small, args.samples)))
+        server_rows = [("10", *measure_server(client, small, args.samples))]
 
         # big threads
         a, b = Thread(plain, "big"), Thread(withttl, "big")
@@ -119,6 +151,7 @@ def main() -> None:
             a.put()
             b.put()
         rows.append((f"{args.big:,}", *measure([(a, b)], args.samples)))
+        server_rows.append((f"{args.big:,}", *measure_server(client, [(a, b)], args.samples)))
         elapsed = time.monotonic() - t_start
 
         print(f"redis {info['redis_version']} (local, loopback), redis-py {redis.__version__}, "
@@ -132,6 +165,12 @@ def main() -> None:
             print(f"| {name} | {p50p:.0f} | {p50t:.0f} | {p50t / p50p:.2f}x | {p99p:.0f} | {p99t:.0f} | {p99t / p99p:.2f}x |")
         (sp, st), (bp, bt) = p50s
         print(f"\nhistory growth (p50 at {rows[1][0]} / p50 at 10): no TTL {bp / sp:.2f}x, TTL {bt / st:.2f}x")
+        print("\nServer-side time per put (INFO commandstats, EVALSHA usec/call; alternating blocks):\n")
+        print("| checkpoints in thread | no TTL (us) | TTL (us) | ratio |")
+        print("|---:|---:|---:|---:|")
+        for name, p_us, t_us in server_rows:
+            print(f"| {name} | {p_us:.1f} | {t_us:.1f} | {t_us / p_us:.2f}x |")
+        print()
         print("median of per-pair ratios (TTL put / the no-TTL put next to it): "
               + ", ".join(f"{n}: {statistics.median(x / y for x, y in zip(t, p)):.2f}x" for n, p, t in rows))
 
