@@ -115,6 +115,9 @@ async def test_refresh_on_read_reaches_every_key(kind, make_saver, sync_client, 
     await call(plain, "get_tuple", cfg(t))
     await call(plain, "list", cfg(t))
     await call(plain, "get_delta_channel_history", config=cfg(t), channels=["x"])
+    # cross-thread reads never refresh, even with refresh_on_read
+    await call(s, "list", None)
+    await call(s, "list", None, filter={"source": "loop"}, limit=5)
     assert max_expiry(sync_client, prefix, t) <= b[t]  # unchanged
     assert_uniform_ttl(sync_client, prefix, t, TTL_MS, fresh_within=FRESH)
 
@@ -173,3 +176,20 @@ async def test_delete_thread_leaves_nothing(kind, make_saver, sync_client, prefi
     assert set(ixt) == {other.encode()} and not [m for m in ixr if enc(t) in m]
     await call(s, "delete_thread", other)
     assert {k for k in scan_prefix(r, prefix) if not k.endswith(b":schema")} == set()
+
+
+@pytest.mark.parametrize(
+    "ttl,ms",
+    [({"default_ttl": 1}, 60_000), ({"default_ttl": 2.5}, 150_000), ("cfg", 30_000)],
+    ids=["int-minutes", "float-minutes", "TTLConfig"],
+)
+async def test_ttl_units(ttl, ms, make_saver, sync_client, prefix):
+    from redis_saver import TTLConfig
+
+    if ttl == "cfg":
+        ttl = TTLConfig(default_ttl=0.5, refresh_on_read=True)
+    s = make_saver("sync", ttl=ttl)
+    t = new_tid("u")
+    c = await put_cp(s, t, run_id="r")
+    await call(s, "put_writes", c, [("x", 1)], "task")
+    assert_uniform_ttl(sync_client, prefix, t, ms, fresh_within=FRESH)
