@@ -255,6 +255,11 @@ end
 local function store_cp(ns_e, cid_e, raw, rec)
   local field = ns_e .. cid_e
   local old = redis.call('HGET', K_CP, field)
+  if old == raw then
+    return  -- an idempotent retry of the same put: nothing changes
+  end
+  -- count the new references before dropping the old ones, so blobs both share survive
+  add_refs(ns_e, rec)
   if old then
     local orec = unpack_rec(old)
     drop_refs(ns_e, orec)
@@ -267,7 +272,6 @@ local function store_cp(ns_e, cid_e, raw, rec)
   redis.call('HSET', K_CP, field, raw)
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
-  add_refs(ns_e, rec)
   if rec[8] ~= '' then link_run(enc(rec[8]), ns_e, cid_e) end
 end
 

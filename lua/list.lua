@@ -36,6 +36,10 @@ local function matches(rec)
   return true
 end
 
+local function examined_all(members, cur)
+  return #members == 0 or cur == '(' .. members[#members]
+end
+
 local out = {''}
 local examined, chunk = 0, 64
 local cursor = upper
@@ -57,7 +61,8 @@ while #out - 1 < limit and examined < budget do
       if #out - 1 >= limit then break end
     end
   end
-  if #members < want then cursor = nil break end
+  -- a short chunk means the range ended, unless the page filled before its last member
+  if #members < want and examined_all(members, cursor) then cursor = nil break end
 end
 if cursor ~= nil then out[1] = cursor end
 if REFRESH == '1' and META_V then touch() end

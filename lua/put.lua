@@ -73,8 +73,9 @@ if mode == 'latest' then
       local parents = unpack_rec(unpack_rec(redis.call('HGET', K_CP, m))[10])
       for i = 1, #parents - 1, 2 do
         if parents[i] == ns then
+          -- older than the latest and not its parent (a newer parent may be on its way)
           local pc = enc(parents[i + 1])
-          if pc ~= cid_e and pc ~= parent_e then stale[ons_e] = true end
+          if pc < cid_e and pc ~= parent_e then stale[ons_e] = true end
         end
       end
     end
