@@ -333,7 +333,14 @@ def run_failover(
         gaps.append(max(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else float("inf"))
     recovery = max(rec) if rec else float("nan")
     max_gap = max(gaps) if gaps else float("nan")
-    acked_affected_after_kill = sum(1 for t in affected for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
+    # acks on the victim's slots once that worker saw its first error after the fault (a put answered
+    # just before the kill may return just after it: that one is legitimately acknowledged)
+    acked_affected_after_kill = sum(
+        1
+        for t in affected
+        for _, ts in stats.acked_puts.get(t, [])
+        if ts > max(t_kill, stats.first_error.get(t, float("inf")))
+    )
     others_stalled = [
         t for t in threads if t not in affected and not any(ts > t_kill for _, ts in stats.acked_puts.get(t, []))
     ]
