@@ -18,9 +18,9 @@ from .keys import FORMAT_VERSION, KeySchema
 from .saver import RedisSaver
 
 __all__ = [
+    "FORMAT_VERSION",
     "AsyncRedisSaver",
     "ConflictError",
-    "FORMAT_VERSION",
     "KeySchema",
     "MalformedReplyError",
     "RedisSaver",

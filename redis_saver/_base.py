@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, SerializerProtocol
 
@@ -64,10 +65,32 @@ SAVER_OPTIONS = (
 
 
 class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
-    """State and plans shared by both savers; subclasses add only the I/O shell."""
+    """State and plans shared by both savers; subclasses add only the I/O shell.
+
+    Args:
+        client: a redis-py client created with ``decode_responses=False`` (the default):
+            ``redis.Redis`` / ``redis.cluster.RedisCluster`` for ``RedisSaver``, their
+            ``redis.asyncio`` twins for ``AsyncRedisSaver``; a Sentinel ``master_for`` client.
+        prefix: namespace of all keys, to separate applications sharing one Redis.
+        serde: serializer (default ``JsonPlusSerializer``); ``EncryptedSerializer`` works.
+        ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}`` or a ``TTLConfig``.
+        history: ``"full"`` keeps every checkpoint; ``"latest"`` keeps only the latest of
+            each namespace (plus the writes needed to resume it).
+        fencing: when true, ``put`` fails with ``ConflictError`` if the thread's latest
+            checkpoint is no longer the parent the writer started from.
+        wait_for_replicas: when > 0, ``put`` and ``put_writes`` return only after that
+            many replicas acknowledged the write (Redis ``WAIT``), else raise
+            ``ReplicationTimeoutError`` after ``wait_timeout_ms``.
+        retries: how many times to retry a call that failed with ``ConnectionError``
+            (short exponential backoff; safe, as every script is idempotent). Timeouts are
+            never retried. ``from_conn_string`` defaults to 3.
+    """
+
+    _driver_cls: type
 
     def __init__(
         self,
+        client: Any,
         *,
         prefix: str = "lg",
         serde: SerializerProtocol | None = None,
@@ -97,6 +120,9 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         self._refresh = self.ttl.refresh_on_read
         self._history = history
         self._fencing = self.fencing
+        check_client(client)
+        self.client = client
+        self._driver = self._driver_cls(client, self.keys, self.retries)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions ``"<counter:032>.<random>"``, as InMemorySaver / PostgresSaver."""

@@ -18,7 +18,12 @@ from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
-from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
+from .errors import (
+    LUA_ERROR_CLASSES,
+    ReplicationTimeoutError,
+    SchemaMismatchError,
+    UnsupportedServerError,
+)
 from .keys import FORMAT_VERSION, SLOTS, KeySchema
 
 PIPELINE_CHUNK = 2000

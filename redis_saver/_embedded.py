@@ -26,9 +26,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 __all__ = [
     "LocalServer",
@@ -151,7 +151,7 @@ def find_server_binary(binary: str | None = None) -> str:
 # --------------------------------------------------------------------------- server process
 
 # Servers still running at interpreter exit (e.g. after Ctrl-C) are killed, so none are left behind.
-_LIVE: "dict[int, LocalServer]" = {}
+_LIVE: dict[int, LocalServer] = {}
 _LIVE_LOCK = threading.Lock()
 
 
@@ -213,7 +213,7 @@ class LocalServer:
         if self.owns_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

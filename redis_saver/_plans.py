@@ -53,7 +53,7 @@ class Out:
     items: list[CheckpointTuple]
 
 
-Step = Union[Call, list[Call], Out, IndexSlots]
+Step = Union[Call, list[Call], Out, IndexSlots]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
 Plan = Generator[Step, Any, Any]
 
 

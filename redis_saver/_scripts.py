@@ -22,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-_INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.M)
+_INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
 
 
 def lua_dir() -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -14,10 +14,9 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
 )
 
-from ._base import SAVER_OPTIONS, RedisSaverBase, TTLConfig, check_client
+from ._base import SAVER_OPTIONS, RedisSaverBase
 from ._clients import make_async_client
 from ._drivers import AsyncDriver
 
@@ -33,32 +32,10 @@ class AsyncRedisSaver(RedisSaverBase):
     raise ``asyncio.InvalidStateError`` instead of deadlocking.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        prefix: str = "lg",
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | Mapping[str, Any] | None = None,
-        history: Literal["full", "latest"] = "full",
-        fencing: bool = False,
-        wait_for_replicas: int = 0,
-        wait_timeout_ms: int = 1000,
-        retries: int = 0,
-    ) -> None:
-        super().__init__(
-            prefix=prefix,
-            serde=serde,
-            ttl=ttl,
-            history=history,
-            fencing=fencing,
-            wait_for_replicas=wait_for_replicas,
-            wait_timeout_ms=wait_timeout_ms,
-            retries=retries,
-        )
-        check_client(client)
-        self.client = client
-        self._driver = AsyncDriver(client, self.keys, self.retries)
+    _driver_cls = AsyncDriver
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
         try:  # bound now when built inside a running loop (as AsyncPostgresSaver), else lazily
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

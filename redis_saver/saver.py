@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
-import redis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -15,10 +14,9 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
 )
 
-from ._base import SAVER_OPTIONS, RedisSaverBase, TTLConfig, check_client
+from ._base import SAVER_OPTIONS, RedisSaverBase
 from ._clients import make_sync_client
 from ._drivers import SyncDriver
 
@@ -29,54 +27,15 @@ class RedisSaver(RedisSaverBase):
     Every call is one EVALSHA of a Lua script (``lua/``) in the common case; every key of
     a thread shares one hash slot, so it runs unchanged on Redis Cluster.
 
-    Args:
-        client: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` created with
-            ``decode_responses=False`` (the default).
-        prefix: namespace of all keys, to separate applications sharing one Redis.
-        serde: serializer (default ``JsonPlusSerializer``); ``EncryptedSerializer`` works.
-        ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}`` or a ``TTLConfig``.
-        history: ``"full"`` keeps every checkpoint; ``"latest"`` keeps only the latest of
-            each namespace (plus the writes needed to resume it).
-        fencing: when true, ``put`` fails with ``ConflictError`` if the thread's latest
-            checkpoint is no longer the parent the writer started from.
-        wait_for_replicas: when > 0, ``put`` and ``put_writes`` return only after that
-            many replicas acknowledged the write (Redis ``WAIT``), else raise
-            ``ReplicationTimeoutError`` after ``wait_timeout_ms``.
-        retries: how many times to retry a call that failed with ``ConnectionError``
-            (short exponential backoff; safe, as every script is idempotent). Timeouts are
-            never retried. ``from_conn_string`` defaults to 3.
+    Options: see :class:`redis_saver._base.RedisSaverBase` (``prefix``, ``serde``, ``ttl``,
+    ``history``, ``fencing``, ``wait_for_replicas``, ``wait_timeout_ms``, ``retries``).
 
     Example:
         >>> with RedisSaver.from_conn_string("redis://localhost:6379") as saver:
         ...     graph = builder.compile(checkpointer=saver)
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        prefix: str = "lg",
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | Mapping[str, Any] | None = None,
-        history: Literal["full", "latest"] = "full",
-        fencing: bool = False,
-        wait_for_replicas: int = 0,
-        wait_timeout_ms: int = 1000,
-        retries: int = 0,
-    ) -> None:
-        super().__init__(
-            prefix=prefix,
-            serde=serde,
-            ttl=ttl,
-            history=history,
-            fencing=fencing,
-            wait_for_replicas=wait_for_replicas,
-            wait_timeout_ms=wait_timeout_ms,
-            retries=retries,
-        )
-        check_client(client)
-        self.client = client
-        self._driver = SyncDriver(client, self.keys, self.retries)
+    _driver_cls = SyncDriver
 
     @classmethod
     @contextmanager
