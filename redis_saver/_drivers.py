@@ -106,6 +106,32 @@ class _Base:
         s = self.scripts[call.script]
         return s, [s.sha, len(call.keys), *call.keys, *call.args]
 
+    def _evalsha(self, call: Call) -> tuple[Script, tuple[Any, ...]]:
+        s, argv = self._argv(call)
+        return s, ("EVALSHA", *argv)
+
+    @staticmethod
+    def _missing(commands: Sequence[tuple[Script | None, tuple[Any, ...]]], res: list[Any]) -> list[Script]:
+        """Scripts a pipeline's replies say the server lacks (NOSCRIPT), each once."""
+        out: dict[str, Script] = {}
+        for (script, _), r in zip(commands, res):
+            if script is not None and isinstance(r, NoScriptError):
+                out[script.name] = script
+        return list(out.values())
+
+    @staticmethod
+    def _raise_first(res: list[Any]) -> list[Any]:
+        for r in res:
+            if isinstance(r, ResponseError):
+                raise map_error(r) from None
+            if isinstance(r, Exception):
+                raise r
+        return res
+
+    @staticmethod
+    def _chunks(calls: Sequence[Call]) -> list[Sequence[Call]]:
+        return [calls[i : i + PIPELINE_CHUNK] for i in range(0, len(calls), PIPELINE_CHUNK)]
+
 
 class SyncDriver(_Base):
     def call(self, call: Call) -> Any:
@@ -121,54 +147,37 @@ class SyncDriver(_Base):
         except ResponseError as exc:
             raise map_error(exc) from None
 
+    def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        """One non-transactional pipeline; after NOSCRIPT replies, load and send it again once."""
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for _, cmd in commands:
+                pipe.execute_command(*cmd)
+            res = pipe.execute(raise_on_error=False)
+            missing = self._missing(commands, res)
+            if not missing or attempt:
+                return res
+            for script in missing:
+                self.client.script_load(script.source)
+        raise AssertionError("unreachable")
+
     def _call_and_wait(self, call: Call) -> Any:
         assert call.wait is not None
         if _is_cluster(self.client):
             reply = self.call(Call(call.script, call.keys, call.args))
             node = self.client.get_node_from_key(call.keys[0])
             acked = self.client.execute_command("WAIT", *call.wait, target_nodes=node)
-        else:
-            # one round trip: the script and WAIT in one pipeline on one connection
-            s, argv = self._argv(call)
-            for attempt in (0, 1):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("EVALSHA", *argv)
-                pipe.execute_command("WAIT", *call.wait)
-                reply, acked = pipe.execute(raise_on_error=False)
-                if not isinstance(reply, NoScriptError) or attempt:
-                    break
-                self.client.script_load(s.source)
-            if isinstance(reply, ResponseError):
-                raise map_error(reply) from None
+        else:  # one round trip: the script and WAIT in one pipeline on one connection
+            reply, acked = self._pipeline([self._evalsha(call), (None, ("WAIT", *call.wait))])
+            self._raise_first([reply])
         _check_acks(call, acked)
         return reply
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []
-        for i in range(0, len(calls), PIPELINE_CHUNK):
-            out.extend(self._batch(calls[i : i + PIPELINE_CHUNK]))
+        for chunk in self._chunks(calls):
+            out.extend(self._raise_first(self._pipeline([self._evalsha(c) for c in chunk])))
         return out
-
-    def _batch(self, calls: Sequence[Call]) -> list[Any]:
-        if not calls:
-            return []
-        prepared = [self._argv(c) for c in calls]
-        for attempt in (0, 1):
-            pipe = self.client.pipeline(transaction=False)
-            for _, argv in prepared:
-                pipe.execute_command("EVALSHA", *argv)
-            res = pipe.execute(raise_on_error=False)
-            missing = {prepared[i][0].name for i, r in enumerate(res) if isinstance(r, NoScriptError)}
-            if not missing or attempt:
-                break
-            for name in missing:
-                self.client.script_load(self.scripts[name].source)
-        for r in res:
-            if isinstance(r, ResponseError):
-                raise map_error(r) from None
-            if isinstance(r, Exception):
-                raise r
-        return res
 
     def setup(self, keys: KeySchema) -> None:
         for s in self.scripts.values():
@@ -239,6 +248,19 @@ class AsyncDriver(_Base):
         except ResponseError as exc:
             raise map_error(exc) from None
 
+    async def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for _, cmd in commands:
+                pipe.execute_command(*cmd)
+            res = await pipe.execute(raise_on_error=False)
+            missing = self._missing(commands, res)
+            if not missing or attempt:
+                return res
+            for script in missing:
+                await self.client.script_load(script.source)
+        raise AssertionError("unreachable")
+
     async def _call_and_wait(self, call: Call) -> Any:
         assert call.wait is not None
         if _is_cluster(self.client):
@@ -246,46 +268,16 @@ class AsyncDriver(_Base):
             node = self.client.get_node_from_key(call.keys[0])
             acked = await self.client.execute_command("WAIT", *call.wait, target_nodes=node)
         else:
-            s, argv = self._argv(call)
-            for attempt in (0, 1):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("EVALSHA", *argv)
-                pipe.execute_command("WAIT", *call.wait)
-                reply, acked = await pipe.execute(raise_on_error=False)
-                if not isinstance(reply, NoScriptError) or attempt:
-                    break
-                await self.client.script_load(s.source)
-            if isinstance(reply, ResponseError):
-                raise map_error(reply) from None
+            reply, acked = await self._pipeline([self._evalsha(call), (None, ("WAIT", *call.wait))])
+            self._raise_first([reply])
         _check_acks(call, acked)
         return reply
 
     async def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []
-        for i in range(0, len(calls), PIPELINE_CHUNK):
-            out.extend(await self._batch(calls[i : i + PIPELINE_CHUNK]))
+        for chunk in self._chunks(calls):
+            out.extend(self._raise_first(await self._pipeline([self._evalsha(c) for c in chunk])))
         return out
-
-    async def _batch(self, calls: Sequence[Call]) -> list[Any]:
-        if not calls:
-            return []
-        prepared = [self._argv(c) for c in calls]
-        for attempt in (0, 1):
-            pipe = self.client.pipeline(transaction=False)
-            for _, argv in prepared:
-                pipe.execute_command("EVALSHA", *argv)
-            res = await pipe.execute(raise_on_error=False)
-            missing = {prepared[i][0].name for i, r in enumerate(res) if isinstance(r, NoScriptError)}
-            if not missing or attempt:
-                break
-            for name in missing:
-                await self.client.script_load(self.scripts[name].source)
-        for r in res:
-            if isinstance(r, ResponseError):
-                raise map_error(r) from None
-            if isinstance(r, Exception):
-                raise r
-        return res
 
     async def setup(self, keys: KeySchema) -> None:
         for s in self.scripts.values():
