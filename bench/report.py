@@ -140,10 +140,10 @@ def markdown(res: dict) -> str:
         for n, t in res["targets"].items():
             L.append(f"| {n} | " + " | ".join(_pf(t.get(k)) for k in keys) + " |")
         L.append("")
-        inc = [f"{k.split(' at ')[0]} measured up to {v['size']:,} only" for t in res["targets"].values()
-               for k, v in t.items() if v.get("complete") is False]
+        inc = sorted({f"{n} up to {v['size']:,}" for n, t in res["targets"].items() for v in t.values()
+                      if v.get("complete") is False})
         if inc:
-            L.append("Scaling targets apply at 100,000; " + "; ".join(sorted(set(inc))) + " in this run.")
+            L.append(f"Scaling targets apply at {max(m['scaling_sizes']):,}; measured only: " + "; ".join(inc) + ".")
             L.append("")
 
     L.append("## Correctness vs InMemorySaver (same queries after the same replay)")
@@ -199,7 +199,8 @@ def chart(res: dict, path) -> None:
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.legend(fontsize=7, ncol=2)
+        if rows:
+            ax.legend(fontsize=7, ncol=2)
 
     bars(axs[0][0], names, OPS, lambda n, o: res["latency"].get(n, {}).get(o, {}).get("p50_us"),
          "p50 latency (µs, log)", "Latency per operation (p50)")
@@ -220,7 +221,8 @@ def chart(res: dict, path) -> None:
         ax.set_xlabel("checkpoints in the thread")
         ax.set_ylabel("p50 µs (log)")
         ax.set_title(title)
-        ax.legend(fontsize=7)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
 
     cols = ["async x1", "async x8", "async x64", "4 threads"]
     tn = [n for n in names if res["throughput"].get(n)]

@@ -531,60 +531,62 @@ def main(argv=None) -> int:
                                    user_input(a.turns + r * k_invoke + k), cfg) is FAILED:
                             break
 
-        # ---- scaling: one thread per saver grown to each size by put in a loop; get latest + list(before=middle)
+        # ---- scaling: per saver one thread per size (filled by put in a loop, timed, budgeted); then every size
+        # of every saver is measured in the same interleaved rounds, so load changes hit all sizes alike
         scaling: dict[str, dict] = defaultdict(dict)
         if "scaling" not in skip_phases:
             ids = make_ids(max(sizes))
-            have = {e.name: 0 for e in entries}
             rate = {e.name: None for e in entries}
             dead: dict[str, str] = {}
+            live: dict[int, list] = defaultdict(list)
             for size in sizes:
-                live = []
                 for e in entries:
                     if e.name in dead:
                         scaling[e.name][size] = {"skipped": dead[e.name]}
                         continue
-                    need = size - have[e.name]
-                    if rate[e.name] and need * rate[e.name] > budget:
-                        dead[e.name] = (f"fill to {size:,} estimated {need * rate[e.name]:.0f}s > budget "
+                    if rate[e.name] and size * rate[e.name] > budget:
+                        dead[e.name] = (f"fill to {size:,} estimated {size * rate[e.name]:.0f}s > budget "
                                         f"{budget:.0f}s ({1e3 * rate[e.name]:.2f} ms/put)")
                         scaling[e.name][size] = {"skipped": dead[e.name]}
                         continue
                     log(f"scaling: fill {e.name} to {size:,}")
                     gc.collect()
                     t0 = time.perf_counter()
-                    got = guarded(e, f"fill {size}", fill, e, "scale", tpl, ids, have[e.name], size,
-                                  t0 + 1.5 * budget)
+                    got = guarded(e, f"fill {size}", fill, e, f"scale{size}", tpl, ids, 0, size, t0 + 1.5 * budget)
                     dt = time.perf_counter() - t0
                     if got is FAILED:
                         dead[e.name] = f"fill to {size:,} failed"
                         scaling[e.name][size] = {"skipped": dead[e.name]}
                         continue
-                    rate[e.name] = dt / max(got - have[e.name], 1)
+                    rate[e.name] = dt / max(got, 1)
                     scaling[e.name][size] = {"fill_s": dt, "fill_ms_per_put": 1e3 * rate[e.name]}
-                    have[e.name] = got
                     if got < size:
                         dead[e.name] = f"fill to {size:,} exceeded the time budget ({got:,} put in {dt:.0f}s)"
                         scaling[e.name][size] = {"skipped": dead[e.name]}
                         continue
-                    live.append(e)
-                base = {"configurable": {"thread_id": "scale", "checkpoint_ns": ""}}
-                before = {"configurable": {"thread_id": "scale", "checkpoint_ns": "",
-                                           "checkpoint_id": ids[size // 2]}}
-                expect = list(reversed(ids[max(0, size // 2 - 10):size // 2]))
-                st = Timer()
-                for r in range(3):
-                    order = live[r % max(len(live), 1):] + live[:r % max(len(live), 1)]
-                    for e in order:
+                    live[size].append(e)
+            st = Timer()
+            cfgs = {size: ({"configurable": {"thread_id": f"scale{size}", "checkpoint_ns": ""}},
+                           {"configurable": {"thread_id": f"scale{size}", "checkpoint_ns": "",
+                                             "checkpoint_id": ids[size // 2]}}) for size in sizes}
+            for r in range(3):
+                log(f"scaling: measure round {r + 1}/3")
+                for size in (sizes if r % 2 == 0 else list(reversed(sizes))):
+                    base, before = cfgs[size]
+                    lv = live[size]
+                    for e in lv[r % max(len(lv), 1):] + lv[:r % max(len(lv), 1)]:
                         gc.collect()
                         for _ in range(scale_n):
-                            guarded(e, f"scale get {size}", st.time, e.name, "get", r, e.get_tuple, base)
-                            guarded(e, f"scale list {size}", st.time, e.name, "list", r,
+                            guarded(e, f"scale get {size}", st.time, e.name, f"get{size}", r, e.get_tuple, base)
+                            guarded(e, f"scale list {size}", st.time, e.name, f"list{size}", r,
                                     lambda e=e: e.list(base, before=before, limit=10))
-                for e in live:
+            for size in sizes:
+                base, before = cfgs[size]
+                expect = list(reversed(ids[max(0, size // 2 - 10):size // 2]))
+                for e in live[size]:
                     d = scaling[e.name][size]
-                    g = [x for v in st.wall[e.name]["get"].values() for x in v]
-                    li = [x for v in st.wall[e.name]["list"].values() for x in v]
+                    g = [x for v in st.wall[e.name][f"get{size}"].values() for x in v]
+                    li = [x for v in st.wall[e.name][f"list{size}"].values() for x in v]
                     d["get_latest_p50_us"] = pct(g, 0.5) / 1e3 if g else None
                     d["list_before_p50_us"] = pct(li, 0.5) / 1e3 if li else None
                     try:
