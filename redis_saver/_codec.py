@@ -28,8 +28,8 @@ from .errors import MalformedReplyError
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
-    bs = [p.encode() if isinstance(p, str) else p for p in parts]
-    return ",".join(str(len(b)) for b in bs).encode() + b";" + b"".join(bs)
+    bs = [p if isinstance(p, bytes) else p.encode() for p in parts]
+    return b",".join([b"%d" % len(b) for b in bs]) + b";" + b"".join(bs)
 
 
 def unpack(rec: bytes) -> list[bytes]:
@@ -65,12 +65,22 @@ def _canon(v: Any) -> Any:
     return v
 
 
+# one encoder instance: json.dumps() with options builds a new JSONEncoder on every call
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def canonical_json(v: Any) -> bytes | None:
     """Canonical JSON of a metadata value, or None when it is not JSON-representable."""
+    t = type(v)
+    if t is str:
+        return _encode_str(v).encode()
+    if t is int:
+        return b"%d" % v
+    if v is None:
+        return b"null"
     try:
-        return json.dumps(
-            _canon(v), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
+        return _ENCODER.encode(_canon(v)).encode()
     except (TypeError, ValueError):
         return None
 
