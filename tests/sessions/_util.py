@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -176,11 +175,3 @@ def ix_members(client: Any, prefix: str, tid: str) -> tuple[dict[bytes, float], 
 def new_tid(name: str = "t") -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
-
-def wait_until(pred, timeout: float, interval: float = 0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()
