@@ -48,9 +48,15 @@ async def put_cp(saver: Any, tid: str, parent: dict | None = None, *, ns: str = 
 
 
 def thread_keys(prefix: str, tid: str) -> tuple[list[bytes], list[bytes]]:
-    """(the 9 per-thread keys, the 2 slot-index keys) of ``tid``."""
+    """(the per-thread keys, the 2 slot-index keys) of ``tid``."""
     ks = KeySchema(prefix).thread_keys(tid)
-    return ks[:9], ks[9:]
+    return ks[:-2], ks[-2:]
+
+
+def thread_key(prefix: str, tid: str, suffix: str) -> bytes:
+    """One per-thread key by its suffix (``meta``, ``cp``, ``wr``, ...)."""
+    (key,) = [k for k in thread_keys(prefix, tid)[0] if k.endswith(b":" + suffix.encode())]
+    return key
 
 
 def glob_escape(b: bytes) -> bytes:
@@ -81,7 +87,7 @@ def pttls(client: Any, keys: list[bytes]) -> dict[bytes, int]:
 
 def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 600) -> int:
     """Every existing key of the thread has the same PTTL (within TOL_MS), no key of the thread
-    exists outside the 9 known ones, and the slot-index keys expire no earlier than the thread.
+    exists outside the known per-thread keys, and the slot-index keys expire no earlier than the thread.
 
     ``ttl_ms=None``: every key must be persistent (pinned / no ttl). Else every PTTL must be in
     ``(ttl_ms - fresh_within, ttl_ms]`` (i.e. refreshed by the last call). Returns the min PTTL.
@@ -90,7 +96,7 @@ def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *
     found = scan_thread(client, prefix, tid)
     assert found, f"thread {tid!r} has no keys"
     assert found <= set(tkeys), f"unexpected keys: {found - set(tkeys)}"
-    assert b":meta" in b"".join(k[-5:] for k in found)
+    assert thread_key(prefix, tid, "meta") in found
     t = pttls(client, sorted(found))
     ix = pttls(client, ikeys)
     assert ix[ikeys[0]] != -2, f"slot-index threads key missing: {ix}"
