@@ -3,21 +3,21 @@
 --
 -- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
 --   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
---   KEYS[6] blob_rc KEYS[7] wr   KEYS[8] wr_ord  KEYS[9] runs
---   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs
+--   KEYS[9] slot index: threads   KEYS[10] slot index: runs
 -- and one ARGV header:
 --   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
 --   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl
-local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_BRC, K_WR, K_WORD, K_RUNS, K_IXT, K_IXR =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_BRC, K_WR, K_WORD, K_RUNS}
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS}
 local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
 local function fail(code, msg)
   error({err = code .. ' ' .. msg})
 end
 
-if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
+if #KEYS ~= 10 then fail('RS_BADARG', 'expected 10 keys') end
 if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 
 -- order-preserving, self-delimiting component encoding (keys.enc)
@@ -177,38 +177,36 @@ local function blob_fields(ns_e, versions_rec)
   return fields, by_ch
 end
 
--- reference counts of blobs, two commands whatever the number of channels
-local function add_refs(ns_e, rec)
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path.
+local GC = {}  -- ns_e -> {field = true}
+
+local function gc_candidates(ns_e, rec)
   local fields = blob_fields(ns_e, rec[6])
   if #fields == 0 then return end
-  local counts = redis.call('HMGET', K_BRC, unpack(fields))
-  local args = {}
-  for i, f in ipairs(fields) do
-    args[#args + 1] = f
-    args[#args + 1] = (tonumber(counts[i]) or 0) + 1
-  end
-  redis.call('HSET', K_BRC, unpack(args))
+  local set = GC[ns_e]
+  if not set then set = {} GC[ns_e] = set end
+  for _, f in ipairs(fields) do set[f] = true end
 end
 
-local function drop_refs(ns_e, rec)
-  local fields = blob_fields(ns_e, rec[6])
-  if #fields == 0 then return end
-  local counts = redis.call('HMGET', K_BRC, unpack(fields))
-  local keep, gone = {}, {}
-  for i, f in ipairs(fields) do
-    local n = (tonumber(counts[i]) or 0) - 1
-    if n > 0 then
-      keep[#keep + 1] = f
-      keep[#keep + 1] = n
-    else
-      gone[#gone + 1] = f
+local function gc_blobs()
+  for ns_e, set in pairs(GC) do
+    for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
+      local raw = redis.call('HGET', K_CP, m)
+      if raw then
+        for _, f in ipairs(blob_fields(ns_e, unpack_rec(raw)[6])) do set[f] = nil end
+      end
+    end
+    local gone = {}
+    for f, _ in pairs(set) do gone[#gone + 1] = f end
+    for i = 1, #gone, 1000 do
+      redis.call('HDEL', K_BLOB, unpack(gone, i, math.min(i + 999, #gone)))
     end
   end
-  if #keep > 0 then redis.call('HSET', K_BRC, unpack(keep)) end
-  if #gone > 0 then
-    redis.call('HDEL', K_BRC, unpack(gone))
-    redis.call('HDEL', K_BLOB, unpack(gone))
-  end
+  GC = {}
 end
 
 -- the write-hash field of a wr_ord member: prefix .. (member minus its e(task_path))
@@ -242,7 +240,7 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   redis.call('HDEL', K_CP, field)
   redis.call('ZREM', K_CPNS, field)
   redis.call('ZREM', K_CPID, cid_e .. ns_e)
-  drop_refs(ns_e, rec)
+  gc_candidates(ns_e, rec)
   if not keep_writes then drop_writes(ns_e, cid_e) end
   if rec[8] ~= '' then
     local run_e = enc(rec[8])
@@ -258,11 +256,8 @@ local function store_cp(ns_e, cid_e, raw, rec)
   if old == raw then
     return  -- an idempotent retry of the same put: nothing changes
   end
-  -- count the new references before dropping the old ones, so blobs both share survive
-  add_refs(ns_e, rec)
   if old then
     local orec = unpack_rec(old)
-    drop_refs(ns_e, orec)
     if orec[8] ~= '' and orec[8] ~= rec[8] then
       local run_e = enc(orec[8])
       redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)

@@ -1,9 +1,9 @@
 #!lua
 --- @include "_lib.lua"
 --[[ delete_runs: delete the checkpoints of this thread whose metadata run_id is one of
-ARGV[5..], with their writes; blobs no remaining checkpoint references go too (reference
-counts, so the cost follows the deleted data). A thread left empty is removed entirely.
-KEYS: the 11 per-thread keys (see _lib.lua)
+ARGV[5..], with their writes; blobs that no checkpoint left in their namespace references go
+too (the cost follows the deleted data and the records of the namespaces it touched). A thread left empty is removed entirely.
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5..] run ids
 Returns: number of checkpoints deleted
 ]]
@@ -18,6 +18,7 @@ for i = 5, #ARGV do
     deleted = deleted + 1
   end
 end
+gc_blobs()
 if deleted > 0 and redis.call('HLEN', K_CP) == 0 and META_PIN ~= '1' then
   drop_thread()
   fix_index_expiry()

@@ -2,7 +2,7 @@
 --- @include "_lib.lua"
 --[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction
 (BaseCheckpointSaver.get_delta_channel_history), inside Redis, in one call.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)   ARGV[7..] channel names
 Returns: {ancestors, seeds}; ancestors = {{write records of still-unseeded channels, in

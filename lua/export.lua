@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ export: one page of a thread's stored data, for copy_thread (import.lua writes it).
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6] HSCAN cursor   ARGV[7] HSCAN COUNT hint
 Returns: {next cursor ("0" = done), {field, value, field, value, ...}}

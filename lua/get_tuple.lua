@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ get_tuple: one checkpoint (by id, or the latest of its namespace) with blobs and writes.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
             the driver then runs the writable variant of this script, without no-writes)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)

@@ -3,7 +3,7 @@
 --[[ import: write exported data into this (target) thread, for copy_thread.
 Blobs and writes are imported before the checkpoints that reference them, so a reader of
 the target never sees a checkpoint without its data.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6..] field, value pairs (as export.lua returns them)
 Returns: number of entries written

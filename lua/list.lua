@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ list: one page of a thread's checkpoints, newest first, filtered by metadata in Redis.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] index: "ns" (members e(ns)e(cid), one namespace) | "id" (members e(cid)e(ns), all)
 ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, built by Python)

@@ -1,7 +1,7 @@
 #!lua
 --- @include "_lib.lua"
 --[[ pin: pin ("1") or unpin ("0") a thread; a pinned thread never expires until unpinned.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "1" | "0"
 Returns: 1; 0 when unpinning a thread that does not exist (nothing written).
 A thread may be pinned before its first checkpoint.

@@ -5,9 +5,9 @@
 its writes, plus every ancestor (with its writes) back to the nearest one that stores a
 value for each DeltaChannel the latest still needs (channels named in its metadata
 counters_since_delta_snapshot whose value it does not store itself); delete the rest; drop
-blobs no kept checkpoint references (reference counts); a kept checkpoint whose parent was
+blobs no kept checkpoint references; a kept checkpoint whose parent was
 deleted loses its parent.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "keep_latest" | "delete"
 Returns: number of checkpoints deleted
 ]]
@@ -86,5 +86,6 @@ for _, ns_e in ipairs(order) do
     redis.call('HSET', K_CP, ns_e .. oldest, pack_rec(orec))
   end
 end
+gc_blobs()
 touch()
 return deleted

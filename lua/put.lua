@@ -1,7 +1,7 @@
 #!lua
 --- @include "_lib.lua"
 --[[ put: store one checkpoint, its new channel blobs, and refresh the thread.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent id ("" = none)
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
@@ -88,6 +88,7 @@ if mode == 'latest' then
       drop_writes(ons_e, string.sub(m, #ons_e + 1, skip(m, #ons_e + 1) - 1))
     end
   end
+  gc_blobs()
 end
 touch()
 return 1

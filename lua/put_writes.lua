@@ -1,7 +1,7 @@
 #!lua
 --- @include "_lib.lua"
 --[[ put_writes: store the writes of one task against one checkpoint.
-KEYS: the 11 per-thread keys (see _lib.lua)
+KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] n = number of writes
 then n quadruples: field suffix e(task_id)..idx, sort suffix e(task_path)..e(task_id)..idx,

@@ -8,7 +8,6 @@ script touches a single cluster slot::
     <prefix>:{<tag>}:cp_ns      ZSET  e(ns)e(cid)              (lex; latest / before per namespace)
     <prefix>:{<tag>}:cp_id      ZSET  e(cid)e(ns)              (lex; order across namespaces)
     <prefix>:{<tag>}:blob       HASH  e(ns)e(channel)version   -> blob record
-    <prefix>:{<tag>}:blob_rc    HASH  same field               -> number of checkpoints using it
     <prefix>:{<tag>}:wr         HASH  e(ns)e(cid)e(task_id)idx -> write record
     <prefix>:{<tag>}:wr_ord     ZSET  e(ns)e(cid)e(task_path)e(task_id)idx (lex = writes_sort_key)
     <prefix>:{<tag>}:runs       ZSET  e(run_id)e(ns)e(cid)     (lex; delete_for_runs)
@@ -36,7 +35,7 @@ from functools import lru_cache
 SLOTS = 16384
 FORMAT_VERSION = "1"
 
-THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "blob_rc", "wr", "wr_ord", "runs")
+THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs")
 INDEX_SUFFIXES = ("threads", "runs")
 
 
@@ -107,7 +106,7 @@ class KeySchema:
         self._ix: dict[int, list[bytes]] = {}
 
     def thread_keys(self, thread_id: str) -> list[bytes]:
-        """The 11 KEYS of every per-thread script: 9 thread keys + 2 slot-index keys."""
+        """The 10 KEYS of every per-thread script: 8 thread keys + 2 slot-index keys."""
         tag = thread_tag(thread_id)
         base = self._p + b"{" + tag + b"}:"
         keys = [base + s.encode() for s in THREAD_SUFFIXES]

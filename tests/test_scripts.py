@@ -68,12 +68,12 @@ def test_every_script_has_a_header_and_right_flags():
         uses_touch = "touch()" in text or "drop_thread()" in text
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
         if "--- @include" in text:
-            assert "the 11 per-thread keys" in h, path.name
+            assert "the 10 per-thread keys" in h, path.name
 
 
 def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
-    assert len(call.keys) == 11
+    assert len(call.keys) == 10
     assert len(call.args) >= fixed_argv(name)
     assert call.args[0] == "1"  # format version
 

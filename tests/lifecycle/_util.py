@@ -93,3 +93,18 @@ def view(s: Any) -> tuple:
         s.metadata.get("step") if s.metadata else None,
         s.metadata.get("source") if s.metadata else None,
     )
+
+
+def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
+    """Blob fields named by the channel versions of the thread's stored checkpoints
+    (``tp`` = the thread's key prefix); decodes the records as the scripts do."""
+    from redis_saver._codec import unpack
+    from redis_saver.keys import dec_first, enc
+
+    out: set[bytes] = set()
+    for field, raw in client.hgetall(tp + b"cp").items():
+        ns, _ = dec_first(field)
+        versions = unpack(unpack(raw)[5])
+        for ch, ver in zip(versions[0::2], versions[1::2]):
+            out.add(enc(ns) + enc(ch) + ver)
+    return out
