@@ -120,28 +120,31 @@ local function fix_index_expiry()
 end
 
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
--- it in the slot index. Called last by every script that writes or refreshes a thread.
--- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
 -- it in the slot index. Called last by every script that writes or refreshes a thread
 -- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
 local function touch()
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
-    -- a saver without TTL on a thread already indexed without expiry: every key is
-    -- persistent, nothing to do (savers with a TTL also purge expired index entries)
-    return
+    return  -- already indexed without expiry: every key is persistent, nothing to do
   end
   local now = now_ms()
-  purge_expired(now)
   local score = 'inf'
   if expiring then
-    if META_IX ~= 'ttl' then redis.call('HSET', K_META, 'ix', 'ttl') end
     for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
-    score = string.format('%.0f', now + TTL_MS)
+    local step = math.max(1, math.floor(TTL_MS / 64))
+    score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
+    if META_IX == score then return end
   else
-    redis.call('HSET', K_META, 'ix', 'inf')
     for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
   end
+  if META_IX ~= score then
+    redis.call('HSET', K_META, 'ix', score)
+    META_IX = score
+  end
+  purge_expired(now)
   redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
