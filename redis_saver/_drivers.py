@@ -56,6 +56,10 @@ def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key")
 
 
+def _moved(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK"))
+
+
 def _check_acks(call: Call, acked: Any) -> None:
     assert call.wait is not None
     if isinstance(acked, Exception):
@@ -147,10 +151,10 @@ class SyncDriver(_Base):
         except ResponseError as exc:
             raise map_error(exc) from None
 
-    def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+    def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]], client: Any = None) -> list[Any]:
         """One non-transactional pipeline; after NOSCRIPT replies, load and send it again once."""
         for attempt in (0, 1):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = (client or self.client).pipeline(transaction=False)
             for _, cmd in commands:
                 pipe.execute_command(*cmd)
             res = pipe.execute(raise_on_error=False)
@@ -162,16 +166,24 @@ class SyncDriver(_Base):
         raise AssertionError("unreachable")
 
     def _call_and_wait(self, call: Call) -> Any:
+        # WAIT counts the replicas that caught up with the writes of *its own connection*,
+        # so the script and WAIT go in one pipeline on one connection (one round trip); in
+        # a cluster, on a connection to the primary that serves the thread's slot
         assert call.wait is not None
-        if _is_cluster(self.client):
-            reply = self.call(Call(call.script, call.keys, call.args))
-            node = self.client.get_node_from_key(call.keys[0])
-            acked = self.client.execute_command("WAIT", *call.wait, target_nodes=node)
-        else:  # one round trip: the script and WAIT in one pipeline on one connection
-            reply, acked = self._pipeline([self._evalsha(call), (None, ("WAIT", *call.wait))])
-            self._raise_first([reply])
+        commands = [self._evalsha(call), (None, ("WAIT", *call.wait))]
+        if not _is_cluster(self.client):
+            reply, acked = self._pipeline(commands)
+        else:
+            for attempt in (0, 1):
+                node = self.client.get_redis_connection(self.client.get_node_from_key(call.keys[0]))
+                reply, acked = self._pipeline(commands, node)
+                if not _moved(reply) or attempt:
+                    break
+                self.client.nodes_manager.initialize()  # the slot moved: refresh the slot map
+        self._raise_first([reply])
         _check_acks(call, acked)
         return reply
+
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []
@@ -262,16 +274,33 @@ class AsyncDriver(_Base):
         raise AssertionError("unreachable")
 
     async def _call_and_wait(self, call: Call) -> Any:
-        assert call.wait is not None
-        if _is_cluster(self.client):
-            reply = await self.call(Call(call.script, call.keys, call.args))
-            node = self.client.get_node_from_key(call.keys[0])
-            acked = await self.client.execute_command("WAIT", *call.wait, target_nodes=node)
+        assert call.wait is not None  # see SyncDriver._call_and_wait
+        commands = [self._evalsha(call), (None, ("WAIT", *call.wait))]
+        if not _is_cluster(self.client):
+            reply, acked = await self._pipeline(commands)
         else:
-            reply, acked = await self._pipeline([self._evalsha(call), (None, ("WAIT", *call.wait))])
-            self._raise_first([reply])
+            reply, acked = await self._node_pipeline(call, commands)
+            if _moved(reply):
+                await self.client.nodes_manager.initialize()
+                reply, acked = await self._node_pipeline(call, commands)
+        self._raise_first([reply])
         _check_acks(call, acked)
         return reply
+
+    async def _node_pipeline(self, call: Call, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
+        from redis.asyncio.cluster import PipelineCommand
+
+        node = self.client.get_node_from_key(call.keys[0])
+        for attempt in (0, 1):
+            cmds = [PipelineCommand(i, *cmd) for i, (_, cmd) in enumerate(commands)]
+            await node.execute_pipeline(cmds)
+            res = [c.result for c in cmds]
+            missing = self._missing(commands, res)
+            if not missing or attempt:
+                return res
+            for script in missing:
+                await self.client.script_load(script.source)
+        raise AssertionError("unreachable")
 
     async def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []
