@@ -14,7 +14,17 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
 
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
@@ -56,8 +66,12 @@ def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key")
 
 
-def _moved(reply: Any) -> bool:
-    return isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK"))
+CLUSTER_ATTEMPTS = 3
+
+
+def _redirected(reply: Any) -> bool:
+    """A node's reply saying the slot is served elsewhere (or not at all) right now."""
+    return isinstance(reply, (MovedError, AskError, TryAgainError, ClusterDownError))
 
 
 def _check_acks(call: Call, acked: Any) -> None:
@@ -174,12 +188,22 @@ class SyncDriver(_Base):
         if not _is_cluster(self.client):
             reply, acked = self._pipeline(commands)
         else:
-            for attempt in (0, 1):
-                node = self.client.get_redis_connection(self.client.get_node_from_key(call.keys[0]))
-                reply, acked = self._pipeline(commands, node)
-                if not _moved(reply) or attempt:
+            for attempt in range(CLUSTER_ATTEMPTS):
+                try:
+                    node = self.client.get_redis_connection(self.client.get_node_from_key(call.keys[0]))
+                    reply, acked = self._pipeline(commands, node)
+                except (ConnectionError, TimeoutError):
+                    if attempt == CLUSTER_ATTEMPTS - 1:
+                        raise
+                    reply = None
+                if reply is not None and not _redirected(reply):
                     break
-                self.client.nodes_manager.initialize()  # the slot moved: refresh the slot map
+                if attempt == CLUSTER_ATTEMPTS - 1:
+                    break
+                try:  # the node failed or the slot moved: refresh the slot map, try again
+                    self.client.nodes_manager.initialize()
+                except RedisError:
+                    time.sleep(_backoff(attempt))
         self._raise_first([reply])
         _check_acks(call, acked)
         return reply
@@ -279,10 +303,21 @@ class AsyncDriver(_Base):
         if not _is_cluster(self.client):
             reply, acked = await self._pipeline(commands)
         else:
-            reply, acked = await self._node_pipeline(call, commands)
-            if _moved(reply):
-                await self.client.nodes_manager.initialize()
-                reply, acked = await self._node_pipeline(call, commands)
+            for attempt in range(CLUSTER_ATTEMPTS):
+                try:
+                    reply, acked = await self._node_pipeline(call, commands)
+                except (ConnectionError, TimeoutError):
+                    if attempt == CLUSTER_ATTEMPTS - 1:
+                        raise
+                    reply = None
+                if reply is not None and not _redirected(reply):
+                    break
+                if attempt == CLUSTER_ATTEMPTS - 1:
+                    break
+                try:
+                    await self.client.nodes_manager.initialize()
+                except RedisError:
+                    await asyncio.sleep(_backoff(attempt))
         self._raise_first([reply])
         _check_acks(call, acked)
         return reply
