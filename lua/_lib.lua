@@ -67,6 +67,20 @@ local function rec_parts(s)
   return n
 end
 
+-- one part of a record without copying the others (records hold large serde payloads)
+local function rec_field(s, want)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, i = semi + 1, 0
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    i = i + 1
+    len = tonumber(len)
+    if i == want then return string.sub(s, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  fail('RS_BADARG', 'record has no part ' .. want)
+end
+
 local function pack_rec(parts)
   local lens = {}
   for i = 1, #parts do lens[i] = tostring(#parts[i]) end
@@ -217,11 +231,17 @@ local function wfield(prefix, member)
   return prefix .. string.sub(member, skip(member, #prefix + 1))
 end
 
+-- the write records of one checkpoint, in writes_sort_key order (two commands)
 local function writes_of(ns_e, cid_e)
   local prefix = ns_e .. cid_e
+  local members = redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')
+  if #members == 0 then return {} end
+  local fields = {}
+  for i, m in ipairs(members) do fields[i] = wfield(prefix, m) end
   local out = {}
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
-    out[#out + 1] = redis.call('HGET', K_WR, wfield(prefix, m)) or false
+  for i = 1, #fields, 1000 do
+    local part = redis.call('HMGET', K_WR, unpack(fields, i, math.min(i + 999, #fields)))
+    for _, w in ipairs(part) do out[#out + 1] = w end
   end
   return out
 end
@@ -294,8 +314,7 @@ end
 
 -- the full reply for one checkpoint: {cid, record, blobs aligned with versions, writes}
 local function tuple_reply(ns_e, cid_e, raw)
-  local rec = unpack_rec(raw)
-  local fields = blob_fields(ns_e, rec[6])
+  local fields = blob_fields(ns_e, rec_field(raw, 6))
   local blobs = {}
   if #fields > 0 then blobs = redis.call('HMGET', K_BLOB, unpack(fields)) end
   return {raw, blobs, writes_of(ns_e, cid_e)}

@@ -27,24 +27,24 @@ end
 local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
 local ancestors, seeds = {}, {}
 local parent = nil
-if raw then parent = unpack_rec(raw)[1] end
+if raw then parent = rec_field(raw, 1) end
 while parent and parent ~= '' and left > 0 do
   local p_e = enc(parent)
   raw = redis.call('HGET', K_CP, ns_e .. p_e)
   if not raw then break end
-  local rec = unpack_rec(raw)
-  local _, by_ch = blob_fields(ns_e, rec[6])
+  -- only the parts the walk needs, without copying the checkpoint payload
+  local versions = unpack_rec(rec_field(raw, 6))
   local here = {}
-  for ch, _ in pairs(remaining) do
-    local f = by_ch[ch]
-    if f then
-      local b = redis.call('HGET', K_BLOB, f)
-      if b and unpack_rec(b)[1] ~= 'empty' then here[ch] = b end
+  for i = 1, #versions - 1, 2 do
+    local ch = versions[i]
+    if remaining[ch] then
+      local b = redis.call('HGET', K_BLOB, ns_e .. enc(ch) .. versions[i + 1])
+      if b and rec_field(b, 1) ~= 'empty' then here[ch] = b end
     end
   end
   local ws = {}
   for _, w in ipairs(writes_of(ns_e, p_e)) do
-    if w and remaining[unpack_rec(w)[2]] then ws[#ws + 1] = w end
+    if w and remaining[rec_field(w, 2)] then ws[#ws + 1] = w end
   end
   ancestors[#ancestors + 1] = ws
   for ch, b in pairs(here) do
@@ -53,7 +53,7 @@ while parent and parent ~= '' and left > 0 do
     remaining[ch] = nil
     left = left - 1
   end
-  parent = rec[1]
+  parent = rec_field(raw, 1)
 end
 if REFRESH == '1' and META_V then touch() end
 return {ancestors, seeds}

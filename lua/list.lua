@@ -20,9 +20,9 @@ check_format()
 local key = K_CPNS
 if index == 'id' then key = K_CPID end
 
-local function matches(rec)
+local function matches(raw)
   if nf == 0 then return true end
-  local f = unpack_rec(rec[7])
+  local f = unpack_rec(rec_field(raw, 7))
   local md = {}
   for i = 1, #f - 1, 2 do md[f[i]] = f[i + 1] end
   for i = 0, nf - 1 do
@@ -55,7 +55,7 @@ while #out - 1 < limit and examined < budget do
     if index == 'id' then ns, cid = b, a end
     local ns_e, cid_e = enc(ns), enc(cid)
     local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
-    if raw and matches(unpack_rec(raw)) then
+    if raw and matches(raw) then
       local r = tuple_reply(ns_e, cid_e, raw)
       out[#out + 1] = {ns, cid, r[1], r[2], r[3]}
       if #out - 1 >= limit then break end
