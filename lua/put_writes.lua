@@ -24,12 +24,17 @@ local stored = 0
 for i = 0, n - 1 do
   local field = prefix .. ARGV[8 + 4 * i]
   local member = prefix .. ARGV[9 + 4 * i]
-  local old = redis.call('HGET', K_WR, field)
-  if not old or ARGV[11 + 4 * i] == '1' then
-    if old then
-      local ow = unpack_rec(old)
-      redis.call('ZREM', K_WORD, prefix .. enc(ow[5]) .. ARGV[8 + 4 * i])
+  if ARGV[11 + 4 * i] == '0' then
+    -- a regular write: the first one wins
+    if redis.call('HSETNX', K_WR, field, ARGV[10 + 4 * i]) == 1 then
+      redis.call('ZADD', K_WORD, 0, member)
+      stored = stored + 1
     end
+  else
+    -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
+    -- member may name another task_path
+    local old = redis.call('HGET', K_WR, field)
+    if old then redis.call('ZREM', K_WORD, prefix .. enc(rec_field(old, 5)) .. ARGV[8 + 4 * i]) end
     redis.call('HSET', K_WR, field, ARGV[10 + 4 * i])
     redis.call('ZADD', K_WORD, 0, member)
     stored = stored + 1

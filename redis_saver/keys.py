@@ -104,9 +104,18 @@ class KeySchema:
         self.prefix = prefix
         self._p = prefix.encode() + b":"
         self._ix: dict[int, list[bytes]] = {}
+        self._tk: dict[str, list[bytes]] = {}
 
     def thread_keys(self, thread_id: str) -> list[bytes]:
         """The 10 KEYS of every per-thread script: 8 thread keys + 2 slot-index keys."""
+        keys = self._tk.get(thread_id)
+        if keys is None:
+            if len(self._tk) >= 4096:  # a small cache: hot threads skip the encoding and CRC
+                self._tk.clear()
+            keys = self._tk[thread_id] = self._thread_keys(thread_id)
+        return keys
+
+    def _thread_keys(self, thread_id: str) -> list[bytes]:
         tag = thread_tag(thread_id)
         base = self._p + b"{" + tag + b"}:"
         keys = [base + s.encode() for s in THREAD_SUFFIXES]
