@@ -47,8 +47,18 @@ def redis_saver_module() -> Any:
         pytest.skip(f"redis_saver not importable yet: {e!r}")
 
 
-@pytest.fixture(scope="session")
+# The whole contract suite runs twice: on a standalone server and on the session's local
+# Redis Cluster (3 primaries + 3 replicas, through redis.cluster.RedisCluster clients).
+# CONTRACT_DEPLOYMENTS=standalone (or =cluster) runs one of them only.
+DEPLOYMENTS = [d for d in os.environ.get("CONTRACT_DEPLOYMENTS", "standalone,cluster").split(",") if d]
+
+
+@pytest.fixture(scope="session", params=DEPLOYMENTS)
 def contract_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "cluster":
+        cluster = request.getfixturevalue("cluster")
+        yield "redis+cluster://127.0.0.1:%d" % cluster.nodes[0].port
+        return
     try:
         url = request.getfixturevalue("redis_url")
     except pytest.FixtureLookupError:
@@ -88,15 +98,29 @@ def _kwargs(name: str) -> dict:
         return {}
 
 
+def _cluster_url(url: str) -> str | None:
+    return "redis" + url[len("redis+cluster") :] if url.startswith("redis+cluster://") else None
+
+
 def sync_redis(url: str) -> Any:
     import redis
 
+    if (plain := _cluster_url(url)) is not None:
+        from redis.cluster import RedisCluster
+
+        kw = {k: v for k, v in _kwargs("client_kwargs").items() if k != "health_check_interval"}
+        return RedisCluster.from_url(plain, **kw)
     return redis.Redis.from_url(url, **_kwargs("client_kwargs"))
 
 
 def async_redis(url: str) -> Any:
     import redis.asyncio as aredis
 
+    if (plain := _cluster_url(url)) is not None:
+        from redis.asyncio.cluster import RedisCluster
+
+        kw = {k: v for k, v in _kwargs("async_client_kwargs").items() if k != "health_check_interval"}
+        return RedisCluster.from_url(plain, **kw)
     return aredis.Redis.from_url(url, **_kwargs("async_client_kwargs"))
 
 
@@ -134,8 +158,8 @@ def contract_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def contract_url(contract_kind: str, request: pytest.FixtureRequest) -> str | None:
+def contract_url(contract_kind: str, contract_redis_url: str) -> str | None:
     if contract_kind == "memory":
         return None
     redis_saver_module()
-    return request.getfixturevalue("contract_redis_url")
+    return contract_redis_url

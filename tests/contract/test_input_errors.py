@@ -86,17 +86,14 @@ class Ctx:
 
 
 @pytest.fixture(params=KINDS)
-async def ctx(request: pytest.FixtureRequest):
+async def ctx(request: pytest.FixtureRequest, contract_redis_url: str):
     from tests.contract.conftest import redis_saver_module
 
     redis_saver_module()
-    url = request.getfixturevalue("contract_redis_url")
-    try:
-        client = request.getfixturevalue("sync_client")
-    except pytest.FixtureLookupError:
-        import redis
+    from tests.contract.conftest import sync_redis
 
-        client = redis.Redis.from_url(url)
+    url = contract_redis_url
+    client = sync_redis(url)  # the same server the savers use (standalone or cluster)
     prefix = unique_prefix()
     saver = new_saver(request.param, url, prefix=prefix)
     yield Ctx(request.param, saver, client, prefix)
