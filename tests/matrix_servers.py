@@ -120,24 +120,30 @@ def redis_70() -> ServerBinary:
     return ServerBinary("redis-7.0", exe, "Debian redis-server")
 
 
-def _libssl11() -> Path:
-    """libssl.so.1.1 from Debian 11's security suite, with a private apt state (system apt untouched)."""
-    out = CACHE / "libssl1.1"
+def _libssl11(cache: Path | None = None) -> Path:
+    """libssl.so.1.1 from Debian 11's security suite, with a private apt state (system apt untouched).
+
+    The mirror is the one the machine's own apt sources name for debian-security. Shared with
+    bench/infra.py (the official saver's Redis Stack server needs it too)."""
+    cache = cache or CACHE
+    out = cache / "libssl1.1"
     libdir = out / "usr/lib/x86_64-linux-gnu"
     if (libdir / "libssl.so.1.1").exists():
         return libdir
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
         raise Unavailable("libssl1.1 needed by Redis 7.4 and apt-get/dpkg-deb are missing")
-    a = CACHE / "apt"
+    a = cache / "apt"
     for d in ("lists/partial", "cache/archives/partial", "prefs"):
         (a / d).mkdir(parents=True, exist_ok=True)
-    mirror = "http://deb.debian.org/debian-security"
+    mirror = None
     src = Path("/etc/apt/sources.list.d/debian.sources")
     if src.exists():
         for line in src.read_text().splitlines():
             if line.startswith("URIs:") and "debian-security" in line:
                 mirror = line.split()[1]
                 break
+    if mirror is None:
+        raise Unavailable("libssl1.1: no debian-security source in /etc/apt/sources.list.d/debian.sources")
     (a / "sources.list").write_text(f"deb {mirror} bullseye-security main\n")
     opts = [f"-o=Dir::Etc::sourcelist={a}/sources.list", "-o=Dir::Etc::sourceparts=-",
             f"-o=Dir::Etc::preferencesparts={a}/prefs", f"-o=Dir::State::Lists={a}/lists",
