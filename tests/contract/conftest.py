@@ -37,14 +37,9 @@ KINDS = ["memory", "sync", "async"]
 
 
 def redis_saver_module() -> Any:
-    try:
-        import redis_saver
+    import redis_saver  # an import error fails the tests (it must never skip them)
 
-        redis_saver.RedisSaver  # noqa: B018
-        redis_saver.AsyncRedisSaver  # noqa: B018
-        return redis_saver
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"redis_saver not importable yet: {e!r}")
+    return redis_saver
 
 
 # The whole contract suite runs twice: on a standalone server and on the session's local
