@@ -40,7 +40,7 @@ SAVER_ACL_COMMANDS = (
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
     "+time +del +persist +pexpire +pexpireat "
-    "+hget +hmget +hset +hdel +hexists +hlen +hscan "
+    "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan "
     "+zadd +zrange +zrem +zscore"
 )
 
