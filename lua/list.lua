@@ -44,7 +44,10 @@ local out = {''}
 local examined, chunk = 0, 64
 local cursor = upper
 while #out - 1 < limit and examined < budget do
-  local want = math.min(chunk, budget - examined)
+  -- without a filter every member examined is returned: ask for exactly what is missing
+  local want = chunk
+  if nf == 0 then want = limit - (#out - 1) end
+  want = math.min(want, budget - examined)
   local members = redis.call('ZRANGE', key, cursor, lower, 'BYLEX', 'REV', 'LIMIT', 0, want)
   for _, m in ipairs(members) do
     examined = examined + 1
