@@ -1,8 +1,9 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
+      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
 (BaseCheckpointSaver.get_delta_channel_history), inside Redis, in one call.
-KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)   ARGV[7..] channel names
 Returns: {ancestors, seeds}; ancestors = {{write records of still-unseeded channels, in

@@ -1,13 +1,14 @@
 #!lua
 --- @include "_lib.lua"
 --[[ prune: one thread, atomically.
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
+      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
 "delete": remove the thread.  "keep_latest": per namespace keep the latest checkpoint with
 its writes, plus every ancestor (with its writes) back to the nearest one that stores a
 value for each DeltaChannel the latest still needs (channels named in its metadata
 counters_since_delta_snapshot whose value it does not store itself); delete the rest; drop
 blobs no kept checkpoint references; a kept checkpoint whose parent was
 deleted loses its parent.
-KEYS: the 10 per-thread keys (see _lib.lua)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "keep_latest" | "delete"
 Returns: number of checkpoints deleted
 ]]

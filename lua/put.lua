@@ -1,7 +1,8 @@
 #!lua
 --- @include "_lib.lua"
 --[[ put: store one checkpoint, its new channel blobs, and refresh the thread.
-KEYS: the 10 per-thread keys (see _lib.lua)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
+      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent id ("" = none)
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"

@@ -1,7 +1,8 @@
 #!lua
 --- @include "_lib.lua"
 --[[ put_writes: store the writes of one task against one checkpoint.
-KEYS: the 10 per-thread keys (see _lib.lua)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
+      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] n = number of writes
 then n quadruples: field suffix e(task_id)..idx, sort suffix e(task_path)..e(task_id)..idx,
