@@ -81,6 +81,21 @@ local function rec_field(s, want)
   fail('RS_BADARG', 'record has no part ' .. want)
 end
 
+-- two parts of a record in one pass over its header (a < b)
+local function rec_two(s, a, b)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, i, first = semi + 1, 0, nil
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    i = i + 1
+    len = tonumber(len)
+    if i == a then first = string.sub(s, pos, pos + len - 1) end
+    if i == b then return first, string.sub(s, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  fail('RS_BADARG', 'record has no part ' .. b)
+end
+
 local function pack_rec(parts)
   local lens = {}
   for i = 1, #parts do lens[i] = tostring(#parts[i]) end

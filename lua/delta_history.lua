@@ -17,6 +17,31 @@ local remaining, left = {}, 0
 for i = 7, #ARGV do
   if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
 end
+-- the versions of the still-unseeded channels in a versions record, taking substrings only
+-- for parts whose length matches a wanted channel name (records hold every channel)
+local want_len = {}
+for ch, _ in pairs(remaining) do want_len[#ch] = true end
+local function wanted_versions(vrec)
+  local semi = string.find(vrec, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, odd, name, out = semi + 1, true, nil, {}
+  for len in string.gmatch(string.sub(vrec, 1, semi - 1), '%d+') do
+    len = tonumber(len)
+    if odd then
+      name = nil
+      if want_len[len] then
+        local c = string.sub(vrec, pos, pos + len - 1)
+        if remaining[c] then name = c end
+      end
+    elseif name then
+      out[name] = string.sub(vrec, pos, pos + len - 1)
+    end
+    odd = not odd
+    pos = pos + len
+  end
+  return out
+end
+
 local cid_e
 if cid == '' then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
@@ -34,14 +59,11 @@ while parent and parent ~= '' and left > 0 do
   raw = redis.call('HGET', K_CP, ns_e .. p_e)
   if not raw then break end
   -- only the parts the walk needs, without copying the checkpoint payload
-  local versions = unpack_rec(rec_field(raw, 6))
+  local next_parent, vrec = rec_two(raw, 1, 6)
   local here = {}
-  for i = 1, #versions - 1, 2 do
-    local ch = versions[i]
-    if remaining[ch] then
-      local b = redis.call('HGET', K_BLOB, ns_e .. enc(ch) .. versions[i + 1])
-      if b and rec_field(b, 1) ~= 'empty' then here[ch] = b end
-    end
+  for ch, ver in pairs(wanted_versions(vrec)) do
+    local b = redis.call('HGET', K_BLOB, ns_e .. enc(ch) .. ver)
+    if b and rec_field(b, 1) ~= 'empty' then here[ch] = b end
   end
   local ws = {}
   for _, w in ipairs(writes_of(ns_e, p_e)) do
@@ -54,7 +76,7 @@ while parent and parent ~= '' and left > 0 do
     remaining[ch] = nil
     left = left - 1
   end
-  parent = rec_field(raw, 1)
+  parent = next_parent
 end
 if REFRESH == '1' and META_V then touch() end
 return {ancestors, seeds}
