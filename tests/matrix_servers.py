@@ -251,7 +251,8 @@ def _summary_line(text: str) -> str:
 
 
 def _pytest(name: str, suite: str, args: list[str], url: str) -> tuple[bool, str]:
-    env = {**os.environ, "REDIS_URL": url}
+    # the contract suite's cluster variant would run on Debian's redis-server, not on this one
+    env = {**os.environ, "REDIS_URL": url, "CONTRACT_DEPLOYMENTS": "standalone"}
     _log(f"{name}: REDIS_URL={url} pytest {' '.join(args)}")
     res = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
