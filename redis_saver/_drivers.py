@@ -175,8 +175,8 @@ class SyncDriver(_Base):
             missing = self._missing(commands, res)
             if not missing or attempt:
                 return res
-            for script in missing:
-                self.client.script_load(script.source)
+            for script in missing:  # on the node that answered (a promoted replica lacks it)
+                (client or self.client).script_load(script.source)
         raise AssertionError("unreachable")
 
     def _call_and_wait(self, call: Call) -> Any:
@@ -333,8 +333,8 @@ class AsyncDriver(_Base):
             missing = self._missing(commands, res)
             if not missing or attempt:
                 return res
-            for script in missing:
-                await self.client.script_load(script.source)
+            for script in missing:  # on the node that answered (a promoted replica lacks it)
+                await node.execute_command("SCRIPT", "LOAD", script.source)
         raise AssertionError("unreachable")
 
     async def batch(self, calls: Sequence[Call]) -> list[Any]:
