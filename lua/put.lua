@@ -71,7 +71,7 @@ if mode == 'latest' then
     local p = skip(m, 1)
     local ons_e = string.sub(m, 1, p - 1)
     if ons_e ~= ns_e and not stale[ons_e] then
-      local parents = unpack_rec(unpack_rec(redis.call('HGET', K_CP, m))[10])
+      local parents = unpack_rec(rec_field(redis.call('HGET', K_CP, m), 10))
       for i = 1, #parents - 1, 2 do
         if parents[i] == ns then
           -- older than the latest and not its parent (a newer parent may be on its way)

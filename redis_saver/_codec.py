@@ -114,9 +114,5 @@ def versions_record(versions: dict[str, Any]) -> bytes:
     return pack(parts)
 
 
-def as_str(b: bytes) -> str:
-    return b.decode()
-
-
 def pairs(items: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
     return [(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]

@@ -10,7 +10,7 @@ in ``_drivers.py`` run the same plans, so no logic is written twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -452,13 +452,3 @@ def _list_bounds(ns: str | None, cid: str | None, before_id: str | None) -> tupl
         return "id", b"(" + enc(cid) + b"\xff", b"[" + enc(cid)
     return "id", (b"(" + enc(before_id)) if before_id is not None else b"+", b"-"
 
-
-def chunks(items: Iterable[Any], n: int) -> Iterable[list[Any]]:
-    buf: list[Any] = []
-    for x in items:
-        buf.append(x)
-        if len(buf) == n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
