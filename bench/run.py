@@ -177,15 +177,20 @@ def check(e: Entry, ref: Entry, thread: str, put_ids, delta_cfg, capped=False):
 # --------------------------------------------------------------------------- phases
 
 
-def replay(e: Entry, calls, thread, timer=None, rep=0):
-    prepared = [call_for_thread(c, thread) for c in calls]
-    gc.collect()
-    for c in prepared:
-        if timer is None:
-            e.do(c)
-            continue
-        op = c.op if c.op in ("put", "put_writes") else "replay " + c.op
-        timer.time(e.name, op, rep, e.do, c)
+def replay(e: Entry, calls, thread):
+    """Untimed replay (setup, warm-up, reference); the timed one is interleaved call by call in main()."""
+    for c in [call_for_thread(c, thread) for c in calls]:
+        e.do(c)
+
+
+def replay_op(c: Call) -> str:
+    return c.op if c.op in ("put", "put_writes") else "replay " + c.op
+
+
+def rotated(xs, k):
+    """xs rotated to start at index k (mod len)."""
+    k = k % len(xs) if xs else 0
+    return xs[k:] + xs[:k]
 
 
 def used_memory(e: Entry):
@@ -468,22 +473,36 @@ def main(argv=None) -> int:
             guarded(e, "setup delta replay", replay, e, dchat.calls, "delta")
             guarded(e, "warm-up replay", replay, e, chat.calls[:40], "warm")
 
-        # ---- latency, interleaved: each phase runs every saver in turn, the order rotating per repetition
+        # ---- latency, interleaved call by call: call i (replay), sample i (reads) and turn k (invoke) run on every
+        # saver before call i+1, the saver order rotating per call and per repetition, so load drift hits all alike
         for r in range(reps):
-            order = entries[r % len(entries):] + entries[:r % len(entries)] if entries else []
+            order = rotated(entries, r)
             thread = f"rep{r}"
             log(f"rep {r + 1}/{reps}: replay")
+            prepared = {e.name: [call_for_thread(c, thread) for c in chat.calls] for e in order}  # untimed
+            mem0 = {}
+            if r == 0:  # bytes per checkpoint: server memory delta over this replay, per saver
+                for e in order:
+                    mem0[e.name] = (used_memory(e), pg_bytes(e, pg_url) if e.kind == "postgres" else None)
+            dropped: set = set()  # savers whose call raised: out of the rest of this replay
+            gc.collect()
+            for i in range(len(chat.calls)):
+                for e in rotated(order, i):
+                    if e.name in dropped:
+                        continue
+                    c = prepared[e.name][i]
+                    if guarded(e, "replay", timer.time, e.name, replay_op(c), r, e.do, c) is FAILED:
+                        dropped.add(e.name)
             for e in order:
-                m0 = used_memory(e) if r == 0 else None
-                p0 = pg_bytes(e, pg_url) if r == 0 and e.kind == "postgres" else None
-                guarded(e, "replay", replay, e, chat.calls, thread, timer, r)
-                if r == 0:
-                    if m0 is not None:
-                        bytes_per_cp[e.name] = {"bytes": (used_memory(e) - m0) / chat.n_puts,
-                                                "method": "Redis used_memory delta"}
-                    elif p0 is not None:
-                        bytes_per_cp[e.name] = {"bytes": (pg_bytes(e, pg_url) - p0) / chat.n_puts,
-                                                "method": "pg_total_relation_size delta"}
+                m0, p0 = mem0.get(e.name, (None, None))
+                if e.name in dropped:
+                    continue  # partial replay: no bytes per checkpoint
+                if m0 is not None:
+                    bytes_per_cp[e.name] = {"bytes": (used_memory(e) - m0) / chat.n_puts,
+                                            "method": "Redis used_memory delta"}
+                elif p0 is not None:
+                    bytes_per_cp[e.name] = {"bytes": (pg_bytes(e, pg_url) - p0) / chat.n_puts,
+                                            "method": "pg_total_relation_size delta"}
             if r == 0:
                 replay(ref, chat.calls, thread)
                 log("correctness check vs InMemorySaver")
@@ -503,33 +522,40 @@ def main(argv=None) -> int:
                 ("delta history", lambda e: e.delta(delta_cfg, ["messages"])),
             ]
             for op, fn in reads:
-                for e in order:
-                    gc.collect()
-                    t_end = time.perf_counter() + read_cap
-                    for i in range(n_reads):
-                        if guarded(e, op, timer.time, e.name, op, r, fn, e) is FAILED:
-                            break
-                        if i >= 2 and time.perf_counter() > t_end:  # slow saver: fewer samples, noted in n
-                            break
+                spent = {e.name: 0.0 for e in order}  # wall seconds in this saver's own calls (the time cap)
+                stopped: set = set()  # failed, or over read_cap with >= 3 samples
+                gc.collect()
+                for i in range(n_reads):
+                    for e in rotated(order, i):
+                        if e.name in stopped:
+                            continue
+                        t0 = time.perf_counter()
+                        res = guarded(e, op, timer.time, e.name, op, r, fn, e)
+                        spent[e.name] += time.perf_counter() - t0
+                        if res is FAILED or (i >= 2 and spent[e.name] > read_cap):  # slow: fewer samples, see n
+                            stopped.add(e.name)
             if "invoke" not in skip_phases:
                 log(f"rep {r + 1}/{reps}: invoke (untimed native prefill of {a.turns} turns, then {k_invoke} timed)")
+                # a thread written by the saver itself (its own version strings), ~50 KB of messages;
+                # full run: a fresh one per repetition; --quick: one, growing by k_invoke turns per repetition
+                inv = "inv0" if q else f"inv{r}"
+                cfg = {"configurable": {"thread_id": inv}}
                 for e in order:
-                    # a thread written by the saver itself (its own version strings), ~50 KB of messages;
-                    # full run: a fresh one per repetition; --quick: one, growing by k_invoke turns per repetition
-                    inv = "inv0" if q else f"inv{r}"
-                    cfg = {"configurable": {"thread_id": inv}}
                     if (e.name, inv) not in prefilled:
                         for t in range(a.turns):
                             if guarded(e, "invoke prefill", e.invoke, graphs[e.name], user_input(t), cfg) is FAILED:
                                 break
                         else:
                             prefilled.add((e.name, inv))
-                    ok = (e.name, inv) in prefilled
-                    gc.collect()
-                    for k in range(k_invoke if ok else 0):
+                stopped = {e.name for e in order if (e.name, inv) not in prefilled}
+                gc.collect()
+                for k in range(k_invoke):
+                    for e in rotated(order, k):
+                        if e.name in stopped:
+                            continue
                         if guarded(e, "invoke", timer.time, e.name, "invoke turn", r, e.invoke, graphs[e.name],
                                    user_input(a.turns + r * k_invoke + k), cfg) is FAILED:
-                            break
+                            stopped.add(e.name)
 
         # ---- scaling: per saver one thread per size (filled by put in a loop, timed, budgeted); then every size
         # of every saver is measured in the same interleaved rounds, so load changes hit all sizes alike
