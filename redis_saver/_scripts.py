@@ -9,6 +9,10 @@ KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``.
 
+An included library keeps only the ``local function`` definitions the including script
+uses (directly or through other helpers): Lua re-creates every function of a script on
+each EVALSHA, so unused helpers cost every call a few microseconds.
+
 The script files are found inside the installed package (``redis_saver/lua``, put there by
 the wheel build) or, from a source checkout, in ``lua/`` next to the package.
 """
@@ -23,6 +27,12 @@ from importlib import resources
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
+# a top-level helper: "local function name(" on one line ending with " end", or up to the
+# first "end" at column 0 (the convention lua/_lib.lua follows)
+_FUNCTION = re.compile(
+    r"^local function ([A-Za-z_][A-Za-z0-9_]*)\((?:[^\n]*\send\n|.*?^end\n)", re.MULTILINE | re.DOTALL
+)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def lua_dir() -> Path:
@@ -57,6 +67,22 @@ def _make(name: str, source: str) -> Script:
     return Script(name, data, hashlib.sha1(data).hexdigest(), "no-writes" not in first)
 
 
+def shake(library: str, user: str) -> str:
+    """``library`` without the top-level functions that neither ``user`` nor the kept code
+    references (by name, transitively). Everything that is not such a function is kept,
+    in order; a name that only appears in a comment or string keeps its function (harmless)."""
+    functions = {m.group(1): m for m in _FUNCTION.finditer(library)}
+    rest = _FUNCTION.sub("", library)
+    needed: set[str] = set()
+    todo = set(_NAME.findall(user)) | set(_NAME.findall(rest))
+    while todo:
+        name = todo.pop()
+        if name in functions and name not in needed:
+            needed.add(name)
+            todo |= set(_NAME.findall(functions[name].group(0)))
+    return _FUNCTION.sub(lambda m: m.group(0) if m.group(1) in needed else "", library)
+
+
 @lru_cache(maxsize=1)
 def load_all() -> dict[str, Script]:
     d = lua_dir()
@@ -66,8 +92,8 @@ def load_all() -> dict[str, Script]:
             continue
         text = path.read_text()
 
-        def expand(m: re.Match[str]) -> str:
-            return (d / m.group(1)).read_text()
+        def expand(m: re.Match[str], text: str = text) -> str:
+            return shake((d / m.group(1)).read_text(), _INCLUDE.sub("", text))
 
         text = _INCLUDE.sub(expand, text)
         name = path.stem

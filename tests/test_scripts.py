@@ -119,3 +119,30 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
     assert len(c.args) == fixed_argv("export")
     c = first_call(s._plan_delete_for_runs(["r1", "r2"]))
     assert c.script == "ix_query" and len(c.keys) == 2 and c.args == ["runs", "r1", "r2"]
+
+
+def test_included_library_keeps_only_the_helpers_a_script_uses():
+    from redis_saver._scripts import _FUNCTION, shake
+
+    lib = (
+        "local X = 1\n"
+        "local function a(v) return v end\n"
+        "local function b(v) return a(v) end\n"
+        "local function unused(v) return v end\n"
+        "local function c(v)\n  return X\nend\n"
+    )
+    kept = shake(lib, "return b(2) + c(3)")
+    assert "local function a(" in kept and "local function b(" in kept and "local function c(" in kept
+    assert "unused" not in kept and "local X = 1" in kept
+    # every helper a real script calls is still defined, and each script drops some
+    full = (lua_dir() / "_lib.lua").read_text()
+    defined = set(re.findall(r"^local function (\w+)\(", full, re.M))
+    # the library follows the convention shake() parses: each helper is found whole, alone
+    blocks = [m.group(0) for m in _FUNCTION.finditer(full)]
+    assert len(blocks) == len(defined) and all(b.count("local function") == 1 for b in blocks)
+    for name, s in load_all().items():
+        src = s.source.decode()
+        have = set(re.findall(r"^local function (\w+)\(", src, re.M))
+        called = {f for f in defined if re.search(r"\b%s\(" % f, src.replace("local function %s(" % f, ""))}
+        assert called <= have, f"{name}: calls {called - have} but the include dropped them"
+        assert len(have) < len(defined), f"{name}: nothing was dropped"
