@@ -67,6 +67,23 @@ local function rec_parts(s)
   return n
 end
 
+-- one anchored pattern per part count n: it matches an n-part header, capturing the lengths
+local HEADER = {}
+
+-- true when s is a well-framed record of exactly n parts (one match, nothing copied)
+local function rec_is(s, n)
+  local pat = HEADER[n]
+  if not pat then
+    pat = '^' .. string.rep('(%d+),', n - 1) .. '(%d+);'
+    HEADER[n] = pat
+  end
+  local m = {string.find(s, pat)}
+  if #m ~= n + 2 then return false end
+  local total = m[2]
+  for i = 3, n + 2 do total = total + tonumber(m[i]) end
+  return total == #s
+end
+
 -- one part of a record without copying the others (records hold large serde payloads)
 local function rec_field(s, want)
   local semi = string.find(s, ';', 1, true)
@@ -287,22 +304,23 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   end
 end
 
--- store one checkpoint record (re-put of the same id replaces it, keeping its writes)
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them
 local function store_cp(ns_e, cid_e, raw, rec)
   local field = ns_e .. cid_e
-  local old = redis.call('HGET', K_CP, field)
-  if old == raw then
-    return  -- an idempotent retry of the same put: nothing changes
-  end
-  if old then
-    local orec = unpack_rec(old)
-    if orec[8] ~= '' and orec[8] ~= rec[8] then
-      local run_e = enc(orec[8])
+  if redis.call('HSETNX', K_CP, field, raw) == 0 then
+    local old = redis.call('HGET', K_CP, field)
+    if old == raw then
+      return  -- an idempotent retry of the same put: nothing changes
+    end
+    local old_run = rec_field(old, 8)
+    if old_run ~= '' and old_run ~= rec[8] then
+      local run_e = enc(old_run)
       redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
       unlink_run_if_unused(run_e)
     end
+    redis.call('HSET', K_CP, field, raw)
   end
-  redis.call('HSET', K_CP, field, raw)
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
   if rec[8] ~= '' then link_run(enc(rec[8]), ns_e, cid_e) end
@@ -317,13 +335,24 @@ local function drop_thread()
   redis.call('DEL', unpack(THREAD_KEYS))
 end
 
+-- a checkpoint record's framing, and that of its nested records; returns its small parts
+-- (1 parent, 6 versions, 7 filter, 8 run id, 9 delta, 10 parents) without copying the
+-- serde payloads (parts 2-5)
 local function validate_record(raw)
-  local rec = unpack_rec(raw)
-  if #rec ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
-  unpack_rec(rec[6])
-  unpack_rec(rec[7])
-  unpack_rec(rec[9])
-  unpack_rec(rec[10])
+  local semi = string.find(raw, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local rec, pos, n = {}, semi + 1, 0
+  for len in string.gmatch(string.sub(raw, 1, semi - 1), '%d+') do
+    n = n + 1
+    len = tonumber(len)
+    if n == 1 or n >= 6 then rec[n] = string.sub(raw, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  if n ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
+  if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
+  for i = 6, 10 do
+    if i ~= 8 then rec_parts(rec[i]) end
+  end
   return rec
 end
 

@@ -18,7 +18,7 @@ if nblobs == nil or #ARGV ~= 11 + 2 * nblobs then fail('RS_BADARG', 'bad blob co
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
 for i = 1, nblobs do
-  if rec_parts(ARGV[11 + 2 * i]) ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
+  if not rec_is(ARGV[11 + 2 * i], 2) then fail('RS_BADARG', 'blob record must have 2 parts') end
 end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)

@@ -14,21 +14,22 @@ local ns, cid, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
 if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
 if n == nil or #ARGV ~= 7 + 4 * n then fail('RS_BADARG', 'bad write count') end
 for i = 0, n - 1 do
-  if rec_parts(ARGV[10 + 4 * i]) ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
+  if not rec_is(ARGV[10 + 4 * i], 6) then fail('RS_BADARG', 'write record must have 6 parts') end
   local sp = ARGV[11 + 4 * i]
   if sp ~= '0' and sp ~= '1' then fail('RS_BADARG', 'bad special flag') end
 end
 check_format()
 local prefix = enc(ns) .. enc(cid)
 init_meta()
-local stored = 0
+local stored, members = 0, {}
 for i = 0, n - 1 do
   local field = prefix .. ARGV[8 + 4 * i]
   local member = prefix .. ARGV[9 + 4 * i]
   if ARGV[11 + 4 * i] == '0' then
     -- a regular write: the first one wins
     if redis.call('HSETNX', K_WR, field, ARGV[10 + 4 * i]) == 1 then
-      redis.call('ZADD', K_WORD, 0, member)
+      members[#members + 1] = 0
+      members[#members + 1] = member
       stored = stored + 1
     end
   else
@@ -40,6 +41,11 @@ for i = 0, n - 1 do
     redis.call('ZADD', K_WORD, 0, member)
     stored = stored + 1
   end
+end
+-- the sort members of the regular writes stored, in one command per 500 (a special write
+-- never shares a field with a regular one: their idx differ)
+for i = 1, #members, 1000 do
+  redis.call('ZADD', K_WORD, unpack(members, i, math.min(i + 999, #members)))
 end
 touch()
 return stored

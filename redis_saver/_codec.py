@@ -29,6 +29,8 @@ from .errors import MalformedReplyError
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
     bs = [p if isinstance(p, bytes) else p.encode() for p in parts]
+    if not bs:
+        return b";"
     return b",".join([b"%d" % len(b) for b in bs]) + b";" + b"".join(bs)
 
 
