@@ -51,32 +51,104 @@ else
   cid_e = enc(cid)
 end
 local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
-local ancestors, seeds = {}, {}
 local parent = nil
 if raw then parent = rec_field(raw, 1) end
+local wanted = {}
+for ch, _ in pairs(remaining) do wanted[ch] = true end
+
+-- 1. The chain of ancestors, newest first. A channel stops at the newest ancestor whose
+-- stored value for it is not empty (its seed). Blobs are looked up a page of ancestors at
+-- a time (one HMGET), and a version already looked up is not looked up again.
+local chain, seeded_at, seeds, looked = {}, {}, {}, {}
 while parent and parent ~= '' and left > 0 do
-  local p_e = enc(parent)
-  raw = redis.call('HGET', K_CP, ns_e .. p_e)
-  if not raw then break end
-  -- only the parts the walk needs, without copying the checkpoint payload
-  local next_parent, vrec = rec_two(raw, 1, 6)
-  local here = {}
-  for ch, ver in pairs(wanted_versions(vrec)) do
-    local b = redis.call('HGET', K_BLOB, ns_e .. enc(ch) .. ver)
-    if b and rec_field(b, 1) ~= 'empty' then here[ch] = b end
+  local page, n = {}, 0
+  while parent and parent ~= '' and n < 16 do
+    local p_e = enc(parent)
+    raw = redis.call('HGET', K_CP, ns_e .. p_e)
+    if not raw then
+      parent = nil
+      break
+    end
+    -- only the parts the walk needs, without copying the checkpoint payload
+    local next_parent, vrec = rec_two(raw, 1, 6)
+    chain[#chain + 1] = p_e
+    for ch, ver in pairs(wanted_versions(vrec)) do
+      if looked[ch] ~= ver then
+        looked[ch] = ver
+        page[#page + 1] = {#chain, ch, ns_e .. enc(ch) .. ver}
+      end
+    end
+    n = n + 1
+    parent = next_parent
   end
-  local ws = {}
-  for _, w in ipairs(writes_of(ns_e, p_e)) do
-    if w and remaining[rec_field(w, 2)] then ws[#ws + 1] = w end
+  for i = 1, #page, 1000 do
+    local fields = {}
+    for j = i, math.min(i + 999, #page) do fields[#fields + 1] = page[j][3] end
+    local blobs = redis.call('HMGET', K_BLOB, unpack(fields))
+    for j = 1, #fields do
+      local at, ch, b = page[i + j - 1][1], page[i + j - 1][2], blobs[j]
+      if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
+        remaining[ch] = nil
+        left = left - 1
+        seeded_at[ch] = at
+        seeds[#seeds + 1] = ch
+        seeds[#seeds + 1] = b
+      end
+    end
   end
-  ancestors[#ancestors + 1] = ws
-  for ch, b in pairs(here) do
-    seeds[#seeds + 1] = ch
-    seeds[#seeds + 1] = b
-    remaining[ch] = nil
-    left = left - 1
+end
+-- the walk ends at the oldest seed (the page may have read a few ancestors beyond it)
+if left == 0 then
+  local last = 0
+  for _, at in pairs(seeded_at) do last = math.max(last, at) end
+  for i = #chain, last + 1, -1 do chain[i] = nil end
+end
+
+-- 2. The writes of the chain: one range of the sort index over the chain's ids when that
+-- range holds little else (a linear thread), else one range per ancestor. An ancestor
+-- keeps the writes of the channels not seeded at a newer ancestor, in writes_sort_key order.
+local ancestors, at_of = {}, {}
+local low, high = nil, nil
+for i, c in ipairs(chain) do
+  ancestors[i] = {}
+  at_of[c] = i
+  if not low or c < low then low = c end
+  if not high or c > high then high = c end
+end
+local members = {}
+if #chain > 0 then
+  local from, to = lo(ns_e .. low), hi(ns_e .. high)
+  if redis.call('ZLEXCOUNT', K_WORD, from, to) <= 4 * #chain + 64 then
+    members = redis.call('ZRANGE', K_WORD, from, to, 'BYLEX')
+  else
+    for _, c in ipairs(chain) do
+      for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e .. c), hi(ns_e .. c), 'BYLEX')) do
+        members[#members + 1] = m
+      end
+    end
   end
-  parent = next_parent
+end
+local fields, owner = {}, {}
+for _, m in ipairs(members) do
+  local e = skip(m, #ns_e + 1)
+  local at = at_of[string.sub(m, #ns_e + 1, e - 1)]
+  if at then
+    -- the write-hash field: the member without its e(task_path)
+    fields[#fields + 1] = string.sub(m, 1, e - 1) .. string.sub(m, skip(m, e))
+    owner[#owner + 1] = at
+  end
+end
+for i = 1, #fields, 1000 do
+  local part = redis.call('HMGET', K_WR, unpack(fields, i, math.min(i + 999, #fields)))
+  for j, w in ipairs(part) do
+    if w then
+      local ch, at = rec_field(w, 2), owner[i + j - 1]
+      if wanted[ch] and (seeded_at[ch] == nil or at <= seeded_at[ch]) then
+        local a = ancestors[at]
+        a[#a + 1] = w
+      end
+    end
+  end
 end
 if REFRESH == '1' and META_V then touch() end
 return {ancestors, seeds}
