@@ -81,6 +81,8 @@ def canonical_json(v: Any) -> bytes | None:
         return b"%d" % v
     if v is None:
         return b"null"
+    if t is dict and not v:
+        return b"{}"
     try:
         return _ENCODER.encode(_canon(v)).encode()
     except (TypeError, ValueError):

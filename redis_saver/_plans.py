@@ -219,20 +219,26 @@ class Plans:
         _str(task_id, "task_id")
         _str(task_path, "task_path")
         args: list[bytes | str | int] = []
+        task_b, path_b = task_id.encode(), task_path.encode()
+        task_e = enc(task_id)
+        path_task_e = enc(task_path) + task_e
+        dumps = self.serde.dumps_typed
         for idx, item in enumerate(writes):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise TypeError("writes must be a sequence of (channel, value) pairs")
             ch, value = item
             _str(ch, "write channel")
-            widx = WRITES_IDX_MAP.get(ch, idx)
-            ty, data = self.serde.dumps_typed(value)
-            tail = enc(task_id) + _idx8(widx)
-            args += [
-                tail,
-                enc(task_path) + tail,
-                codec.pack([task_id, ch, ty, data, task_path, str(widx)]),
-                "1" if ch in WRITES_IDX_MAP else "0",
-            ]
+            special = ch in WRITES_IDX_MAP
+            widx = WRITES_IDX_MAP[ch] if special else idx
+            ty, data = dumps(value)
+            idx8 = _idx8(widx)
+            ch_b, ty_b, widx_b = ch.encode(), ty.encode(), b"%d" % widx
+            # a write record (codec.pack of [task_id, channel, type, data, task_path, idx])
+            record = b"%d,%d,%d,%d,%d,%d;%s%s%s%s%s%s" % (
+                len(task_b), len(ch_b), len(ty_b), len(data), len(path_b), len(widx_b),
+                task_b, ch_b, ty_b, data, path_b, widx_b,
+            )  # fmt: skip
+            args += [task_e + idx8, path_task_e + idx8, record, "1" if special else "0"]
         if not args:
             return None
         yield Call(
