@@ -33,6 +33,7 @@ _FUNCTION = re.compile(
     r"^local function ([A-Za-z_][A-Za-z0-9_]*)\((?:[^\n]*\send\n|.*?^end\n)", re.MULTILINE | re.DOTALL
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
 
 
 def lua_dir() -> Path:
@@ -67,19 +68,24 @@ def _make(name: str, source: str) -> Script:
     return Script(name, data, hashlib.sha1(data).hexdigest(), "no-writes" not in first)
 
 
+def _names(code: str) -> list[str]:
+    """The identifiers in Lua code, comments left out (a name in a comment keeps nothing)."""
+    return _NAME.findall(_COMMENT.sub("", code))
+
+
 def shake(library: str, user: str) -> str:
     """``library`` without the top-level functions that neither ``user`` nor the kept code
     references (by name, transitively). Everything that is not such a function is kept,
-    in order; a name that only appears in a comment or string keeps its function (harmless)."""
+    in order; a name that only appears in a string keeps its function (harmless)."""
     functions = {m.group(1): m for m in _FUNCTION.finditer(library)}
     rest = _FUNCTION.sub("", library)
     needed: set[str] = set()
-    todo = set(_NAME.findall(user)) | set(_NAME.findall(rest))
+    todo = set(_names(user)) | set(_names(rest))
     while todo:
         name = todo.pop()
         if name in functions and name not in needed:
             needed.add(name)
-            todo |= set(_NAME.findall(functions[name].group(0)))
+            todo |= set(_names(functions[name].group(0)))
     return _FUNCTION.sub(lambda m: m.group(0) if m.group(1) in needed else "", library)
 
 
