@@ -122,7 +122,7 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
 
 
 def test_included_library_keeps_only_the_helpers_a_script_uses():
-    from redis_saver._scripts import _FUNCTION, shake
+    from redis_saver._scripts import _COMMENT, _FUNCTION, shake
 
     lib = (
         "local X = 1\n"
@@ -141,7 +141,7 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
     blocks = [m.group(0) for m in _FUNCTION.finditer(full)]
     assert len(blocks) == len(defined) and all(b.count("local function") == 1 for b in blocks)
     for name, s in load_all().items():
-        src = s.source.decode()
+        src = _COMMENT.sub("", s.source.decode())
         have = set(re.findall(r"^local function (\w+)\(", src, re.M))
         called = {f for f in defined if re.search(r"\b%s\(" % f, src.replace("local function %s(" % f, ""))}
         assert called <= have, f"{name}: calls {called - have} but the include dropped them"
