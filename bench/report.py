@@ -66,7 +66,11 @@ def markdown(res: dict) -> str:
 
     sizes = [str(s) for s in m["scaling_sizes"]]
     if res["scaling"]:
-        L.append("## Scaling: one thread with N checkpoints (p50 get latest / list(before=middle, limit=10))")
+        L.append("## Scaling: one thread with N checkpoints (p50 get latest / list10 / list5)")
+        L.append("")
+        L.append("get = `get_tuple` latest; list10 = `list(before=<middle id>, limit=10)`; list5 = the same with "
+                 "`limit=5`. At 10 checkpoints only 5 lie before the middle, so list10 returns 5 there and 10 at "
+                 "every larger size; list5 returns 5 everywhere (like for like).")
         L.append("")
         L.append("| saver | " + " | ".join(f"{int(s):,}" for s in sizes) + " | fill ms/put |")
         L.append("|---|" + "---|" * (len(sizes) + 1))
@@ -81,6 +85,8 @@ def markdown(res: dict) -> str:
                     notes.append(f"{n} at {int(s):,}: {d['skipped']}")
                 elif d.get("get_latest_p50_us") is not None:
                     c = f"{_us(d['get_latest_p50_us'])} / {_us(d['list_before_p50_us'])}"
+                    if "list5_before_p50_us" in d:  # absent in results written before list5 existed
+                        c += f" / {_us(d['list5_before_p50_us'])}"
                     if d.get("incorrect"):
                         c += " ⚠"
                         notes.append(f"{n} at {int(s):,}: INCORRECT: {d['incorrect']}")
@@ -209,13 +215,16 @@ def chart(res: dict, path) -> None:
          "Ratio to the floor (same sync/async kind; 1.0 = floor)")
     axs[0][1].axhline(1.0, color="k", lw=1)
 
-    for ax, key, title in ((axs[1][0], "get_latest_p50_us", "Scaling: get_tuple latest"),
-                           (axs[1][1], "list_before_p50_us", "Scaling: list(before=middle, limit=10)")):
+    for ax, keys, title in ((axs[1][0], ("get_latest_p50_us",), "Scaling: get_tuple latest"),
+                            (axs[1][1], ("list_before_p50_us", "list5_before_p50_us"),
+                             "Scaling: list(before=middle), limit=10 solid / limit=5 dashed")):
         for n in names:
             sc = res["scaling"].get(n, {})
-            xs = [int(s) for s, d in sc.items() if d.get(key)]
-            if xs:
-                ax.plot(xs, [sc[str(x)][key] for x in xs], marker="o", label=n, color=color[n])
+            for key, style in zip(keys, ("-", "--")):
+                xs = [int(s) for s, d in sc.items() if d.get(key)]
+                if xs:
+                    ax.plot(xs, [sc[str(x)][key] for x in xs], marker="o", ls=style, color=color[n],
+                            label=n if style == "-" else None)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("checkpoints in the thread")

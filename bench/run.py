@@ -602,30 +602,35 @@ def main(argv=None) -> int:
                     lv = live[size]
                     for e in lv[r % max(len(lv), 1):] + lv[:r % max(len(lv), 1)]:
                         gc.collect()
-                        for _ in range(scale_n):
+                        for i in range(scale_n):
                             guarded(e, f"scale get {size}", st.time, e.name, f"get{size}", r, e.get_tuple, base)
-                            guarded(e, f"scale list {size}", st.time, e.name, f"list{size}", r,
-                                    lambda e=e: e.list(base, before=before, limit=10))
+                            # limit=10 and limit=5 alternate which goes first, so neither always follows the other
+                            for op, lim in ((("list", 10), ("list5", 5)) if i % 2 == 0 else
+                                            (("list5", 5), ("list", 10))):
+                                guarded(e, f"scale {op} {size}", st.time, e.name, f"{op}{size}", r,
+                                        lambda e=e, lim=lim: e.list(base, before=before, limit=lim))
             for size in sizes:
                 base, before = cfgs[size]
-                expect = list(reversed(ids[max(0, size // 2 - 10):size // 2]))
                 for e in live[size]:
                     d = scaling[e.name][size]
-                    g = [x for v in st.wall[e.name][f"get{size}"].values() for x in v]
-                    li = [x for v in st.wall[e.name][f"list{size}"].values() for x in v]
-                    d["get_latest_p50_us"] = pct(g, 0.5) / 1e3 if g else None
-                    d["list_before_p50_us"] = pct(li, 0.5) / 1e3 if li else None
+                    for key, op in (("get_latest_p50_us", f"get{size}"), ("list_before_p50_us", f"list{size}"),
+                                    ("list5_before_p50_us", f"list5{size}")):
+                        xs = [x for v in st.wall[e.name][op].values() for x in v]
+                        d[key] = pct(xs, 0.5) / 1e3 if xs else None
                     try:
                         got_t = e.get_tuple(base)
-                        got_l = [t.config["configurable"]["checkpoint_id"] for t in e.list(base, before=before,
-                                                                                              limit=10)]
                         bad = []
                         if got_t is None or got_t.config["configurable"]["checkpoint_id"] != ids[size - 1]:
                             bad.append("get latest returned the wrong checkpoint")
-                        if got_l != expect:
-                            bad.append(f"list(before=middle, limit=10) returned {len(got_l)} ids, "
-                                       f"{'different ids' if len(got_l) == len(expect) else 'expected 10'}"
-                                       f"{' (before ignored)' if got_l and got_l[0] == ids[size - 1] else ''}")
+                        for lim in (10, 5):
+                            # the ids just below the middle, newest first (only 5 exist at size 10)
+                            expect = list(reversed(ids[max(0, size // 2 - lim):size // 2]))
+                            got_l = [t.config["configurable"]["checkpoint_id"]
+                                     for t in e.list(base, before=before, limit=lim)]
+                            if got_l != expect:
+                                what = "different ids" if len(got_l) == len(expect) else f"expected {len(expect)}"
+                                bad.append(f"list(before=middle, limit={lim}) returned {len(got_l)} ids, {what}"
+                                           f"{' (before ignored)' if got_l and got_l[0] == ids[size - 1] else ''}")
                         if bad:
                             d["incorrect"] = "; ".join(bad)
                     except Exception as ex:
@@ -704,13 +709,25 @@ def main(argv=None) -> int:
             t[f"{op} <= {lim}x floor"] = {"value": v, "pass": None if v is None else v <= lim}
         sc = scaling.get(name, {})
         ok = [s for s in sizes if sc.get(s, {}).get("get_latest_p50_us")]
-        for key, lab in (("get_latest_p50_us", "get latest"), ("list_before_p50_us", "list(before)")):
-            if len(ok) >= 2 and ok[0] == sizes[0]:
-                v = sc[ok[-1]][key] / sc[ok[0]][key]
-                t[f"{lab} at {ok[-1]:,} <= {SCALE_TARGET}x at {ok[0]}"] = {
-                    "value": v, "pass": v <= SCALE_TARGET, "size": ok[-1], "complete": ok[-1] == max(sizes)}
+        # (key, label, baseline size, what the label adds): at size 10 the middle is id #5, so limit=10 returns
+        # only 5 checkpoints there and 10 at every larger size; limit=5 and the 1,000 baseline are like for like
+        rows = [("get_latest_p50_us", "get latest", sizes[0], ""),
+                ("list_before_p50_us", "list(before, limit=10)", sizes[0],
+                 f" ({min(10, sizes[0] // 2)} results at {sizes[0]:,}, 10 beyond)" if sizes[0] < 20 else ""),
+                ("list5_before_p50_us", "list(before, limit=5)", sizes[0], " (5 results at every size)"
+                 if sizes[0] >= 10 else f" ({sizes[0] // 2} results at {sizes[0]:,}, 5 beyond)")]
+        if 1000 in sizes and sizes[0] < 1000:
+            rows.append(("list_before_p50_us", "list(before, limit=10)", 1000, " (10 results at both)"))
+        for key, lab, lo, note in rows:
+            hi = ok[-1] if ok else max(sizes)
+            if lo in ok and hi > lo and sc[lo].get(key) and sc[hi].get(key):
+                v = sc[hi][key] / sc[lo][key]
+                # one row name for every saver (the largest size of the run); a saver that stopped
+                # short of it is measured at its largest size, flagged incomplete (see the report)
+                t[f"{lab} at {max(sizes):,} <= {SCALE_TARGET}x at {lo:,}{note}"] = {
+                    "value": v, "pass": v <= SCALE_TARGET, "size": hi, "complete": hi == max(sizes)}
             else:
-                t[f"{lab} at {max(sizes):,} <= {SCALE_TARGET}x at {sizes[0]}"] = {"value": None, "pass": None}
+                t[f"{lab} at {max(sizes):,} <= {SCALE_TARGET}x at {lo:,}{note}"] = {"value": None, "pass": None}
         b, fb = bytes_per_cp.get(name), bytes_per_cp.get(floor_of[name])
         v = b["bytes"] / fb["bytes"] if b and fb and b["method"] == fb["method"] and fb["bytes"] > 0 else None
         t[f"bytes/checkpoint <= {BYTES_TARGET}x floor"] = {"value": v, "pass": None if v is None else v <= BYTES_TARGET}
