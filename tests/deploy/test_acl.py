@@ -41,7 +41,7 @@ SAVER_ACL_COMMANDS = (
     # called from inside the Lua scripts (ACL applies to redis.call):
     "+time +del +persist +pexpire +pexpireat "
     "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan "
-    "+zadd +zrange +zrem +zscore"
+    "+zadd +zrange +zlexcount +zrem +zscore"
 )
 
 
