@@ -68,21 +68,18 @@ local function rec_parts(s)
   return n
 end
 
--- one anchored pattern per part count n: it matches an n-part header, capturing the lengths
-local HEADER = {}
-
--- true when s is a well-framed record of exactly n parts (one match, nothing copied)
+-- true when s is a well-framed record of exactly n parts, n = 2 (blob) or 6 (write): one
+-- anchored match with a literal pattern, no table, nothing copied (Lua coerces the captured
+-- digit strings in the sum)
 local function rec_is(s, n)
-  local pat = HEADER[n]
-  if not pat then
-    pat = '^' .. string.rep('(%d+),', n - 1) .. '(%d+);'
-    HEADER[n] = pat
+  if n == 6 then
+    local _, e, a, b, c, d, f, g = string.find(s, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);')
+    return e ~= nil and e + a + b + c + d + f + g == #s
+  elseif n == 2 then
+    local _, e, a, b = string.find(s, '^(%d+),(%d+);')
+    return e ~= nil and e + a + b == #s
   end
-  local m = {string.find(s, pat)}
-  if #m ~= n + 2 then return false end
-  local total = m[2]
-  for i = 3, n + 2 do total = total + tonumber(m[i]) end
-  return total == #s
+  error('rec_is: n must be 2 or 6')
 end
 
 -- one part of a record without copying the others (records hold large serde payloads)

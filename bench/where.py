@@ -1,0 +1,168 @@
+"""Where the time of ``put_writes``, ``put`` and delta history goes: redis_saver against the floor.
+
+    python bench/where.py [--rounds 5]
+
+Starts its own redis-server (tests/servers.py: start_standalone) and replays the benchmark's
+recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
+(bench/floor.py). Prints three markdown tables:
+
+1. **Server time per call** (``INFO commandstats`` usec delta around each call; mean per round,
+   median over rounds): the whole script, redis_saver vs floor.
+2. **Server time by stage of put_writes**: the real script cut short after each stage
+   (``do return 0 end`` inserted before a marker line), swapped into the saver, and the
+   workload's put_writes calls sent to a fresh thread per variant and round;
+   the difference between consecutive rows is what that stage costs. "empty script" is
+   ``#!lua`` + ``return 1`` with the same keys and arguments: what any EVALSHA carrying them
+   costs before its first line (the floor pays it too).
+3. **Client CPU per call** (``time.process_time``, min over rounds): building the call (the
+   plan, serde included) and the whole call, redis_saver vs floor.
+
+Nothing here asserts anything: it measures. Numbers move with the machine's load; compare rows
+within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+
+from bench.floor import FloorSaver  # noqa: E402
+from bench.workload import capture, call_for_thread  # noqa: E402
+from redis_saver import RedisSaver, _scripts  # noqa: E402
+from tests.servers import client_kwargs, start_standalone  # noqa: E402
+
+# put_writes.lua lines before which the script is cut, in order (see the script)
+STAGES = [
+    ("argument checks", "for i = 0, n - 1 do\n  if not rec_is"),
+    ("record validation", "check_format()\nlocal prefix"),
+    ("format check (HMGET meta)", "local prefix = enc(ns)"),
+    ("init_meta", "local stored, members = 0, {}"),
+    ("HSETNX per write", "-- the sort members of the regular"),
+    ("ZADD sort members", "touch()\nreturn stored"),
+]
+
+
+def _usec(r: redis.Redis) -> int:
+    """Cumulative server time of EVALSHA so far (µs)."""
+    st = r.info("commandstats").get("cmdstat_evalsha")
+    return int(st["usec"]) if st else 0
+
+
+def _timed(r: redis.Redis, fn: Callable[[], Any]) -> int:
+    u0 = _usec(r)
+    fn()
+    return _usec(r) - u0
+
+
+def server_per_call(r: redis.Redis, savers: dict[str, Any], calls: list, rounds: int) -> dict:
+    out: dict[str, dict[str, list[float]]] = {k: {"put": [], "put_writes": []} for k in savers}
+    for rnd in range(rounds):
+        for name, s in savers.items():
+            spent: dict[str, list[int]] = {"put": [], "put_writes": []}
+            for c in [call_for_thread(c, f"srv{rnd}") for c in calls]:
+                spent[c.op].append(_timed(r, lambda c=c, s=s: getattr(s, c.op)(*c.args)))
+            for op, v in spent.items():
+                out[name][op].append(statistics.fmean(v))
+    return {k: {op: statistics.median(v) for op, v in d.items()} for k, d in out.items()}
+
+
+def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: int) -> list[tuple[str, float]]:
+    full = _scripts.load_all()["put_writes"].source.decode()
+    body_at = full.index("local ns, cid, n = ARGV[5]")
+    variants = [("empty script (same keys and arguments)", "#!lua\nreturn 1"),
+                ("+ script setup (included helpers)", full[:body_at] + "do return 0 end\n" + full[body_at:])]
+    for label, marker in STAGES:
+        assert marker in full, f"put_writes.lua changed: marker {marker!r} not found"
+        variants.append((f"+ {label}", full.replace(marker, "do return 0 end\n" + marker, 1)))
+    variants.append(("+ touch (TTL / index), whole script", full))
+    pw_calls = [c for c in calls if c.op == "put_writes"]
+    res: dict[str, list[float]] = {label: [] for label, _ in variants}
+    drv = saver._driver
+    try:
+        for rnd in range(rounds):
+            for k, (label, src) in enumerate(variants):
+                drv.scripts["put_writes"] = _scripts._make("put_writes", src)
+                # a fresh thread per variant and round, so every variant sees the same state
+                writes = [call_for_thread(c, f"stages:{rnd}:{k}") for c in pw_calls]
+                saver.put_writes(*call_for_thread(pw_calls[0], f"load:{rnd}:{k}").args)  # NOSCRIPT: load it
+                spent = 0
+                for c in writes:
+                    spent += _timed(r, lambda c=c: saver.put_writes(*c.args))
+                res[label].append(spent / len(writes))
+    finally:
+        drv.scripts["put_writes"] = _scripts.load_all()["put_writes"]
+    return [(label, statistics.median(v)) for label, v in res.items()]
+
+
+def client_cpu(savers: dict[str, Any], calls: list, rounds: int) -> dict[str, dict[str, float]]:
+    rs, fl = savers["redis_saver"], savers["floor"]
+    pw = [c for c in calls if c.op == "put_writes"]
+    pu = [c for c in calls if c.op == "put"]
+    cases: dict[str, Callable[[list], None]] = {
+        "redis_saver: build put_writes call": lambda cs: [next(rs._plan_put_writes(*c.args)) for c in cs],
+        "floor: build put_writes call": lambda cs: [fl._writes_args(*c.args) for c in cs],
+        "redis_saver: build put call": lambda cs: [next(rs._plan_put(*c.args)) for c in cs],
+        "floor: build put call": lambda cs: [fl._put_args(*c.args) for c in cs],
+    }
+    out: dict[str, dict[str, float]] = {}
+    for label, fn in cases.items():
+        cs = pw if "put_writes" in label else pu
+        best = min(_cpu(lambda: fn(cs)) for _ in range(rounds)) / len(cs)
+        out[label] = {"us": best * 1e6}
+    for name, s in savers.items():
+        for op, cs in (("put_writes", pw), ("put", pu)):
+            best = float("inf")
+            for rnd in range(rounds):
+                prepared = [call_for_thread(c, f"cpu{rnd}") for c in calls]
+                t = 0.0
+                for c in prepared:
+                    if c.op == op:
+                        c0 = time.process_time()
+                        getattr(s, op)(*c.args)
+                        t += time.process_time() - c0
+                    else:
+                        getattr(s, c.op)(*c.args)
+                best = min(best, t / len(cs))
+            out[f"{name}: whole {op} call"] = {"us": best * 1e6}
+    return out
+
+
+def _cpu(fn: Callable[[], Any]) -> float:
+    c0 = time.process_time()
+    fn()
+    return time.process_time() - c0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    work = capture(25)
+    calls = [c for c in work.calls if c.op in ("put", "put_writes")]
+    with start_standalone() as server:
+        r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+        savers = {"redis_saver": RedisSaver(r, prefix="lg"), "floor": FloorSaver(r)}
+        print(f"# Where the time goes (workload: {len(calls)} put/put_writes calls, {a.rounds} rounds)\n")
+        print("## Server time per call (µs)\n\n| saver | put | put_writes |\n|---|---|---|")
+        for name, d in server_per_call(r, savers, calls, a.rounds).items():
+            print(f"| {name} | {d['put']:.1f} | {d['put_writes']:.1f} |")
+        print("\n## Server time of put_writes, script cut after each stage (µs per call)\n")
+        print("| script runs up to | µs |\n|---|---|")
+        for label, us in put_writes_stages(r, savers["redis_saver"], calls, a.rounds):
+            print(f"| {label} | {us:.1f} |")
+        print("\n## Client CPU per call (min over rounds, µs)\n\n| what | µs |\n|---|---|")
+        for label, d in client_cpu(savers, calls, a.rounds).items():
+            print(f"| {label} | {d['us']:.1f} |")
+        r.close()
+
+
+if __name__ == "__main__":
+    main()
