@@ -133,8 +133,7 @@ for _, m in ipairs(members) do
   local e = skip(m, #ns_e + 1)
   local at = at_of[string.sub(m, #ns_e + 1, e - 1)]
   if at then
-    -- the write-hash field: the member without its e(task_path)
-    fields[#fields + 1] = string.sub(m, 1, e - 1) .. string.sub(m, skip(m, e))
+    fields[#fields + 1] = wfield(string.sub(m, 1, e - 1), m)
     owner[#owner + 1] = at
   end
 end

@@ -54,6 +54,14 @@ def unpack(rec: bytes) -> list[bytes]:
         raise MalformedReplyError(f"malformed record: {exc}") from exc
 
 
+def write_record(task_id: bytes, channel: bytes, type_: bytes, data: bytes, task_path: bytes, idx: bytes) -> bytes:
+    """``pack([task_id, channel, type, data, task_path, idx])``, framed directly (put_writes' hot path)."""
+    return b"%d,%d,%d,%d,%d,%d;%s%s%s%s%s%s" % (
+        len(task_id), len(channel), len(type_), len(data), len(task_path), len(idx),
+        task_id, channel, type_, data, task_path, idx,
+    )  # fmt: skip
+
+
 def _canon(v: Any) -> Any:
     # Python equality semantics (InMemorySaver compares with ==): True == 1, 1.0 == 1.
     if isinstance(v, bool):

@@ -232,12 +232,7 @@ class Plans:
             widx = WRITES_IDX_MAP[ch] if special else idx
             ty, data = dumps(value)
             idx8 = _idx8(widx)
-            ch_b, ty_b, widx_b = ch.encode(), ty.encode(), b"%d" % widx
-            # a write record (codec.pack of [task_id, channel, type, data, task_path, idx])
-            record = b"%d,%d,%d,%d,%d,%d;%s%s%s%s%s%s" % (
-                len(task_b), len(ch_b), len(ty_b), len(data), len(path_b), len(widx_b),
-                task_b, ch_b, ty_b, data, path_b, widx_b,
-            )  # fmt: skip
+            record = codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)
             args += [task_e + idx8, path_task_e + idx8, record, "1" if special else "0"]
         if not args:
             return None

@@ -146,3 +146,11 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
         called = {f for f in defined if re.search(r"\b%s\(" % f, src.replace("local function %s(" % f, ""))}
         assert called <= have, f"{name}: calls {called - have} but the include dropped them"
         assert len(have) < len(defined), f"{name}: nothing was dropped"
+
+
+def test_write_record_is_the_generic_framing():
+    from redis_saver import _codec as codec
+
+    parts = ["tâsk".encode(), b"ch", b"msgpack", b"\x00;,\xff" * 50, b"", b"-3"]
+    assert codec.write_record(*parts) == codec.pack(parts)
+    assert codec.unpack(codec.write_record(*parts)) == parts
