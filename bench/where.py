@@ -41,7 +41,7 @@ from tests.servers import client_kwargs, start_standalone  # noqa: E402
 
 # put_writes.lua lines before which the script is cut, in order (see the script)
 STAGES = [
-    ("argument checks", "for i = 0, n - 1 do\n  if not rec_is"),
+    ("argument checks", "local last = 9 + 2 * n\nfor i = 10, last, 2 do"),
     ("record validation", "check_format()\nlocal prefix"),
     ("format check (HMGET meta)", "local prefix = enc(ns)"),
     ("init_meta", "local stored, members = 0, {}"),
@@ -76,7 +76,7 @@ def server_per_call(r: redis.Redis, savers: dict[str, Any], calls: list, rounds:
 
 def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: int) -> list[tuple[str, float]]:
     full = _scripts.load_all()["put_writes"].source.decode()
-    body_at = full.index("local ns, cid, n = ARGV[5]")
+    body_at = full.index("local ns, cid, task_e, path_e, n = ARGV[5]")
     variants = [("empty script (same keys and arguments)", "#!lua\nreturn 1"),
                 ("+ script setup (included helpers)", full[:body_at] + "do return 0 end\n" + full[body_at:])]
     for label, marker in STAGES:

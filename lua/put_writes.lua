@@ -4,41 +4,48 @@
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
       [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] n = number of writes
-then n quadruples: field suffix e(task_id)..idx, sort suffix e(task_path)..e(task_id)..idx,
-                   write record, "1" if special (overwrites) else "0" (first write wins)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] e(task_id)   ARGV[8] e(task_path)
+ARGV[9] n = number of writes
+then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
+              by idx8 (8 hex digits, the write's idx + 2^31), and the write record
+A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
+e(ns)..e(id)..e(task_path)..e(task_id)..idx8 (writes_sort_key order).
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
-local ns, cid, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
-if n == nil or #ARGV ~= 7 + 4 * n then fail('RS_BADARG', 'bad write count') end
-for i = 0, n - 1 do
-  if not rec_is(ARGV[10 + 4 * i], 6) then fail('RS_BADARG', 'write record must have 6 parts') end
-  local sp = ARGV[11 + 4 * i]
-  if sp ~= '0' and sp ~= '1' then fail('RS_BADARG', 'bad special flag') end
+if n == nil or #ARGV ~= 9 + 2 * n then fail('RS_BADARG', 'bad write count') end
+if skip(task_e, 1) ~= #task_e + 1 or skip(path_e, 1) ~= #path_e + 1 then
+  fail('RS_BADARG', 'task id and task path must each be one encoded component')
+end
+local last = 9 + 2 * n
+for i = 10, last, 2 do
+  if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
+  if not rec_is(ARGV[i + 1], 6) then fail('RS_BADARG', 'write record must have 6 parts') end
 end
 check_format()
 local prefix = enc(ns) .. enc(cid)
+local field_p, member_p = prefix .. task_e, prefix .. path_e .. task_e
 init_meta()
 local stored, members = 0, {}
-for i = 0, n - 1 do
-  local field = prefix .. ARGV[8 + 4 * i]
-  local member = prefix .. ARGV[9 + 4 * i]
-  if ARGV[11 + 4 * i] == '0' then
-    -- a regular write: the first one wins
-    if redis.call('HSETNX', K_WR, field, ARGV[10 + 4 * i]) == 1 then
+for i = 10, last, 2 do
+  local idx8 = string.sub(ARGV[i], 2)
+  if string.byte(ARGV[i]) == 48 then
+    -- a regular write ("0"): the first one wins
+    if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
       members[#members + 1] = 0
-      members[#members + 1] = member
+      members[#members + 1] = member_p .. idx8
       stored = stored + 1
     end
   else
     -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
     -- member may name another task_path
+    local field = field_p .. idx8
     local old = redis.call('HGET', K_WR, field)
-    if old then redis.call('ZREM', K_WORD, prefix .. enc(rec_field(old, 5)) .. ARGV[8 + 4 * i]) end
-    redis.call('HSET', K_WR, field, ARGV[10 + 4 * i])
-    redis.call('ZADD', K_WORD, 0, member)
+    if old then redis.call('ZREM', K_WORD, prefix .. enc(rec_field(old, 5)) .. task_e .. idx8) end
+    redis.call('HSET', K_WR, field, ARGV[i + 1])
+    redis.call('ZADD', K_WORD, 0, member_p .. idx8)
     stored = stored + 1
   end
 end

@@ -98,7 +98,7 @@ class _Base:
         self.keys = keys
         self.retries = retries
         self.client = client
-        scripts = load_all()
+        scripts = dict(load_all())  # a copy: the loaded scripts are shared by every driver
         if _is_fake(client):
             scripts = {k: v.without_shebang() for k, v in scripts.items()}
         self.scripts: dict[str, Script] = scripts

@@ -220,26 +220,24 @@ class Plans:
         _str(task_path, "task_path")
         args: list[bytes | str | int] = []
         task_b, path_b = task_id.encode(), task_path.encode()
-        task_e = enc(task_id)
-        path_task_e = enc(task_path) + task_e
         dumps = self.serde.dumps_typed
         for idx, item in enumerate(writes):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise TypeError("writes must be a sequence of (channel, value) pairs")
             ch, value = item
             _str(ch, "write channel")
-            special = ch in WRITES_IDX_MAP
-            widx = WRITES_IDX_MAP[ch] if special else idx
+            widx = WRITES_IDX_MAP.get(ch)
+            tag = b"0" if widx is None else b"1"  # regular: first write wins; special: overwrites
+            if widx is None:
+                widx = idx
             ty, data = dumps(value)
-            idx8 = _idx8(widx)
-            record = codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)
-            args += [task_e + idx8, path_task_e + idx8, record, "1" if special else "0"]
+            args += [tag + _idx8(widx), codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)]
         if not args:
             return None
         yield Call(
             "put_writes",
             self.keys.thread_keys(thread_id),
-            self._header(thread_id) + [ns, cid, len(args) // 4, *args],
+            self._header(thread_id) + [ns, cid, enc(task_b), enc(path_b), len(args) // 2, *args],
             self._wait,
         )
         return None

@@ -90,8 +90,10 @@ def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
     cfg = generate_config("t", checkpoint_id=str(uuid.uuid4()))
     call = first_call(offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task"))
     _thread_call_checks(call, "put_writes")
-    n = call.args[6]
-    assert n == 2 and len(call.args) == fixed_argv("put_writes") + 4 * n
+    n = call.args[8]
+    assert n == 2 and len(call.args) == fixed_argv("put_writes") + 2 * n
+    assert call.args[6] == b"task\0" and call.args[7] == b"\0"  # e(task_id), e(task_path)
+    assert [a[:1] for a in call.args[9::2]] == [b"0", b"1"]  # regular, special
 
 
 def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):

@@ -1,0 +1,104 @@
+"""The scripts validate every argument before their first write (on a real redis-server).
+
+A Lua script that fails halfway keeps the writes it already made, so ``put`` and
+``put_writes`` check all of their input first. Python never builds a bad call; these tests
+build a good one with the plan, corrupt one argument (always a late one, after arguments
+that are fine), send it as it is, and check the error and that no key changed (DUMP of
+every key under the prefix, before and after).
+"""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+from redis_saver import RedisSaver
+from redis_saver._plans import Call
+
+
+def _snapshot(client, saver) -> dict:
+    return {k: client.dump(k) for k in client.scan_iter(match=saver.keys.scan_pattern(), count=1000)}
+
+
+@pytest.fixture
+def setup(sync_client, prefix):
+    saver = RedisSaver(sync_client, prefix=prefix)
+    saver.setup()
+    tid = "t:{v}"
+    cp = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": "1"})
+    cfg = saver.put({"configurable": {"thread_id": tid, "checkpoint_ns": ""}}, cp, generate_metadata(), {"a": "1"})
+    saver.put_writes(cfg, [("a", "first")], "task-0", "p")
+    return saver, cfg, sync_client
+
+
+def _call(plan) -> Call:
+    call = next(plan)
+    assert isinstance(call, Call)
+    return call
+
+
+def _send_bad(saver, client, call: Call, args: list, match: str) -> None:
+    before = _snapshot(client, saver)
+    assert before, "the fixture stored a thread"
+    with pytest.raises(ValueError, match=match):
+        saver._driver.call(Call(call.script, call.keys, args))
+    assert _snapshot(client, saver) == before
+
+
+def test_the_uncorrupted_calls_are_accepted(setup):
+    # the control: the calls the other tests corrupt do go through as built
+    saver, cfg, client = setup
+    call = _call(saver._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
+    assert saver._driver.call(call) == 3
+    cp = generate_checkpoint(channel_values={"a": 2}, channel_versions={"a": "2"})
+    call = _call(saver._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
+    assert saver._driver.call(call) == 1
+
+
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (lambda a: a[:-1] + [a[-1][:-1]], "6 parts"),  # last record one byte short
+        (lambda a: a[:-1] + [b"7," + a[-1]], "6 parts"),  # a 7th length in its header
+        (lambda a: a[:-2] + [b"2" + a[-2][1:], a[-1]], "bad write tag"),  # neither regular nor special
+        (lambda a: a[:-2] + [a[-2][:-1], a[-1]], "bad write tag"),  # idx8 of 7 digits
+        (lambda a: a[:-1], "bad write count"),  # a pair cut in half
+        (lambda a: a[:8] + [b"4"] + a[9:], "bad write count"),  # n says more than sent
+        (lambda a: a[:6] + [b"task"] + a[7:], "component"),  # e(task_id) without terminator
+        (lambda a: a[:7] + [b"p\0x\0"] + a[8:], "encoded component"),  # e(task_path): two components
+        (lambda a: a[:5] + [""] + a[6:], "empty checkpoint id"),
+    ],
+)
+def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
+    saver, cfg, client = setup
+    call = _call(saver._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
+    _send_bad(saver, client, call, corrupt(list(call.args)), match)
+
+
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (lambda a: a[:-1] + [a[-1] + b"x"], "2 parts"),  # last blob record one byte long
+        (lambda a: a[:-1], "bad blob count"),
+        (lambda a: a[:7] + [a[7][:-3]] + a[8:], "record"),  # checkpoint record truncated
+        (lambda a: a[:8] + ["some"] + a[9:], "bad history mode"),
+    ],
+)
+def test_put_refuses_a_bad_call_before_writing(setup, corrupt, match):
+    saver, cfg, client = setup
+    cp = generate_checkpoint(channel_values={"a": 2, "b": 3}, channel_versions={"a": "2", "b": "1"})
+    call = _call(saver._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
+    _send_bad(saver, client, call, corrupt(list(call.args)), match)
+
+
+def test_a_special_write_replaces_an_earlier_one_under_another_task_path(setup):
+    # the special-write path of put_writes.lua: the old sort member (its own task_path) goes
+    saver, cfg, client = setup
+    saver.put_writes(cfg, [("__interrupt__", "old")], "task-9", "path-b")
+    saver.put_writes(cfg, [("__interrupt__", "new")], "task-9", "path-a")
+    saver.put_writes(cfg, [("x", "regular")], "task-9", "path-a")
+    got = saver.get_tuple(cfg).pending_writes
+    assert ("task-9", "__interrupt__", "new") in got and ("task-9", "__interrupt__", "old") not in got
+    wr_ord = saver.keys.thread_keys("t:{v}")[6]
+    assert sum(b"path-b" in m for m in client.zrange(wr_ord, 0, -1)) == 0
+    assert len([w for w in got if w[0] == "task-9"]) == 2
