@@ -17,29 +17,52 @@ local remaining, left = {}, 0
 for i = 7, #ARGV do
   if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
 end
--- the versions of the still-unseeded channels in a versions record, taking substrings only
--- for parts whose length matches a wanted channel name (records hold every channel)
+-- the versions of the still-unseeded channels in a versions record ("<len>,...;" then
+-- name, version, name, version, ...), taking substrings only for the parts whose length
+-- matches a wanted channel name. The candidate positions depend on the header alone, and
+-- consecutive ancestors mostly share it: they are computed once per distinct header.
 local want_len = {}
 for ch, _ in pairs(remaining) do want_len[#ch] = true end
+local cand_hdr, cand = nil, nil
 local function wanted_versions(vrec)
   local semi = string.find(vrec, ';', 1, true)
   if not semi then fail('RS_BADARG', 'malformed record') end
-  local pos, odd, name, out = semi + 1, true, nil, {}
-  for len in string.gmatch(string.sub(vrec, 1, semi - 1), '%d+') do
-    len = tonumber(len)
-    if odd then
-      name = nil
-      if want_len[len] then
-        local c = string.sub(vrec, pos, pos + len - 1)
-        if remaining[c] then name = c end
+  local hdr = string.sub(vrec, 1, semi)
+  if hdr ~= cand_hdr then
+    -- {name start, name end, version start, version end} per candidate name part
+    local pos, name_at, name_len = semi + 1, nil, nil
+    cand = {}
+    for len in string.gmatch(hdr, '%d+') do
+      len = tonumber(len)
+      if name_at then
+        if want_len[name_len] then
+          cand[#cand + 1] = {name_at, name_at + name_len - 1, pos, pos + len - 1}
+        end
+        name_at = nil
+      else
+        name_at, name_len = pos, len
       end
-    elseif name then
-      out[name] = string.sub(vrec, pos, pos + len - 1)
+      pos = pos + len
     end
-    odd = not odd
-    pos = pos + len
+    if name_at or pos ~= #vrec + 1 then fail('RS_BADARG', 'malformed versions record') end
+    cand_hdr = hdr
+  end
+  local out = {}
+  for _, c in ipairs(cand) do
+    local name = string.sub(vrec, c[1], c[2])
+    if remaining[name] then out[name] = string.sub(vrec, c[3], c[4]) end
   end
   return out
+end
+
+-- the parent id (part 1) and the versions record (part 6) of a checkpoint record, with one
+-- anchored match on its header and without copying the checkpoint payload
+local function parent_and_versions(raw)
+  local _, e, a, b, c, d, f, g = string.find(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),')
+  local semi = e and string.find(raw, ';', e, true)
+  if not semi then fail('RS_BADARG', 'malformed checkpoint record') end
+  local p6 = semi + 1 + a + b + c + d + f
+  return string.sub(raw, semi + 1, semi + a), string.sub(raw, p6, p6 + g - 1)
 end
 
 local cid_e
@@ -69,8 +92,7 @@ while parent and parent ~= '' and left > 0 do
       parent = nil
       break
     end
-    -- only the parts the walk needs, without copying the checkpoint payload
-    local next_parent, vrec = rec_two(raw, 1, 6)
+    local next_parent, vrec = parent_and_versions(raw)
     chain[#chain + 1] = p_e
     for ch, ver in pairs(wanted_versions(vrec)) do
       if looked[ch] ~= ver then
