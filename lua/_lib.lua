@@ -3,21 +3,21 @@
 --
 -- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
 --   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
---   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs
---   KEYS[9] slot index: threads   KEYS[10] slot index: runs
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs   KEYS[9] chain
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
 -- and one ARGV header:
 --   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
 --   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl
-local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_IXT, K_IXR =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS}
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN}
 local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
 local function fail(code, msg)
   error({err = code .. ' ' .. msg})
 end
 
-if #KEYS ~= 10 then fail('RS_BADARG', 'expected 10 keys') end
+if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
 if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 
 -- order-preserving, self-delimiting component encoding (keys.enc)
@@ -37,7 +37,9 @@ end
 
 local function dec(s, pos)
   local e = skip(s, pos)
-  return (string.gsub(string.sub(s, pos, e - 2), '%z\255', '\0')), e
+  local x = string.sub(s, pos, e - 2)
+  if string.find(x, '\255', 1, true) then x = string.gsub(x, '%z\255', '\0') end
+  return x, e
 end
 
 -- records: "<len>,<len>,...;" .. parts (redis_saver/_codec.py)
@@ -291,6 +293,7 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   if not raw then return end
   local rec = unpack_rec(raw)
   redis.call('HDEL', K_CP, field)
+  redis.call('HDEL', K_CHAIN, field)
   redis.call('ZREM', K_CPNS, field)
   redis.call('ZREM', K_CPID, cid_e .. ns_e)
   gc_candidates(ns_e, rec)
@@ -304,7 +307,21 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them
-local function store_cp(ns_e, cid_e, raw, rec)
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+local function chain_entry(rec)
+  local v = unpack_rec(rec[6])
+  local out = {enc(rec[1])}
+  for i = 1, #v - 1, 2 do
+    out[#out + 1] = '\1' .. enc(v[i]) .. '\2' .. enc(v[i + 1])
+  end
+  return table.concat(out)
+end
+
+-- entry: the chain entry when the caller has it (put), else built from rec
+local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   if redis.call('HSETNX', K_CP, field, raw) == 0 then
     local old = redis.call('HGET', K_CP, field)
@@ -319,6 +336,7 @@ local function store_cp(ns_e, cid_e, raw, rec)
     end
     redis.call('HSET', K_CP, field, raw)
   end
+  redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec))
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
   if rec[8] ~= '' then link_run(enc(rec[8]), ns_e, cid_e) end

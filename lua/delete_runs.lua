@@ -1,8 +1,8 @@
 #!lua
 --- @include "_lib.lua"
 --[[ delete_runs: delete the checkpoints of this thread whose metadata run_id is one of
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[5..], with their writes; blobs that no checkpoint left in their namespace references go
 too (the cost follows the deleted data and the records of the namespaces it touched). A thread left empty is removed entirely.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5..] run ids

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 (BaseCheckpointSaver.get_delta_channel_history), inside Redis, in one call.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)   ARGV[7..] channel names
@@ -73,9 +73,30 @@ if cid == '' then
 else
   cid_e = enc(cid)
 end
-local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
-local parent = nil
-if raw then parent = rec_field(raw, 1) end
+-- the parent id and the versions of the still-unseeded channels of one checkpoint, from its
+-- chain entry (one plain find per channel), else from its record (a checkpoint stored before
+-- chain entries existed); nil when the checkpoint does not exist
+local needles = {}
+for ch, _ in pairs(remaining) do needles[ch] = '\0\1' .. enc(ch) .. '\2' end
+local function link(field)
+  local entry = redis.call('HGET', K_CHAIN, field)
+  if not entry then
+    local raw = redis.call('HGET', K_CP, field)
+    if not raw then return nil end
+    local parent, vrec = parent_and_versions(raw)
+    return parent, wanted_versions(vrec)
+  end
+  local out = {}
+  for ch, needle in pairs(needles) do
+    if remaining[ch] then
+      local i = string.find(entry, needle, 1, true)
+      if i then out[ch] = dec(entry, i + #needle) end
+    end
+  end
+  return dec(entry, 1), out
+end
+
+local parent = link(ns_e .. cid_e)
 local wanted = {}
 for ch, _ in pairs(remaining) do wanted[ch] = true end
 
@@ -87,14 +108,13 @@ while parent and parent ~= '' and left > 0 do
   local page, n = {}, 0
   while parent and parent ~= '' and n < 16 do
     local p_e = enc(parent)
-    raw = redis.call('HGET', K_CP, ns_e .. p_e)
-    if not raw then
+    local next_parent, versions = link(ns_e .. p_e)
+    if not next_parent then
       parent = nil
       break
     end
-    local next_parent, vrec = parent_and_versions(raw)
     chain[#chain + 1] = p_e
-    for ch, ver in pairs(wanted_versions(vrec)) do
+    for ch, ver in pairs(versions) do
       if looked[ch] ~= ver then
         looked[ch] = ver
         page[#page + 1] = {#chain, ch, ns_e .. enc(ch) .. ver}

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
 --[[ export: one page of a thread's stored data, for copy_thread (import.lua writes it).
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6] HSCAN cursor   ARGV[7] HSCAN COUNT hint
 Returns: {next cursor ("0" = done), {field, value, field, value, ...}}

@@ -1,8 +1,8 @@
 #!lua
 --- @include "_lib.lua"
 --[[ pin: pin ("1") or unpin ("0") a thread; a pinned thread never expires until unpinned.
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "1" | "0"
 Returns: 1; 0 when unpinning a thread that does not exist (nothing written).
 A thread may be pinned before its first checkpoint.

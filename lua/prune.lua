@@ -1,8 +1,8 @@
 #!lua
 --- @include "_lib.lua"
 --[[ prune: one thread, atomically.
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 "delete": remove the thread.  "keep_latest": per namespace keep the latest checkpoint with
 its writes, plus every ancestor (with its writes) back to the nearest one that stores a
 value for each DeltaChannel the latest still needs (channels named in its metadata
@@ -85,6 +85,7 @@ for _, ns_e in ipairs(order) do
   if orec[1] ~= '' and not keep[enc(orec[1])] then
     orec[1] = ''
     redis.call('HSET', K_CP, ns_e .. oldest, pack_rec(orec))
+    redis.call('HSET', K_CHAIN, ns_e .. oldest, chain_entry(orec))
   end
 end
 gc_blobs()

@@ -1,24 +1,31 @@
 #!lua
 --- @include "_lib.lua"
 --[[ put: store one checkpoint, its new channel blobs, and refresh the thread.
-KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] slot index threads
-      [10] slot index runs: the 10 per-thread keys (see _lib.lua, redis_saver/keys.py)
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent id ("" = none)
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
 ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's latest
-ARGV[11] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
+ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
+         record's versions (K_CHAIN, see _lib.lua chain_entry(); built by the client)
+ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
 Returns: 1
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
 ]]
 local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local nblobs = tonumber(ARGV[11])
+local entry, nblobs = ARGV[11], tonumber(ARGV[12])
 if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
-if nblobs == nil or #ARGV ~= 11 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
+if nblobs == nil or #ARGV ~= 12 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
+-- the chain entry starts with the record's parent and ends a component
+local parent_e = enc(rec[1])
+if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 then
+  fail('RS_BADARG', 'chain entry does not match the record')
+end
 for i = 1, nblobs do
-  if not rec_is(ARGV[11 + 2 * i], 2) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  if not rec_is(ARGV[12 + 2 * i], 2) then fail('RS_BADARG', 'blob record must have 2 parts') end
 end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
@@ -37,12 +44,12 @@ init_meta()
 if nblobs > 0 then
   local args = {}
   for i = 1, nblobs do
-    args[2 * i - 1] = ns_e .. ARGV[10 + 2 * i]
-    args[2 * i] = ARGV[11 + 2 * i]
+    args[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
+    args[2 * i] = ARGV[12 + 2 * i]
   end
   redis.call('HSET', K_BLOB, unpack(args))
 end
-store_cp(ns_e, cid_e, raw, rec)
+store_cp(ns_e, cid_e, raw, rec, entry)
 
 if mode == 'latest' then
   -- keep only the namespace's latest checkpoint (the greatest id: puts may arrive out of

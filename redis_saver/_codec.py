@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .errors import MalformedReplyError
+from .keys import enc
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
@@ -124,6 +125,20 @@ def versions_record(versions: dict[str, Any]) -> bytes:
     for ch, ver in versions.items():
         parts += [ch.encode(), str(ver).encode()]
     return pack(parts)
+
+
+def chain_entry(parent: str, versions: dict[str, Any]) -> bytes:
+    """A checkpoint's chain entry: e(parent), then \\x01 e(channel) \\x02 e(version) per channel.
+
+    The same bytes as ``chain_entry()`` in lua/_lib.lua builds from a record (copy_thread, prune).
+    """
+    s = parent + "\0" + "".join([f"\x01{ch}\0\x02{ver}\0" for ch, ver in versions.items()])
+    if s.count("\0") == 1 + 2 * len(versions):
+        return s.encode()  # no name or version holds a NUL: every e() is the text and a NUL
+    out = [enc(parent)]
+    for ch, ver in versions.items():
+        out += [b"\x01", enc(ch), b"\x02", enc(str(ver))]
+    return b"".join(out)
 
 
 def pairs(items: Sequence[bytes]) -> list[tuple[bytes, bytes]]:

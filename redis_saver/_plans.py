@@ -175,6 +175,7 @@ class Plans:
             else:
                 ty, data = "empty", b""
             blob_args += [enc(ch) + str(ver).encode(), codec.pack([ty, data])]
+        versions = c.get("channel_versions") or {}
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
@@ -185,7 +186,7 @@ class Plans:
                 cp_bytes,
                 md_type,
                 md_bytes,
-                codec.versions_record(c.get("channel_versions") or {}),
+                codec.versions_record(versions),
                 codec.filter_record(md),
                 "" if run_id is None else str(run_id),
                 codec.pack([str(k) for k in delta]) if isinstance(delta, dict) else codec.pack([]),
@@ -199,6 +200,7 @@ class Plans:
             record,
             self._history,
             "1" if self._fencing else "0",
+            codec.chain_entry(parent, versions),
             len(new_versions),
             *blob_args,
         ]

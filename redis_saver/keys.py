@@ -11,6 +11,8 @@ script touches a single cluster slot::
     <prefix>:{<tag>}:wr         HASH  e(ns)e(cid)e(task_id)idx -> write record
     <prefix>:{<tag>}:wr_ord     ZSET  e(ns)e(cid)e(task_path)e(task_id)idx (lex = writes_sort_key)
     <prefix>:{<tag>}:runs       ZSET  e(run_id)e(ns)e(cid)     (lex; delete_for_runs)
+    <prefix>:{<tag>}:chain      HASH  e(ns)e(cid)              -> chain entry: e(parent id), then
+                                      "\\x01"e(channel)"\\x02"e(version) per channel (delta history)
 
 Cross-thread views (``list(None)``, ``delete_for_runs``) use a per-*slot* index that lives
 in the same slot as the threads it describes, so per-thread scripts keep it exact
@@ -35,7 +37,7 @@ from functools import lru_cache
 SLOTS = 16384
 FORMAT_VERSION = "1"
 
-THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs")
+THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
 INDEX_SUFFIXES = ("threads", "runs")
 
 
@@ -107,7 +109,7 @@ class KeySchema:
         self._tk: dict[str, list[bytes]] = {}
 
     def thread_keys(self, thread_id: str) -> list[bytes]:
-        """The 10 KEYS of every per-thread script: 8 thread keys + 2 slot-index keys."""
+        """The 11 KEYS of every per-thread script: 9 thread keys + 2 slot-index keys."""
         keys = self._tk.get(thread_id)
         if keys is None:
             if len(self._tk) >= 4096:  # a small cache: hot threads skip the encoding and CRC

@@ -52,7 +52,7 @@ def test_thread_tags_are_injective_and_brace_free():
 @pytest.mark.parametrize("tid", HOSTILE, ids=range(len(HOSTILE)))
 def test_all_keys_of_a_thread_share_one_slot(tid):
     keys = KeySchema("app").thread_keys(tid)
-    assert len(keys) == 10
+    assert len(keys) == 11
     assert len({key_slot(k) for k in keys}) == 1
 
 

@@ -68,12 +68,12 @@ def test_every_script_has_a_header_and_right_flags():
         uses_touch = "touch()" in text or "drop_thread()" in text
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
         if "--- @include" in text:
-            assert "the 10 per-thread keys" in h, path.name
+            assert "the 11 per-thread keys" in h, path.name
 
 
 def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
-    assert len(call.keys) == 10
+    assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
     assert call.args[0] == "1"  # format version
 
@@ -82,8 +82,9 @@ def test_put_sends_what_put_lua_reads(offline_saver):
     cp = generate_checkpoint(channel_values={"a": 1, "b": 2}, channel_versions={"a": "1", "b": "2"})
     call = first_call(offline_saver._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"}))
     _thread_call_checks(call, "put")
-    n = call.args[10]
+    n = call.args[11]
     assert n == 3 and len(call.args) == fixed_argv("put") + 2 * n
+    assert call.args[10].startswith(b"\0\x01")  # chain entry: e(parent "") then the channels
 
 
 def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
