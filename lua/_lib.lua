@@ -84,6 +84,13 @@ local function rec_is(s, n)
   error('rec_is: n must be 2 or 6')
 end
 
+-- the channel (part 2) of a well-framed 6-part write record, else nil (as rec_is(s, 6))
+local function write_channel(s)
+  local _, e, a, b, c, d, f, g = string.find(s, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);')
+  if not e or e + a + b + c + d + f + g ~= #s then return nil end
+  return string.sub(s, e + 1 + a, e + a + b)
+end
+
 -- one part of a record without copying the others (records hold large serde payloads)
 local function rec_field(s, want)
   local semi = string.find(s, ';', 1, true)
@@ -258,9 +265,11 @@ local function gc_blobs()
   GC = {}
 end
 
--- the write-hash field of a wr_ord member: prefix .. (member minus its e(task_path))
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
 local function wfield(prefix, member)
-  return prefix .. string.sub(member, skip(member, #prefix + 1))
+  local p = skip(member, #prefix + 1)
+  return prefix .. string.sub(member, p, skip(member, p) + 7)
 end
 
 -- the write records of one checkpoint, in writes_sort_key order (two commands)

@@ -73,18 +73,21 @@ if cid == '' then
 else
   cid_e = enc(cid)
 end
--- the parent id and the versions of the still-unseeded channels of one checkpoint, from its
--- chain entry (one plain find per channel), else from its record (a checkpoint stored before
--- chain entries existed); nil when the checkpoint does not exist
-local needles = {}
-for ch, _ in pairs(remaining) do needles[ch] = '\0\1' .. enc(ch) .. '\2' end
+-- e(parent id) and the versions of the still-unseeded channels of one checkpoint, from its
+-- chain entry (which starts with e(parent); one plain find per channel), else from its record
+-- (a checkpoint stored before chain entries existed); nil when the checkpoint does not exist
+local needles, blob_prefix = {}, {}
+for ch, _ in pairs(remaining) do
+  needles[ch] = '\0\1' .. enc(ch) .. '\2'
+  blob_prefix[ch] = ns_e .. enc(ch)
+end
 local function link(field)
   local entry = redis.call('HGET', K_CHAIN, field)
   if not entry then
     local raw = redis.call('HGET', K_CP, field)
     if not raw then return nil end
     local parent, vrec = parent_and_versions(raw)
-    return parent, wanted_versions(vrec)
+    return enc(parent), wanted_versions(vrec)
   end
   local out = {}
   for ch, needle in pairs(needles) do
@@ -93,10 +96,11 @@ local function link(field)
       if i then out[ch] = dec(entry, i + #needle) end
     end
   end
-  return dec(entry, 1), out
+  return string.sub(entry, 1, skip(entry, 1) - 1), out
 end
 
-local parent = link(ns_e .. cid_e)
+local NO_PARENT = enc('')
+local parent_e = link(ns_e .. cid_e)
 local wanted = {}
 for ch, _ in pairs(remaining) do wanted[ch] = true end
 
@@ -104,24 +108,23 @@ for ch, _ in pairs(remaining) do wanted[ch] = true end
 -- stored value for it is not empty (its seed). Blobs are looked up a page of ancestors at
 -- a time (one HMGET), and a version already looked up is not looked up again.
 local chain, seeded_at, seeds, looked = {}, {}, {}, {}
-while parent and parent ~= '' and left > 0 do
+while parent_e and parent_e ~= NO_PARENT and left > 0 do
   local page, n = {}, 0
-  while parent and parent ~= '' and n < 16 do
-    local p_e = enc(parent)
-    local next_parent, versions = link(ns_e .. p_e)
-    if not next_parent then
-      parent = nil
+  while parent_e and parent_e ~= NO_PARENT and n < 16 do
+    local next_e, versions = link(ns_e .. parent_e)
+    if not next_e then
+      parent_e = nil
       break
     end
-    chain[#chain + 1] = p_e
+    chain[#chain + 1] = parent_e
     for ch, ver in pairs(versions) do
       if looked[ch] ~= ver then
         looked[ch] = ver
-        page[#page + 1] = {#chain, ch, ns_e .. enc(ch) .. ver}
+        page[#page + 1] = {#chain, ch, blob_prefix[ch] .. ver}
       end
     end
     n = n + 1
-    parent = next_parent
+    parent_e = next_e
   end
   for i = 1, #page, 1000 do
     local fields = {}
@@ -170,24 +173,39 @@ if #chain > 0 then
     end
   end
 end
+-- A member ends with idx8 e(channel): it names a wanted channel when it ends with that
+-- channel's e() and the byte 9 before it is task_id's terminator (a NUL not followed by
+-- \255: inside e(), a NUL is either followed by \255 or last; idx8 is hex), so only the
+-- wanted channels' writes are read.
+local suffixes = {}
+for ch, _ in pairs(wanted) do suffixes[#suffixes + 1] = {ch, enc(ch)} end
+local function member_channel(m)
+  for _, s in ipairs(suffixes) do
+    local n = #s[2]
+    if string.sub(m, -n) == s[2] and string.byte(m, -n - 9) == 0 and string.byte(m, -n - 8) ~= 255 then
+      return s[1]
+    end
+  end
+  return nil
+end
 local fields, owner = {}, {}
 for _, m in ipairs(members) do
-  local e = skip(m, #ns_e + 1)
-  local at = at_of[string.sub(m, #ns_e + 1, e - 1)]
-  if at then
-    fields[#fields + 1] = wfield(string.sub(m, 1, e - 1), m)
-    owner[#owner + 1] = at
+  local ch = member_channel(m)
+  if ch then
+    local e = skip(m, #ns_e + 1)
+    local at = at_of[string.sub(m, #ns_e + 1, e - 1)]
+    if at and (seeded_at[ch] == nil or at <= seeded_at[ch]) then
+      fields[#fields + 1] = wfield(string.sub(m, 1, e - 1), m)
+      owner[#owner + 1] = at
+    end
   end
 end
 for i = 1, #fields, 1000 do
   local part = redis.call('HMGET', K_WR, unpack(fields, i, math.min(i + 999, #fields)))
   for j, w in ipairs(part) do
     if w then
-      local ch, at = rec_field(w, 2), owner[i + j - 1]
-      if wanted[ch] and (seeded_at[ch] == nil or at <= seeded_at[ch]) then
-        local a = ancestors[at]
-        a[#a + 1] = w
-      end
+      local a = ancestors[owner[i + j - 1]]
+      a[#a + 1] = w
     end
   end
 end

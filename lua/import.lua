@@ -29,14 +29,16 @@ for i = 6, #ARGV - 1, 2 do
   if what == 'blob' then
     redis.call('HSET', K_BLOB, field, value)
   elseif what == 'wr' then
-    -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before e(task_id)
+    -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
+    -- e(task_id) and e(channel) at the end (put_writes.lua)
     local p = skip(field, skip(field, 1))
     local old = redis.call('HGET', K_WR, field)
     if old then
-      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(unpack_rec(old)[5]) .. string.sub(field, p))
+      local o = unpack_rec(old)
+      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(o[5]) .. string.sub(field, p) .. enc(o[2]))
     end
     redis.call('HSET', K_WR, field, value)
-    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[5]) .. string.sub(field, p))
+    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[5]) .. string.sub(field, p) .. enc(r[2]))
   else
     local p = skip(field, 1)
     store_cp(string.sub(field, 1, p - 1), string.sub(field, p), value, r)

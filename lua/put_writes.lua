@@ -9,7 +9,8 @@ ARGV[9] n = number of writes
 then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
               by idx8 (8 hex digits, the write's idx + 2^31), and the write record
 A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
-e(ns)..e(id)..e(task_path)..e(task_id)..idx8 (writes_sort_key order).
+e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
+channel, taken from the record, lets delta history pick a channel's writes by member).
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -20,9 +21,12 @@ if skip(task_e, 1) ~= #task_e + 1 or skip(path_e, 1) ~= #path_e + 1 then
   fail('RS_BADARG', 'task id and task path must each be one encoded component')
 end
 local last = 9 + 2 * n
+local chan_e = {}
 for i = 10, last, 2 do
   if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
-  if not rec_is(ARGV[i + 1], 6) then fail('RS_BADARG', 'write record must have 6 parts') end
+  local ch = write_channel(ARGV[i + 1])
+  if not ch then fail('RS_BADARG', 'write record must have 6 parts') end
+  chan_e[i] = enc(ch)
 end
 check_format()
 local prefix = enc(ns) .. enc(cid)
@@ -35,7 +39,7 @@ for i = 10, last, 2 do
     -- a regular write ("0"): the first one wins
     if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
       members[#members + 1] = 0
-      members[#members + 1] = member_p .. idx8
+      members[#members + 1] = member_p .. idx8 .. chan_e[i]
       stored = stored + 1
     end
   else
@@ -43,9 +47,12 @@ for i = 10, last, 2 do
     -- member may name another task_path
     local field = field_p .. idx8
     local old = redis.call('HGET', K_WR, field)
-    if old then redis.call('ZREM', K_WORD, prefix .. enc(rec_field(old, 5)) .. task_e .. idx8) end
+    if old then
+      local old_ch, old_path = rec_two(old, 2, 5)
+      redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
+    end
     redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member_p .. idx8)
+    redis.call('ZADD', K_WORD, 0, member_p .. idx8 .. chan_e[i])
     stored = stored + 1
   end
 end

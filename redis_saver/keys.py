@@ -9,7 +9,8 @@ script touches a single cluster slot::
     <prefix>:{<tag>}:cp_id      ZSET  e(cid)e(ns)              (lex; order across namespaces)
     <prefix>:{<tag>}:blob       HASH  e(ns)e(channel)version   -> blob record
     <prefix>:{<tag>}:wr         HASH  e(ns)e(cid)e(task_id)idx -> write record
-    <prefix>:{<tag>}:wr_ord     ZSET  e(ns)e(cid)e(task_path)e(task_id)idx (lex = writes_sort_key)
+    <prefix>:{<tag>}:wr_ord     ZSET  e(ns)e(cid)e(task_path)e(task_id)idx e(channel)
+                                      (lex = writes_sort_key)
     <prefix>:{<tag>}:runs       ZSET  e(run_id)e(ns)e(cid)     (lex; delete_for_runs)
     <prefix>:{<tag>}:chain      HASH  e(ns)e(cid)              -> chain entry: e(parent id), then
                                       "\\x01"e(channel)"\\x02"e(version) per channel (delta history)
@@ -35,7 +36,7 @@ import itertools
 from functools import lru_cache
 
 SLOTS = 16384
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: wr_ord members end with e(channel)
 
 THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
 INDEX_SUFFIXES = ("threads", "runs")

@@ -21,14 +21,14 @@ AWKWARD = ["messages", "a\x00b", "\x01x\x02", "", "ünï"]  # NUL, \x01, \x02, e
 PLAIN = ["messages", "branch:to:chat", "__start__", "ünï"]
 
 
-def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD) -> dict:
+def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int = 5) -> dict:
     """A linear thread over ``names``; "a\\x00b" also gets versions holding a NUL."""
     cfg = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
     for i in range(n):
         cp = empty_checkpoint()
         cp["id"] = str(uuid6())
         cp["channel_versions"] = {ch: f"{i:03}.\x00{j}" if ch == "a\x00b" else f"{i:03}.{j}" for j, ch in enumerate(names)}
-        cp["channel_values"] = {ch: [i, ch] for ch in names} if i % 5 == 0 else {}
+        cp["channel_values"] = {ch: [i, ch] for ch in names} if i % seed_every == 0 else {}
         cfg = saver.put(cfg, cp, {"step": i}, dict(cp["channel_versions"]))
         saver.put_writes(cfg, [(ch, f"w{i}:{ch}") for ch in names], f"task{i}", "p")
     return cfg
@@ -84,3 +84,24 @@ def test_prune_detaches_the_oldest_kept_entry(sync_client, prefix):
         assert entries[field].startswith(enc(codec.unpack(raw)[0]) + b"\x01")
     oldest = min(cps)
     assert codec.unpack(cps[oldest])[0] == b"" and entries[oldest].startswith(b"\x00\x01")
+
+
+# channel names that end like one another: a write's sort member ends with idx8 e(channel),
+# and delta history picks a channel's writes by that suffix (lua/delta_history.lua)
+LOOKALIKES = ["messages", "xmessages", "\x0012345678messages", "a\x001234567messages", "0000000amessages",
+              "messages\x00", "s", ""]
+
+
+def test_delta_history_tells_lookalike_channels_apart(sync_client, prefix):
+    saver = RedisSaver(sync_client, prefix=prefix)
+    saver.setup()
+    ref = InMemorySaver()
+    last = _fill(saver, "t", names=LOOKALIKES, seed_every=100)  # one seed, at the root
+    _fill(ref, "t", names=LOOKALIKES, seed_every=100)
+    ref_last = next(iter(ref.list({"configurable": {"thread_id": "t"}}, limit=1))).config
+    for chans in [[c] for c in LOOKALIKES] + [LOOKALIKES]:
+        got = saver.get_delta_channel_history(config=last, channels=chans)
+        assert got == ref.get_delta_channel_history(config=ref_last, channels=chans), chans
+        assert all(w[1] == c for c in chans for w in got[c]["writes"])
+    # the root's seed, then the writes of all 11 ancestors
+    assert len(saver.get_delta_channel_history(config=last, channels=["messages"])["messages"]["writes"]) == 11

@@ -104,3 +104,23 @@ def test_a_special_write_replaces_an_earlier_one_under_another_task_path(setup):
     wr_ord = saver.keys.thread_keys("t:{v}")[6]
     assert sum(b"path-b" in m for m in client.zrange(wr_ord, 0, -1)) == 0
     assert len([w for w in got if w[0] == "task-9"]) == 2
+
+
+def test_data_in_another_storage_format_is_refused(setup, sync_client, prefix):
+    # format 1 wr_ord members lack the trailing e(channel): this version must not mix with them
+    from redis_saver.errors import SchemaMismatchError
+
+    saver, cfg, client = setup
+    other = prefix + "-old"
+    client.set(f"{other}:schema", "1")
+    with pytest.raises(SchemaMismatchError, match="format"):
+        RedisSaver(client, prefix=other).setup()
+    client.delete(f"{other}:schema")
+    # one thread marked as format 1 (its meta hash): every script refuses it, writing nothing
+    client.hset(saver.keys.thread_keys("t:{v}")[0], "v", "1")
+    before = _snapshot(client, saver)
+    with pytest.raises(SchemaMismatchError, match="format 1"):
+        saver.put_writes(cfg, [("a", "more")], "task-2", "p")
+    with pytest.raises(SchemaMismatchError):
+        saver.get_tuple(cfg)
+    assert _snapshot(client, saver) == before

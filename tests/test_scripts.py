@@ -12,7 +12,7 @@ import uuid
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
-from redis_saver import RedisSaver
+from redis_saver import FORMAT_VERSION, RedisSaver
 from redis_saver._plans import Call, IndexSlots, Out
 from redis_saver._scripts import load_all, lua_dir
 
@@ -75,7 +75,7 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
     assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
-    assert call.args[0] == "1"  # format version
+    assert call.args[0] == FORMAT_VERSION == "2"  # format version
 
 
 def test_put_sends_what_put_lua_reads(offline_saver):
