@@ -9,7 +9,7 @@ ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, bu
 ARGV[8] max items to return   ARGV[9] max members to examine in this call
 ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key)
 Returns: {cursor, item, item, ...}; cursor = last member examined when the page stopped
-         early ("" when the range is exhausted); item = {ns, cid, record, blobs, writes}
+         early ("" when the range is exhausted); item = {e(ns), e(cid), record, blobs, writes}
 ]]
 local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
 local limit, budget, nf = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -53,15 +53,14 @@ while #out - 1 < limit and examined < budget do
   for _, m in ipairs(members) do
     examined = examined + 1
     cursor = '(' .. m
-    local a, p = dec(m, 1)
-    local b = dec(m, p)
-    local ns, cid = a, b
-    if index == 'id' then ns, cid = b, a end
-    local ns_e, cid_e = enc(ns), enc(cid)
+    -- the member is e(ns)e(cid) ("ns") or e(cid)e(ns) ("id"): its two encoded parts
+    local p = skip(m, 1)
+    local ns_e, cid_e = string.sub(m, 1, p - 1), string.sub(m, p)
+    if index == 'id' then ns_e, cid_e = cid_e, ns_e end
     local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
     if raw and matches(raw) then
       local r = tuple_reply(ns_e, cid_e, raw)
-      out[#out + 1] = {ns, cid, r[1], r[2], r[3]}
+      out[#out + 1] = {ns_e, cid_e, r[1], r[2], r[3]}
       if #out - 1 >= limit then break end
     end
   end

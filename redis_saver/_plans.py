@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import (
 )
 
 from . import _codec as codec
-from .keys import FORMAT_VERSION, KeySchema, enc
+from .keys import FORMAT_VERSION, KeySchema, dec_str, enc
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 20_000  # members one list call may examine while filtering
@@ -303,7 +303,7 @@ class Plans:
                 self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
             )
             cursor, items = reply[0], reply[1:]
-            out = [self._tuple(thread_id, i[0].decode(), i[1].decode(), i[2], i[3], i[4]) for i in items]
+            out = [self._tuple(thread_id, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4]) for i in items]
             if out:
                 yield Out(out)
             if remaining is not None:
@@ -344,7 +344,7 @@ class Plans:
             nxt = []
             for (t, _, n), reply in zip(pending, replies):
                 cursor, items = reply[0], reply[1:]
-                got = [self._tuple(t, i[0].decode(), i[1].decode(), i[2], i[3], i[4]) for i in items]
+                got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4]) for i in items]
                 found.extend(got)
                 n += len(got)
                 # with a limit, no thread can contribute more than `limit` items

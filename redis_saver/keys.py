@@ -61,6 +61,13 @@ def dec_first(b: bytes, pos: int = 0) -> tuple[bytes, int]:
             return bytes(out), i + 1
 
 
+def dec_str(e: bytes) -> str:
+    """The text of one whole encoded component ``e(s)``."""
+    if b"\xff" not in e:  # no escape: UTF-8 never holds \xff
+        return e[:-1].decode()
+    return dec_first(e)[0].decode()
+
+
 def thread_tag(thread_id: str) -> bytes:
     """Injective hash tag for a thread id: never contains braces, never empty."""
     if thread_id == "":

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.crc import key_slot
 
-from redis_saver.keys import KeySchema, dec_first, enc, thread_tag
+from redis_saver.keys import KeySchema, dec_first, enc, thread_tag, dec_str
 
 def generate_config(thread_id: str, checkpoint_ns: str = "") -> dict:
     # (the conformance helper replaces an empty thread id with a random one)
@@ -105,3 +105,9 @@ async def test_hostile_ids_round_trip_and_stay_apart(saver, sync_client, prefix)
     allowed = {k for t in tids if t != "{" for k in schema.thread_keys(t)}
     present = set(sync_client.scan_iter(match=schema.scan_pattern(), count=1000))
     assert present and present <= allowed
+
+
+@given(st.text())
+@settings(max_examples=500, deadline=None)
+def test_dec_str_inverts_enc(s):
+    assert dec_str(enc(s)) == s
