@@ -39,9 +39,11 @@ from bench.workload import capture, call_for_thread  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
 from tests.servers import client_kwargs, start_standalone  # noqa: E402
 
-# put_writes.lua lines before which the script is cut, in order (see the script)
+# the first line of put_writes.lua's own body (after the included helpers), and the lines
+# before which the script is cut, in order (tests/test_scripts.py checks they exist)
+BODY_START = "local ns, cid, task_e, path_e, n = ARGV[5]"
 STAGES = [
-    ("argument checks", "local last = 9 + 2 * n\nfor i = 10, last, 2 do"),
+    ("argument checks", "local last = 9 + 2 * n\nlocal chan_e = {}"),
     ("record validation", "check_format()\nlocal prefix"),
     ("format check (HMGET meta)", "local prefix = enc(ns)"),
     ("init_meta", "local stored, members = 0, {}"),
@@ -76,7 +78,7 @@ def server_per_call(r: redis.Redis, savers: dict[str, Any], calls: list, rounds:
 
 def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: int) -> list[tuple[str, float]]:
     full = _scripts.load_all()["put_writes"].source.decode()
-    body_at = full.index("local ns, cid, task_e, path_e, n = ARGV[5]")
+    body_at = full.index(BODY_START)
     variants = [("empty script (same keys and arguments)", "#!lua\nreturn 1"),
                 ("+ script setup (included helpers)", full[:body_at] + "do return 0 end\n" + full[body_at:])]
     for label, marker in STAGES:

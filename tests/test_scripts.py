@@ -157,3 +157,13 @@ def test_write_record_is_the_generic_framing():
     parts = ["tâsk".encode(), b"ch", b"msgpack", b"\x00;,\xff" * 50, b"", b"-3"]
     assert codec.write_record(*parts) == codec.pack(parts)
     assert codec.unpack(codec.write_record(*parts)) == parts
+
+
+def test_bench_where_cuts_put_writes_at_existing_lines():
+    # bench/where.py times put_writes.lua cut before each of these lines: keep them in step
+    from bench.where import BODY_START, STAGES
+
+    source = load_all()["put_writes"].source.decode()
+    assert BODY_START in source
+    at = [source.index(marker) for _, marker in STAGES]
+    assert at == sorted(at) and source.index(BODY_START) < at[0]
