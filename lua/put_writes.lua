@@ -1,5 +1,6 @@
 #!lua
 --- @include "_lib.lua"
+--- @lean-variant
 --[[ put_writes: store the writes of one task against one checkpoint.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
@@ -11,6 +12,9 @@ then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwri
 A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
 e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
 channel, taken from the record, lets delta history pick a channel's writes by member).
+put_writes+lean (the same script with lua/_keys_lean.lua's layout): KEYS[1] meta [2] wr
+[3] wr_ord, the same ARGV; when the thread has a ttl to apply or is not indexed yet, it writes
+nothing and returns nil, and the client sends the 11-key call (saves 8 keys per call).
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -29,6 +33,7 @@ for i = 10, last, 2 do
   chan_e[i] = enc(ch)
 end
 check_format()
+if LEAN and (TTL_MS ~= 0 or META_IX ~= 'inf') then return false end  -- touch() has work to do
 local prefix = enc(ns) .. enc(cid)
 local field_p, member_p = prefix .. task_e, prefix .. path_e .. task_e
 init_meta()

@@ -7,7 +7,9 @@ memory; none for writes, so Redis refuses them *before* their first write when i
 KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.py).
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
-shebang without ``no-writes``) named ``<name>+rw``.
+shebang without ``no-writes``) named ``<name>+rw``. A script marked ``--- @lean-variant`` also
+gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
+and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (3 keys, ``LEAN = true``).
 
 An included library keeps only the ``local function`` definitions the including script
 uses (directly or through other helpers): Lua re-creates every function of a script on
@@ -27,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
+_KEYS_BLOCK = re.compile(r"^-- @keys-begin.*?^-- @keys-end\n", re.MULTILINE | re.DOTALL)
 # a top-level helper: "local function name(" on one line ending with " end", or up to the
 # first "end" at column 0 (the convention lua/_lib.lua follows)
 _FUNCTION = re.compile(
@@ -107,6 +110,11 @@ def load_all() -> dict[str, Script]:
         first, rest = text.split("\n", 1)
         if "no-writes" in first and "REFRESH ==" in rest:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
+        if "--- @lean-variant" in text:
+            lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), text)
+            if n != 1:
+                raise ValueError(f"{path.name}: @lean-variant needs exactly one @keys block")
+            out[name + "+lean"] = _make(name + "+lean", lean)
     return out
 
 

@@ -125,6 +125,11 @@ class KeySchema:
             keys = self._tk[thread_id] = self._thread_keys(thread_id)
         return keys
 
+    def lean_keys(self, thread_id: str) -> tuple[bytes, bytes, bytes]:
+        """The 3 KEYS of a "+lean" script (lua/_keys_lean.lua): meta, wr, wr_ord."""
+        k = self.thread_keys(thread_id)
+        return k[0], k[5], k[6]
+
     def _thread_keys(self, thread_id: str) -> list[bytes]:
         tag = thread_tag(thread_id)
         base = self._p + b"{" + tag + b"}:"

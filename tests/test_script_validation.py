@@ -124,3 +124,30 @@ def test_data_in_another_storage_format_is_refused(setup, sync_client, prefix):
     with pytest.raises(SchemaMismatchError):
         saver.get_tuple(cfg)
     assert _snapshot(client, saver) == before
+
+
+def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync_client, prefix):
+    """put_writes+lean (3 keys) only runs when touch() has nothing to do; else nil and no write."""
+    saver = RedisSaver(sync_client, prefix=prefix)
+    saver.setup()
+    cfg = {"configurable": {"thread_id": "fresh", "checkpoint_ns": "", "checkpoint_id": "1"}}
+    lean = _call(saver._plan_put_writes(cfg, [("a", "x")], "task", "p"))
+    assert lean.script == "put_writes+lean"
+    before = _snapshot(sync_client, saver)  # only setup()'s schema key
+    assert saver._driver.call(lean) is None  # a thread never written: not indexed yet
+    assert _snapshot(sync_client, saver) == before
+    assert sync_client.exists(*saver.keys.thread_keys("fresh")) == 0
+    saver.put_writes(cfg, [("a", "x")], "task", "p")  # the plan falls back to the 11-key call
+    wr = saver.keys.thread_keys("fresh")[5]
+    assert sync_client.hlen(wr) == 1
+    assert sync_client.hget(saver.keys.thread_keys("fresh")[0], "ix") == b"inf"  # indexed
+    # now indexed without expiry: the lean call does the work alone
+    lean = _call(saver._plan_put_writes(cfg, [("b", "y")], "task-2", "p"))
+    assert saver._driver.call(lean) == 1
+    # a ttl to apply: refused, nothing written
+    header = list(lean.args)
+    header[2] = 60_000
+    before = _snapshot(sync_client, saver)
+    assert saver._driver.call(Call(lean.script, lean.keys, header)) is None
+    assert _snapshot(sync_client, saver) == before
+    assert sync_client.hlen(wr) == 2

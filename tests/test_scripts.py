@@ -89,8 +89,19 @@ def test_put_sends_what_put_lua_reads(offline_saver):
 
 def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
     cfg = generate_config("t", checkpoint_id=str(uuid.uuid4()))
-    call = first_call(offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task"))
+    plan = offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task")
+    lean = first_call(plan)  # no ttl: the 3-key form first (lua/_keys_lean.lua)
+    assert lean.script == "put_writes+lean"
+    assert [k.rsplit(b":", 1)[1] for k in lean.keys] == [b"meta", b"wr", b"wr_ord"]
+    call = plan.send(None)  # nil reply: the same arguments with the 11 keys
+    assert call.args == lean.args
     _thread_call_checks(call, "put_writes")
+    with pytest.raises(StopIteration):
+        plan.send(2)
+    plan = offline_saver._plan_put_writes(cfg, [("a", 1)], "task")
+    next(plan)
+    with pytest.raises(StopIteration):  # a count reply: done in one call
+        plan.send(1)
     n = call.args[8]
     assert n == 2 and len(call.args) == fixed_argv("put_writes") + 2 * n
     assert call.args[6] == b"task\0" and call.args[7] == b"\0"  # e(task_id), e(task_path)
@@ -167,3 +178,13 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
     assert BODY_START in source
     at = [source.index(marker) for _, marker in STAGES]
     assert at == sorted(at) and source.index(BODY_START) < at[0]
+
+
+def test_lean_variant_differs_only_in_its_keys_block():
+    scripts = load_all()
+    full, lean = scripts["put_writes"].source.decode(), scripts["put_writes+lean"].source.decode()
+    keys_lean = (lua_dir() / "_keys_lean.lua").read_text()
+    begin, end = full.index("-- @keys-begin"), full.index("-- @keys-end\n") + len("-- @keys-end\n")
+    assert lean == full[:begin] + keys_lean + full[end:]
+    assert "local LEAN = false" in full[begin:end] and "local LEAN = true" in keys_lean
+    assert [n for n in scripts if n.endswith("+lean")] == ["put_writes+lean"]
