@@ -29,10 +29,19 @@ from .keys import enc
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
-    bs = [p if isinstance(p, bytes) else p.encode() for p in parts]
+    bs = [p if p.__class__ is bytes else p.encode() for p in parts]
     if not bs:
         return b";"
-    return b",".join([b"%d" % len(b) for b in bs]) + b";" + b"".join(bs)
+    return b",".join(map(b"%d".__mod__, map(len, bs))) + b";" + b"".join(bs)
+
+
+EMPTY_BLOB = b"5,0;empty"  # pack(["empty", b""]): a channel without a value
+
+
+def blob_record(type_: str, data: bytes) -> bytes:
+    """``pack([type_, data])``, framed directly (put's hot path)."""
+    t = type_.encode()
+    return b"%d,%d;%s%s" % (len(t), len(data), t, data)
 
 
 def unpack(rec: bytes) -> list[bytes]:
@@ -123,7 +132,8 @@ def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
 def versions_record(versions: dict[str, Any]) -> bytes:
     parts: list[bytes] = []
     for ch, ver in versions.items():
-        parts += [ch.encode(), str(ver).encode()]
+        parts.append(ch.encode())
+        parts.append(str(ver).encode())
     return pack(parts)
 
 

@@ -168,13 +168,11 @@ class Plans:
         cp_type, cp_bytes = self.serde.dumps_typed(c)
         md_type, md_bytes = self.serde.dumps_typed(md)
         blob_args: list[bytes] = []
+        dumps = self.serde.dumps_typed
         for ch, ver in new_versions.items():
             _str(ch, "channel name")
-            if ch in values:
-                ty, data = self.serde.dumps_typed(values[ch])
-            else:
-                ty, data = "empty", b""
-            blob_args += [enc(ch) + str(ver).encode(), codec.pack([ty, data])]
+            blob_args.append(enc(ch) + str(ver).encode())
+            blob_args.append(codec.blob_record(*dumps(values[ch])) if ch in values else codec.EMPTY_BLOB)
         versions = c.get("channel_versions") or {}
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
@@ -189,8 +187,8 @@ class Plans:
                 codec.versions_record(versions),
                 codec.filter_record(md),
                 "" if run_id is None else str(run_id),
-                codec.pack([str(k) for k in delta]) if isinstance(delta, dict) else codec.pack([]),
-                codec.pack([str(x) for kv in parents.items() for x in kv]),
+                codec.pack([str(k) for k in delta]) if delta and isinstance(delta, dict) else b";",
+                codec.pack([str(x) for kv in parents.items() for x in kv]) if parents else b";",
             ]
         )
         args = self._header(thread_id) + [

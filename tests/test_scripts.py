@@ -10,6 +10,8 @@ import re
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
 from redis_saver import FORMAT_VERSION, RedisSaver
@@ -188,3 +190,23 @@ def test_lean_variant_differs_only_in_its_keys_block():
     assert lean == full[:begin] + keys_lean + full[end:]
     assert "local LEAN = false" in full[begin:end] and "local LEAN = true" in keys_lean
     assert [n for n in scripts if n.endswith("+lean")] == ["put_writes+lean"]
+
+
+def _reference_pack(parts) -> bytes:
+    """The record format as documented in _codec.py, written the plain way."""
+    bs = [p.encode() if isinstance(p, str) else bytes(p) for p in parts]
+    return ",".join(str(len(b)) for b in bs).encode() + b";" + b"".join(bs)
+
+
+@given(st.lists(st.one_of(st.binary(max_size=40), st.text(max_size=20)), max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_fast_framing_matches_the_record_format(parts):
+    from redis_saver import _codec as codec
+
+    assert codec.pack(parts) == _reference_pack(parts)
+    t = parts[0] if parts and isinstance(parts[0], str) else "msgpack"
+    d = parts[-1] if parts and isinstance(parts[-1], bytes) else b"\x00data"
+    assert codec.blob_record(t, d) == _reference_pack([t, d])
+    assert codec.EMPTY_BLOB == _reference_pack(["empty", b""])
+    versions = {str(i) + (p if isinstance(p, str) else ""): p for i, p in enumerate(parts)}
+    assert codec.versions_record(versions) == _reference_pack([x for k, v in versions.items() for x in (k, str(v))])
