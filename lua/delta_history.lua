@@ -75,7 +75,8 @@ else
 end
 -- e(parent id) and the versions of the still-unseeded channels of one checkpoint, from its
 -- chain entry (which starts with e(parent); one plain find per channel), else from its record
--- (a checkpoint stored before chain entries existed); nil when the checkpoint does not exist
+-- (format 2 always writes both; this keeps the answer right when the chain key alone was lost,
+-- e.g. evicted under an allkeys-* policy); nil when the checkpoint does not exist
 local needles, blob_prefix = {}, {}
 for ch, _ in pairs(remaining) do
   needles[ch] = '\0\1' .. enc(ch) .. '\2'

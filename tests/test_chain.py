@@ -3,7 +3,7 @@
 ``put`` stores the entry the client builds (redis_saver/_codec.py chain_entry); copy_thread
 and prune build it inside Lua from the checkpoint record (lua/_lib.lua chain_entry). The two
 must be the same bytes, and delta history must give the same answer from the records alone
-(threads stored before chain entries existed have none).
+(as when the chain key alone was lost, e.g. evicted).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_delta_history_is_the_same_from_records_alone(sync_client, prefix):
     _fill(ref, "t")
     chans = ["messages", "a\x00b", "\x01x\x02", "", "ünï", "missing"]
     with_chain = saver.get_delta_channel_history(config=last, channels=chans)
-    sync_client.delete(saver.keys.thread_keys("t")[8])  # as stored before chain entries existed
+    sync_client.delete(saver.keys.thread_keys("t")[8])  # the chain key alone lost (eviction)
     from_records = saver.get_delta_channel_history(config=last, channels=chans)
     assert with_chain == from_records
     assert len(with_chain["messages"]["writes"]) == 1 and "seed" in with_chain["messages"]
