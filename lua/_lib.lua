@@ -74,21 +74,15 @@ local function rec_parts(s)
   return n
 end
 
--- true when s is a well-framed record of exactly n parts, n = 2 (blob) or 6 (write): one
--- anchored match with a literal pattern, no table, nothing copied (Lua coerces the captured
--- digit strings in the sum)
-local function rec_is(s, n)
-  if n == 6 then
-    local _, e, a, b, c, d, f, g = string.find(s, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);')
-    return e ~= nil and e + a + b + c + d + f + g == #s
-  elseif n == 2 then
-    local _, e, a, b = string.find(s, '^(%d+),(%d+);')
-    return e ~= nil and e + a + b == #s
-  end
-  error('rec_is: n must be 2 or 6')
+-- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
+-- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
+local function is_blob_record(s)
+  local _, e, a, b = string.find(s, '^(%d+),(%d+);')
+  return e ~= nil and e + a + b == #s
 end
 
--- the channel (part 2) of a well-framed 6-part write record, else nil (as rec_is(s, 6))
+-- the channel (part 2) of a well-framed write record (exactly 6 parts), else nil; checked
+-- the same way
 local function write_channel(s)
   local _, e, a, b, c, d, f, g = string.find(s, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);')
   if not e or e + a + b + c + d + f + g ~= #s then return nil end
@@ -318,8 +312,6 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   end
 end
 
--- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
--- rec: the record's parts, as validate_record() returns them
 -- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
 -- channel of its versions record: what delta history reads of each ancestor. In an entry,
 -- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
@@ -333,7 +325,9 @@ local function chain_entry(rec)
   return table.concat(out)
 end
 
--- entry: the chain entry when the caller has it (put), else built from rec
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   if redis.call('HSETNX', K_CP, field, raw) == 0 then

@@ -17,40 +17,28 @@ local remaining, left = {}, 0
 for i = 7, #ARGV do
   if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
 end
--- the versions of the still-unseeded channels in a versions record ("<len>,...;" then
--- name, version, name, version, ...), taking substrings only for the parts whose length
--- matches a wanted channel name. The candidate positions depend on the header alone, and
--- consecutive ancestors mostly share it: they are computed once per distinct header.
+-- the versions of the still-unseeded channels in a versions record ("<len>,...;" then name,
+-- version, name, version, ...), taking substrings only for the name parts whose length
+-- matches a wanted channel (the record-based fallback of link() below)
 local want_len = {}
 for ch, _ in pairs(remaining) do want_len[#ch] = true end
-local cand_hdr, cand = nil, nil
 local function wanted_versions(vrec)
   local semi = string.find(vrec, ';', 1, true)
   if not semi then fail('RS_BADARG', 'malformed record') end
-  local hdr = string.sub(vrec, 1, semi)
-  if hdr ~= cand_hdr then
-    -- {name start, name end, version start, version end} per candidate name part
-    local pos, name_at, name_len = semi + 1, nil, nil
-    cand = {}
-    for len in string.gmatch(hdr, '%d+') do
-      len = tonumber(len)
-      if name_at then
-        if want_len[name_len] then
-          cand[#cand + 1] = {name_at, name_at + name_len - 1, pos, pos + len - 1}
-        end
-        name_at = nil
-      else
-        name_at, name_len = pos, len
+  local pos, odd, name, out = semi + 1, true, nil, {}
+  for len in string.gmatch(string.sub(vrec, 1, semi - 1), '%d+') do
+    len = tonumber(len)
+    if odd then
+      name = nil
+      if want_len[len] then
+        local c = string.sub(vrec, pos, pos + len - 1)
+        if remaining[c] then name = c end
       end
-      pos = pos + len
+    elseif name then
+      out[name] = string.sub(vrec, pos, pos + len - 1)
     end
-    if name_at or pos ~= #vrec + 1 then fail('RS_BADARG', 'malformed versions record') end
-    cand_hdr = hdr
-  end
-  local out = {}
-  for _, c in ipairs(cand) do
-    local name = string.sub(vrec, c[1], c[2])
-    if remaining[name] then out[name] = string.sub(vrec, c[3], c[4]) end
+    odd = not odd
+    pos = pos + len
   end
   return out
 end

@@ -25,7 +25,7 @@ if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 th
   fail('RS_BADARG', 'chain entry does not match the record')
 end
 for i = 1, nblobs do
-  if not rec_is(ARGV[12 + 2 * i], 2) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
 end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
