@@ -219,16 +219,17 @@ local function unlink_run_if_unused(run_e)
   end
 end
 
--- versions record -> list of blob field suffixes e(channel)..version, and channel -> field
+-- versions record -> list of blob fields e(ns)e(channel)..version, channel -> field, channels
 local function blob_fields(ns_e, versions_rec)
   local v = unpack_rec(versions_rec)
-  local fields, by_ch = {}, {}
+  local fields, by_ch, chans = {}, {}, {}
   for i = 1, #v - 1, 2 do
     local f = ns_e .. enc(v[i]) .. v[i + 1]
     fields[#fields + 1] = f
+    chans[#chans + 1] = v[i]
     by_ch[v[i]] = f
   end
-  return fields, by_ch
+  return fields, by_ch, chans
 end
 
 -- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
@@ -379,10 +380,21 @@ local function validate_record(raw)
   return rec
 end
 
--- the full reply for one checkpoint: {cid, record, blobs aligned with versions, writes}
+-- the full reply for one checkpoint: {record, {channel, blob, ...}, writes}: the blobs that hold
+-- a value ("5,0;empty" = none, redis_saver/_codec.py EMPTY_BLOB), each after its channel, so the
+-- client neither parses the versions record nor skips empty ones
 local function tuple_reply(ns_e, cid_e, raw)
-  local fields = blob_fields(ns_e, rec_field(raw, 6))
-  local blobs = {}
-  if #fields > 0 then blobs = redis.call('HMGET', K_BLOB, unpack(fields)) end
-  return {raw, blobs, writes_of(ns_e, cid_e)}
+  local fields, _, chans = blob_fields(ns_e, rec_field(raw, 6))
+  local values = {}
+  if #fields > 0 then
+    local blobs = redis.call('HMGET', K_BLOB, unpack(fields))
+    for i = 1, #fields do
+      local b = blobs[i]
+      if b and b ~= '5,0;empty' then
+        values[#values + 1] = chans[i]
+        values[#values + 1] = b
+      end
+    end
+  end
+  return {raw, values, writes_of(ns_e, cid_e)}
 end

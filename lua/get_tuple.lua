@@ -6,7 +6,8 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
             the driver then runs the writable variant of this script, without no-writes)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
-Returns: nil, or {checkpoint id, record, {blob or nil per version}, {write records in writes_sort_key order}}
+Returns: nil, or {checkpoint id, record, {channel, blob, ...: the channels that hold a value},
+         {write records in writes_sort_key order}}
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()

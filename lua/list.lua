@@ -9,7 +9,8 @@ ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, bu
 ARGV[8] max items to return   ARGV[9] max members to examine in this call
 ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key)
 Returns: {cursor, item, item, ...}; cursor = last member examined when the page stopped
-         early ("" when the range is exhausted); item = {e(ns), e(cid), record, blobs, writes}
+         early ("" when the range is exhausted); item = {e(ns), e(cid), record, {channel, blob, ...}, writes}
+         (as get_tuple's reply)
 ]]
 local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
 local limit, budget, nf = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])

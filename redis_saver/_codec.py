@@ -46,22 +46,59 @@ def blob_record(type_: str, data: bytes) -> bytes:
 
 def unpack(rec: bytes) -> list[bytes]:
     try:
-        head, sep, body = rec.partition(b";")
-        if not sep:
+        semi = rec.find(b";")  # find + slices: the body is never copied as a whole
+        if semi < 0:
             raise ValueError("no header")
         out: list[bytes] = []
-        if not head:
+        if not semi:
             return out
-        pos = 0
-        for n in head.split(b","):
-            ln = int(n)
-            out.append(body[pos : pos + ln])
-            pos += ln
-        if pos != len(body):
+        pos = semi + 1
+        for n in rec[:semi].split(b","):
+            end = pos + int(n)
+            out.append(rec[pos:end])
+            pos = end
+        if pos != len(rec):
             raise ValueError("length mismatch")
         return out
     except (ValueError, TypeError) as exc:
         raise MalformedReplyError(f"malformed record: {exc}") from exc
+
+
+def unpack_head(rec: bytes, parts: int, want: int) -> list[bytes]:
+    """The first ``want`` parts of a record that must have ``parts`` parts; the others are
+    checked (count and lengths) but not copied (a checkpoint's filter and parents records)."""
+    try:
+        semi = rec.find(b";")
+        lens = rec[:semi].split(b",")
+        if semi < 0 or len(lens) != parts:
+            raise ValueError(f"expected {parts} parts")
+        out: list[bytes] = []
+        pos = semi + 1
+        for n in lens[:want]:
+            end = pos + int(n)
+            out.append(rec[pos:end])
+            pos = end
+        for n in lens[want:]:
+            pos += int(n)
+        if pos != len(rec):
+            raise ValueError("length mismatch")
+        return out
+    except (ValueError, TypeError) as exc:
+        raise MalformedReplyError(f"malformed record: {exc}") from exc
+
+
+def unpack_blob(rec: bytes) -> tuple[bytes, bytes]:
+    """``unpack`` of a blob record ``[type, bytes]``, the read path's most frequent record."""
+    comma, semi = rec.find(b","), rec.find(b";")
+    try:
+        if not 0 < comma < semi:
+            raise ValueError("expected 2 parts")
+        start = semi + 1 + int(rec[:comma])
+        if start + int(rec[comma + 1 : semi]) != len(rec) or start > len(rec):
+            raise ValueError("length mismatch")
+    except ValueError as exc:
+        raise MalformedReplyError(f"malformed blob record: {exc}") from exc
+    return rec[semi + 1 : start], rec[start:]
 
 
 def write_record(task_id: bytes, channel: bytes, type_: bytes, data: bytes, task_path: bytes, idx: bytes) -> bytes:

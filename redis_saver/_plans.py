@@ -113,27 +113,24 @@ class Plans:
         return self.serde.loads_typed((type_.decode(), data))
 
     def _tuple(self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list, writes: list) -> CheckpointTuple:
-        rec = codec.unpack(raw)
-        if len(rec) != 10:
-            raise codec.MalformedReplyError("checkpoint record must have 10 parts")
-        checkpoint: Checkpoint = self._load(rec[1], rec[2])
-        versions = codec.unpack(rec[5])
+        parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, 10, 5)
+        checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        for ch, blob in zip(versions[0::2], blobs):
-            if blob:
-                b = codec.unpack(blob)
-                if b[0] != b"empty":
-                    values[ch.decode()] = self._load(b[0], b[1])
+        for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value
+            ty, data = codec.unpack_blob(blobs[i + 1])
+            if ty != b"empty":
+                values[blobs[i].decode()] = self._load(ty, data)
+        checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
         for w in writes:
             if w:
                 tid, ch, ty, data, _path, _idx = codec.unpack(w)
                 pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
-        parent = rec[0].decode()
+        parent = parent_b.decode()
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
-            checkpoint={**checkpoint, "channel_values": values},
-            metadata=self._load(rec[3], rec[4]),
+            checkpoint=checkpoint,
+            metadata=self._load(md_type, md_bytes),
             parent_config=(
                 {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                 if parent
@@ -427,8 +424,8 @@ class Plans:
                 writes[ch.decode()].append((tid.decode(), ch.decode(), self._load(ty, data)))
         result: dict[str, DeltaChannelHistory] = {c: {"writes": writes[c]} for c in chans}
         for ch, blob in codec.pairs(seeds):
-            b = codec.unpack(blob)
-            result[ch.decode()]["seed"] = self._load(b[0], b[1])
+            ty, data = codec.unpack_blob(blob)
+            result[ch.decode()]["seed"] = self._load(ty, data)
         return result
 
     # ---- pinning -------------------------------------------------------------------

@@ -210,3 +210,26 @@ def test_fast_framing_matches_the_record_format(parts):
     assert codec.EMPTY_BLOB == _reference_pack(["empty", b""])
     versions = {str(i) + (p if isinstance(p, str) else ""): p for i, p in enumerate(parts)}
     assert codec.versions_record(versions) == _reference_pack([x for k, v in versions.items() for x in (k, str(v))])
+
+
+@given(st.lists(st.binary(max_size=40), min_size=2, max_size=12), st.data())
+@settings(max_examples=300, deadline=None)
+def test_partial_and_blob_parsers_match_unpack(parts, data):
+    # the read path's unpack_head / unpack_blob return what unpack() does, and refuse what it
+    # refuses: a wrong part count, a length that does not add up
+    from redis_saver import _codec as codec
+    from redis_saver.errors import MalformedReplyError
+
+    rec = codec.pack(parts)
+    want = data.draw(st.integers(0, len(parts)))
+    assert codec.unpack_head(rec, len(parts), want) == parts[:want]
+    for bad in (rec[:-1], rec + b"x", b"9" + rec):
+        with pytest.raises(MalformedReplyError):
+            codec.unpack_head(bad, len(parts), want)
+    with pytest.raises(MalformedReplyError):
+        codec.unpack_head(rec, len(parts) + 1, want)
+    blob = codec.pack(parts[:2])
+    assert list(codec.unpack_blob(blob)) == parts[:2] == codec.unpack(blob)
+    for bad in (blob[:-1], blob + b"x", codec.pack(parts[:1]), b"1" + blob, blob.replace(b";", b"", 1)):
+        with pytest.raises(MalformedReplyError):
+            codec.unpack_blob(bad)
