@@ -254,7 +254,10 @@ class SyncDriver(_Base):
                 step = plan.send(reply)
             except StopIteration as stop:
                 return stop.value
-            reply = None if isinstance(step, Out) else self.step(step)
+            if step.__class__ is Call and not self.retries:
+                reply = self.call(step)  # what step() does for it, without its layers
+            else:
+                reply = None if isinstance(step, Out) else self.step(step)
 
     def iterate(self, plan: Plan) -> Iterator[Any]:
         reply = None
@@ -381,7 +384,10 @@ class AsyncDriver(_Base):
                 step = plan.send(reply)
             except StopIteration as stop:
                 return stop.value
-            reply = None if isinstance(step, Out) else await self.step(step)
+            if step.__class__ is Call and not self.retries:
+                reply = await self.call(step)  # what step() does for it, without its layers
+            else:
+                reply = None if isinstance(step, Out) else await self.step(step)
 
     async def iterate(self, plan: Plan) -> AsyncIterator[Any]:
         reply = None

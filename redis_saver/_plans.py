@@ -35,7 +35,7 @@ SCAN_BUDGET = 20_000  # members one list call may examine while filtering
 EXPORT_COUNT = 200  # HSCAN COUNT per copy_thread page
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.3 us more per call to build
 class Call:
     script: str
     keys: Sequence[bytes]
@@ -215,8 +215,8 @@ class Plans:
         _str(cid, "checkpoint_id")
         _str(task_id, "task_id")
         _str(task_path, "task_path")
-        args: list[bytes | str | int] = []
         task_b, path_b = task_id.encode(), task_path.encode()
+        argv: list[bytes | str | int] = [*self._header(thread_id), ns, cid, enc(task_b), enc(path_b), len(writes)]
         dumps = self.serde.dumps_typed
         for idx, item in enumerate(writes):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
@@ -228,10 +228,9 @@ class Plans:
             if widx is None:
                 widx = idx
             ty, data = dumps(value)
-            args += [tag + _idx8(widx), codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)]
-        if not args:
+            argv += [tag + _idx8(widx), codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)]
+        if len(argv) == 9:
             return None
-        argv = self._header(thread_id) + [ns, cid, enc(task_b), enc(path_b), len(args) // 2, *args]
         if self._ttl_ms == 0:
             # the steady state: 3 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
