@@ -1,6 +1,6 @@
 """Where the time of ``put_writes``, ``put`` and delta history goes: redis_saver against the floor.
 
-    python bench/where.py [--rounds 5]
+    python bench/where.py [--rounds 15]
 
 Starts its own redis-server (tests/servers.py: start_standalone) and replays the benchmark's
 recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
@@ -93,7 +93,9 @@ def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: in
     drv = saver._driver
     try:
         for rnd in range(rounds):
-            for k, (label, src) in enumerate(variants):
+            # the order alternates, so drift during a round (Lua GC, allocator) hits every row alike
+            order = list(enumerate(variants))
+            for k, (label, src) in (order if rnd % 2 == 0 else order[::-1]):
                 drv.scripts[name] = _scripts._make(name, src)
                 # a fresh thread per variant and round, so every variant sees the same state;
                 # its first put (untimed) indexes it, as LangGraph's first put does
@@ -151,7 +153,7 @@ def _cpu(fn: Callable[[], Any]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15)
     a = ap.parse_args()
     work = capture(25)
     calls = [c for c in work.calls if c.op in ("put", "put_writes")]
