@@ -15,6 +15,8 @@ channel, taken from the record, lets delta history pick a channel's writes by me
 put_writes+lean (the same script with lua/_keys_lean.lua's layout): KEYS[1] meta [2] wr
 [3] wr_ord, the same ARGV; when the thread has a ttl to apply or is not indexed yet, it writes
 nothing and returns nil, and the client sends the 11-key call (saves 8 keys per call).
+Lines marked @full-only are not in put_writes+lean: touch() has nothing to do there, and
+the helpers only it uses are not created on each call.
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -66,5 +68,5 @@ end
 for i = 1, #members, 1000 do
   redis.call('ZADD', K_WORD, unpack(members, i, math.min(i + 999, #members)))
 end
-touch()
+touch()  -- @full-only
 return stored

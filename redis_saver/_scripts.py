@@ -9,7 +9,8 @@ KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``. A script marked ``--- @lean-variant`` also
 gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
-and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (3 keys, ``LEAN = true``).
+and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (3 keys, ``LEAN = true``), and without the
+lines marked ``-- @full-only`` (nor the helpers only they use).
 
 An included library keeps only the ``local function`` definitions the including script
 uses (directly or through other helpers): Lua re-creates every function of a script on
@@ -30,6 +31,7 @@ from pathlib import Path
 
 _INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
 _KEYS_BLOCK = re.compile(r"^-- @keys-begin.*?^-- @keys-end\n", re.MULTILINE | re.DOTALL)
+_FULL_ONLY = re.compile(r"^[^\n]*-- @full-only[^\n]*\n", re.MULTILINE)
 # a top-level helper: "local function name(" on one line ending with " end", or up to the
 # first "end" at column 0 (the convention lua/_lib.lua follows)
 _FUNCTION = re.compile(
@@ -99,23 +101,25 @@ def load_all() -> dict[str, Script]:
     for path in sorted(d.glob("*.lua")):
         if path.name.startswith("_"):
             continue
-        text = path.read_text()
-
-        def expand(m: re.Match[str], text: str = text) -> str:
-            return shake((d / m.group(1)).read_text(), _INCLUDE.sub("", text))
-
-        text = _INCLUDE.sub(expand, text)
+        raw = path.read_text()
+        text = _expand(d, raw)
         name = path.stem
         out[name] = _make(name, text)
         first, rest = text.split("\n", 1)
         if "no-writes" in first and "REFRESH ==" in rest:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
-        if "--- @lean-variant" in text:
-            lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), text)
+        if "--- @lean-variant" in raw:
+            # without its @full-only lines, so the helpers only they use are shaken out too
+            lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), _expand(d, _FULL_ONLY.sub("", raw)))
             if n != 1:
                 raise ValueError(f"{path.name}: @lean-variant needs exactly one @keys block")
             out[name + "+lean"] = _make(name + "+lean", lean)
     return out
+
+
+def _expand(d: Path, text: str) -> str:
+    """``text`` with each ``@include`` replaced by the library, shaken for ``text``."""
+    return _INCLUDE.sub(lambda m: shake((d / m.group(1)).read_text(), _INCLUDE.sub("", text)), text)
 
 
 def script(name: str) -> Script:

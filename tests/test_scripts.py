@@ -16,7 +16,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from redis_saver import FORMAT_VERSION, RedisSaver
 from redis_saver._plans import Call, IndexSlots, Out
-from redis_saver._scripts import load_all, lua_dir
+from redis_saver._scripts import _COMMENT, _FUNCTION, load_all, lua_dir
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -138,7 +138,7 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
 
 
 def test_included_library_keeps_only_the_helpers_a_script_uses():
-    from redis_saver._scripts import _COMMENT, _FUNCTION, shake
+    from redis_saver._scripts import shake
 
     lib = (
         "local X = 1\n"
@@ -176,20 +176,33 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
     # bench/where.py times put_writes.lua cut before each of these lines: keep them in step
     from bench.where import BODY_START, STAGES
 
-    source = load_all()["put_writes"].source.decode()
+    source = load_all()["put_writes+lean"].source.decode()
     assert BODY_START in source
     at = [source.index(marker) for _, marker in STAGES]
     assert at == sorted(at) and source.index(BODY_START) < at[0]
 
 
-def test_lean_variant_differs_only_in_its_keys_block():
+def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     scripts = load_all()
     full, lean = scripts["put_writes"].source.decode(), scripts["put_writes+lean"].source.decode()
     keys_lean = (lua_dir() / "_keys_lean.lua").read_text()
     begin, end = full.index("-- @keys-begin"), full.index("-- @keys-end\n") + len("-- @keys-end\n")
-    assert lean == full[:begin] + keys_lean + full[end:]
     assert "local LEAN = false" in full[begin:end] and "local LEAN = true" in keys_lean
     assert [n for n in scripts if n.endswith("+lean")] == ["put_writes+lean"]
+    # lean = full with the lean keys block, without the @full-only lines and the helpers that
+    # only they called; nothing else differs
+    full_only = [line for line in full.splitlines() if "-- @full-only" in line]
+    assert full_only == ["touch()  -- @full-only"] and "-- @full-only" not in lean
+    dropped = {m.group(1) for m in _FUNCTION.finditer(full)} - {m.group(1) for m in _FUNCTION.finditer(lean)}
+    assert "touch" in dropped and "purge_expired" in dropped and "write_channel" not in dropped
+    rebuilt = full[:begin] + keys_lean + full[end:]
+    for line in full_only:
+        rebuilt = rebuilt.replace(line + "\n", "")
+    rebuilt = _FUNCTION.sub(lambda m: "" if m.group(1) in dropped else m.group(0), rebuilt)
+    assert lean == rebuilt
+    code = _COMMENT.sub("", lean)
+    for name in dropped:  # what lean dropped, lean never calls
+        assert not re.search(r"\b%s\(" % name, code)
 
 
 def _reference_pack(parts) -> bytes:
