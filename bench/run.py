@@ -600,9 +600,11 @@ def main(argv=None) -> int:
                 for size in (sizes if r % 2 == 0 else list(reversed(sizes))):
                     base, before = cfgs[size]
                     lv = live[size]
-                    for e in lv[r % max(len(lv), 1):] + lv[:r % max(len(lv), 1)]:
-                        gc.collect()
-                        for i in range(scale_n):
+                    gc.collect()
+                    # savers interleaved query by query (as the per-operation phase does), so a
+                    # disturbance on the machine hits every saver's samples alike
+                    for i in range(scale_n):
+                        for e in rotated(lv, r + i):
                             guarded(e, f"scale get {size}", st.time, e.name, f"get{size}", r, e.get_tuple, base)
                             # limit=10 and limit=5 alternate which goes first, so neither always follows the other
                             for op, lim in ((("list", 10), ("list5", 5)) if i % 2 == 0 else
