@@ -216,7 +216,8 @@ class Plans:
         _str(task_id, "task_id")
         _str(task_path, "task_path")
         task_b, path_b = task_id.encode(), task_path.encode()
-        argv: list[bytes | str | int] = [*self._header(thread_id), ns, cid, enc(task_b), enc(path_b), len(writes)]
+        argv: list[bytes | str | int] = [*self._header(thread_id), ns, cid, enc(task_b), enc(path_b), 0]
+        fixed = len(argv)  # the last fixed argument is the number of writes, set below
         dumps = self.serde.dumps_typed
         for idx, item in enumerate(writes):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
@@ -229,8 +230,9 @@ class Plans:
                 widx = idx
             ty, data = dumps(value)
             argv += [tag + _idx8(widx), codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)]
-        if len(argv) == 9:
+        if len(argv) == fixed:
             return None
+        argv[fixed - 1] = (len(argv) - fixed) // 2
         if self._ttl_ms == 0:
             # the steady state: 3 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
