@@ -1,6 +1,6 @@
 """Where the time of ``put_writes``, ``put`` and delta history goes: redis_saver against the floor.
 
-    python bench/where.py [--rounds 15]
+    python bench/where.py [--rounds 15] [--crowd 20]
 
 Starts its own redis-server (tests/servers.py: start_standalone) and replays the benchmark's
 recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
@@ -16,6 +16,11 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
    costs before its first line (the floor pays it too).
 3. **Client CPU per call** (``time.process_time``, min over rounds): building the call (the
    plan, serde included) and the whole call, redis_saver vs floor.
+4. With ``--crowd ROUNDS``: **put_writes among other savers**, interleaved call by call as in
+   the full benchmark (InMemorySaver, SqliteSaver, 3 more floors and 3 more redis_savers on 6
+   more servers): p50 of wall time, client CPU and server time of the floor and of redis_saver, with its
+   lean script whole, cut after the included helpers, and empty (one pass each, the floor
+   in every pass). Caches are cold there, as in the full run.
 
 Nothing here asserts anything: it measures. Numbers move with the machine's load; compare rows
 within one run.
@@ -145,6 +150,62 @@ def client_cpu(savers: dict[str, Any], calls: list, rounds: int) -> dict[str, di
     return out
 
 
+def crowded(calls: list, rounds: int, extra: int = 6) -> list[tuple[str, dict[str, float]]]:
+    """put_writes with other savers interleaved call by call, as in the full benchmark: the
+    floor and redis_saver each on its own server, and between their calls InMemorySaver,
+    SqliteSaver and ``extra`` more floors / redis_savers on servers of their own. Each variant
+    of redis_saver's lean script (whole, helpers only, empty) runs in its own pass, with the floor."""
+    import os
+    import sqlite3
+    import tempfile
+    from contextlib import ExitStack
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    name = "put_writes+lean"
+    full = _scripts.load_all()[name].source.decode()
+    body_at = full.index(BODY_START)
+    variants = [("empty script", "#!lua\nreturn 1"), ("helpers only", full[:body_at] + "do return 1 end\n" + full[body_at:]),
+                ("whole script", full)]
+    out = []
+    with ExitStack() as stack:
+        servers = [stack.enter_context(start_standalone()) for _ in range(2 + extra)]
+        cl = [redis.Redis(host=s.host, port=s.port, **client_kwargs()) for s in servers]
+        fl, rs = FloorSaver(cl[0]), RedisSaver(cl[1], prefix="lg")
+        db = sqlite3.connect(os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "c.db"),
+                             check_same_thread=False)
+        others: list[Any] = [InMemorySaver(), SqliteSaver(db)]
+        others[1].setup()
+        others += [FloorSaver(c) if i % 2 else RedisSaver(c, prefix="lg") for i, c in enumerate(cl[2:])]
+        for label, src in variants:
+            rs._driver.scripts[name] = _scripts._make(name, src)
+            wall: dict[str, list[int]] = {"floor": [], "redis_saver": []}
+            cpu: dict[str, list[float]] = {"floor": [], "redis_saver": []}
+            srv: dict[str, list[int]] = {"floor": [], "redis_saver": []}
+            for rnd in range(rounds):
+                order = [("floor", fl, cl[0]), ("redis_saver", rs, cl[1])] + [(None, o, None) for o in others]
+                k = rnd % len(order)
+                for c in [call_for_thread(c, f"crowd:{label}:{rnd}") for c in calls]:
+                    for who, s, r in order[k:] + order[:k]:
+                        if c.op == "put" or who is None:
+                            getattr(s, c.op)(*c.args)
+                            continue
+                        u0, c0, t0 = _usec(r), time.process_time(), time.perf_counter_ns()
+                        s.put_writes(*c.args)
+                        wall[who].append(time.perf_counter_ns() - t0)
+                        cpu[who].append(time.process_time() - c0)
+                        srv[who].append(_usec(r) - u0)
+            for who in ("floor", "redis_saver"):
+                out.append((f"{who}{'' if who == 'floor' else ': ' + label}", {
+                    "p50": statistics.median(wall[who]) / 1e3, "cpu": statistics.median(cpu[who]) * 1e6,
+                    "server": statistics.median(srv[who])}))
+        rs._driver.scripts[name] = _scripts.load_all()[name]
+        for c in cl:
+            c.close()
+    return out
+
+
 def _cpu(fn: Callable[[], Any]) -> float:
     c0 = time.process_time()
     fn()
@@ -154,6 +215,8 @@ def _cpu(fn: Callable[[], Any]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--crowd", type=int, default=0, metavar="ROUNDS",
+                    help="also time put_writes among 8 other savers on 6 more servers (ROUNDS per pass)")
     a = ap.parse_args()
     work = capture(25)
     calls = [c for c in work.calls if c.op in ("put", "put_writes")]
@@ -172,6 +235,11 @@ def main() -> None:
         for label, d in client_cpu(savers, calls, a.rounds).items():
             print(f"| {label} | {d['us']:.1f} |")
         r.close()
+    if a.crowd:
+        print("\n## put_writes among other savers (interleaved call by call, as in the full benchmark)\n")
+        print("| pass: saver | p50 µs | client CPU µs (p50) | server µs (p50) |\n|---|---|---|---|")
+        for label, d in crowded(calls, a.crowd):
+            print(f"| {label} | {d['p50']:.1f} | {d['cpu']:.1f} | {d['server']:.1f} |")
 
 
 if __name__ == "__main__":
