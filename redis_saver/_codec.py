@@ -45,32 +45,19 @@ def blob_record(type_: str, data: bytes) -> bytes:
 
 
 def unpack(rec: bytes) -> list[bytes]:
-    try:
-        semi = rec.find(b";")  # find + slices: the body is never copied as a whole
-        if semi < 0:
-            raise ValueError("no header")
-        out: list[bytes] = []
-        if not semi:
-            return out
-        pos = semi + 1
-        for n in rec[:semi].split(b","):
-            end = pos + int(n)
-            out.append(rec[pos:end])
-            pos = end
-        if pos != len(rec):
-            raise ValueError("length mismatch")
-        return out
-    except (ValueError, TypeError) as exc:
-        raise MalformedReplyError(f"malformed record: {exc}") from exc
+    return unpack_head(rec)
 
 
-def unpack_head(rec: bytes, parts: int, want: int) -> list[bytes]:
-    """The first ``want`` parts of a record that must have ``parts`` parts; the others are
-    checked (count and lengths) but not copied (a checkpoint's filter and parents records)."""
+def unpack_head(rec: bytes, parts: int | None = None, want: int | None = None) -> list[bytes]:
+    """The first ``want`` parts (default: all) of a record that must have ``parts`` parts
+    (default: any number); the others are checked (count and lengths) but not copied (a
+    checkpoint's filter and parents records). The body is never copied as a whole."""
     try:
         semi = rec.find(b";")
-        lens = rec[:semi].split(b",")
-        if semi < 0 or len(lens) != parts:
+        if semi < 0:
+            raise ValueError("no header")
+        lens = rec[:semi].split(b",") if semi else []
+        if parts is not None and len(lens) != parts:
             raise ValueError(f"expected {parts} parts")
         out: list[bytes] = []
         pos = semi + 1
@@ -78,8 +65,9 @@ def unpack_head(rec: bytes, parts: int, want: int) -> list[bytes]:
             end = pos + int(n)
             out.append(rec[pos:end])
             pos = end
-        for n in lens[want:]:
-            pos += int(n)
+        if want is not None:
+            for n in lens[want:]:
+                pos += int(n)
         if pos != len(rec):
             raise ValueError("length mismatch")
         return out

@@ -117,9 +117,7 @@ class Plans:
         checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
         for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value
-            ty, data = codec.unpack_blob(blobs[i + 1])
-            if ty != b"empty":
-                values[blobs[i].decode()] = self._load(ty, data)
+            values[blobs[i].decode()] = self._load(*codec.unpack_blob(blobs[i + 1]))
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
         for w in writes:
