@@ -49,10 +49,9 @@ from tests.servers import client_kwargs, start_standalone  # noqa: E402
 BODY_START = "local ns, cid, task_e, path_e, n = ARGV[5]"
 STAGES = [
     ("argument checks", "local last = 9 + 2 * n\nlocal chan_e = {}"),
-    ("record validation", "check_format()\nif LEAN"),
-    ("format check (HMGET meta)", "local prefix = enc(ns)"),
-    ("init_meta", "local stored, members = 0, {}"),
-    ("HSETNX per write", "-- the sort members of the regular"),
+    ("record validation", "local prefix = enc(ns)"),
+    ("HMGET of the lean mark and the write fields", "local stored, sets, members"),
+    ("choosing the writes that win", "-- the regular writes stored and their sort"),
 ]
 
 
@@ -81,7 +80,7 @@ def server_per_call(r: redis.Redis, savers: dict[str, Any], calls: list, rounds:
 
 
 def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: int) -> list[tuple[str, float]]:
-    # the steady state runs put_writes+lean (3 keys; lua/_keys_lean.lua): that is the script cut
+    # the steady state runs put_writes+lean (2 keys; lua/_keys_lean.lua): that is the script cut
     name = "put_writes+lean"
     full = _scripts.load_all()[name].source.decode()
     body_at = full.index(BODY_START)
@@ -90,8 +89,8 @@ def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: in
     for label, marker in STAGES:
         assert marker in full, f"put_writes.lua changed: marker {marker!r} not found"
         variants.append((f"+ {label}", full.replace(marker, "do return 0 end\n" + marker, 1)))
-    # the lean script has no touch() (an @full-only line): the ZADD is its last stage
-    variants.append(("+ ZADD sort members: the whole script", full))
+    # the lean script has no touch() (an @full-only line): HSET and ZADD are its last stage
+    variants.append(("+ HSET and ZADD of the new writes: the whole script", full))
     pw_calls = [c for c in calls if c.op == "put_writes"]
     first_put = next(c for c in calls if c.op == "put")
     res: dict[str, list[float]] = {label: [] for label, _ in variants}

@@ -1,9 +1,9 @@
 -- _keys_lean.lua: the KEYS layout of a script's "+lean" variant, swapped in for the block
 -- between "@keys-begin" and "@keys-end" of _lib.lua by redis_saver/_scripts.py. Only the keys
--- put_writes writes when touch() has nothing to do (no ttl, thread already indexed):
---   KEYS[1] meta   KEYS[2] wr   KEYS[3] wr_ord
+-- put_writes writes when touch() has nothing to do (no ttl, thread indexed: the lean mark in wr):
+--   KEYS[1] wr   KEYS[2] wr_ord
 -- The other keys are nil: a lean script must return before anything would use them.
-local K_META, K_WR, K_WORD = KEYS[1], KEYS[2], KEYS[3]
-local K_CP, K_CPNS, K_CPID, K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS
+local K_WR, K_WORD = KEYS[1], KEYS[2]
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS
 local LEAN = true
-if #KEYS ~= 3 then fail('RS_BADARG', 'expected 3 keys (lean)') end
+if #KEYS ~= 2 then fail('RS_BADARG', 'expected 2 keys (lean)') end

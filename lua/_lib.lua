@@ -13,7 +13,7 @@ local function fail(code, msg)
 end
 
 -- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
--- only meta, wr and wr_ord: see put_writes.lua and redis_saver/_scripts.py)
+-- only wr and wr_ord: see put_writes.lua and redis_saver/_scripts.py)
 local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN}
@@ -131,6 +131,12 @@ local function hi(p) return '(' .. p .. '\255' end
 -- the thread's meta fields, read once by check_format(): format, index state, pin flag
 local META_V, META_IX, META_PIN = nil, nil, nil
 
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it in the same HMGET as the writes it checks, so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+local WR_MARK = ''
+
 local function check_format()
   local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin')
   META_V, META_IX, META_PIN = m[1], m[2], m[3]
@@ -194,6 +200,11 @@ local function touch()
   if META_IX ~= score then
     redis.call('HSET', K_META, 'ix', score)
     META_IX = score
+    if score == 'inf' then
+      redis.call('HSET', K_WR, WR_MARK, FORMAT)
+    else
+      redis.call('HDEL', K_WR, WR_MARK)
+    end
   end
   purge_expired(now)
   redis.call('ZADD', K_IXT, score, THREAD_ID)

@@ -232,7 +232,7 @@ class Plans:
             return None
         argv[fixed - 1] = (len(argv) - fixed) // 2
         if self._ttl_ms == 0:
-            # the steady state: 3 keys instead of 11; nil = nothing written, the thread's
+            # the steady state: 2 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
             stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self._wait)
             if stored is not None:

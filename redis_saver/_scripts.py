@@ -9,7 +9,7 @@ KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``. A script marked ``--- @lean-variant`` also
 gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
-and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (3 keys, ``LEAN = true``), and without the
+and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (2 keys, ``LEAN = true``), and without the
 lines marked ``-- @full-only`` (nor the helpers only they use).
 
 An included library keeps only the ``local function`` definitions the including script

@@ -36,7 +36,7 @@ import itertools
 from functools import lru_cache
 
 SLOTS = 16384
-FORMAT_VERSION = "2"  # 2: wr_ord members end with e(channel)
+FORMAT_VERSION = "3"  # 2: wr_ord members end with e(channel); 3: the lean mark in wr
 
 THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
 INDEX_SUFFIXES = ("threads", "runs")
@@ -125,10 +125,10 @@ class KeySchema:
             keys = self._tk[thread_id] = self._thread_keys(thread_id)
         return keys
 
-    def lean_keys(self, thread_id: str) -> tuple[bytes, bytes, bytes]:
-        """The 3 KEYS of a "+lean" script (lua/_keys_lean.lua): meta, wr, wr_ord."""
+    def lean_keys(self, thread_id: str) -> tuple[bytes, bytes]:
+        """The 2 KEYS of a "+lean" script (lua/_keys_lean.lua): wr, wr_ord."""
         k = self.thread_keys(thread_id)
-        return k[0], k[5], k[6]
+        return k[5], k[6]
 
     def _thread_keys(self, thread_id: str) -> list[bytes]:
         tag = thread_tag(thread_id)

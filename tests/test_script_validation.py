@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from redis_saver import RedisSaver
+from redis_saver import FORMAT_VERSION, RedisSaver
 from redis_saver._plans import Call
 
 
@@ -116,8 +116,11 @@ def test_data_in_another_storage_format_is_refused(setup, sync_client, prefix):
     with pytest.raises(SchemaMismatchError, match="format"):
         RedisSaver(client, prefix=other).setup()
     client.delete(f"{other}:schema")
-    # one thread marked as format 1 (its meta hash): every script refuses it, writing nothing
-    client.hset(saver.keys.thread_keys("t:{v}")[0], "v", "1")
+    # one thread marked as format 1 (its meta hash; format 1 had no lean mark in wr): every
+    # script refuses it, writing nothing
+    keys = saver.keys.thread_keys("t:{v}")
+    client.hset(keys[0], "v", "1")
+    client.hdel(keys[5], "")
     before = _snapshot(client, saver)
     with pytest.raises(SchemaMismatchError, match="format 1"):
         saver.put_writes(cfg, [("a", "more")], "task-2", "p")
@@ -127,7 +130,7 @@ def test_data_in_another_storage_format_is_refused(setup, sync_client, prefix):
 
 
 def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync_client, prefix):
-    """put_writes+lean (3 keys) only runs when touch() has nothing to do; else nil and no write."""
+    """put_writes+lean (2 keys) only runs when touch() has nothing to do; else nil and no write."""
     saver = RedisSaver(sync_client, prefix=prefix)
     saver.setup()
     cfg = {"configurable": {"thread_id": "fresh", "checkpoint_ns": "", "checkpoint_id": "1"}}
@@ -139,7 +142,8 @@ def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync
     assert sync_client.exists(*saver.keys.thread_keys("fresh")) == 0
     saver.put_writes(cfg, [("a", "x")], "task", "p")  # the plan falls back to the 11-key call
     wr = saver.keys.thread_keys("fresh")[5]
-    assert sync_client.hlen(wr) == 1
+    assert sync_client.hlen(wr) == 2  # the write and the lean mark (field "" = the format)
+    assert sync_client.hget(wr, "") == FORMAT_VERSION.encode()
     assert sync_client.hget(saver.keys.thread_keys("fresh")[0], "ix") == b"inf"  # indexed
     # now indexed without expiry: the lean call does the work alone
     lean = _call(saver._plan_put_writes(cfg, [("b", "y")], "task-2", "p"))
@@ -150,4 +154,4 @@ def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync
     before = _snapshot(sync_client, saver)
     assert saver._driver.call(Call(lean.script, lean.keys, header)) is None
     assert _snapshot(sync_client, saver) == before
-    assert sync_client.hlen(wr) == 2
+    assert sync_client.hlen(wr) == 3  # two writes and the mark

@@ -77,7 +77,7 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
     assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
-    assert call.args[0] == FORMAT_VERSION == "2"  # format version
+    assert call.args[0] == FORMAT_VERSION == "3"  # format version
 
 
 def test_put_sends_what_put_lua_reads(offline_saver):
@@ -92,9 +92,9 @@ def test_put_sends_what_put_lua_reads(offline_saver):
 def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
     cfg = generate_config("t", checkpoint_id=str(uuid.uuid4()))
     plan = offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task")
-    lean = first_call(plan)  # no ttl: the 3-key form first (lua/_keys_lean.lua)
+    lean = first_call(plan)  # no ttl: the 2-key form first (lua/_keys_lean.lua)
     assert lean.script == "put_writes+lean"
-    assert [k.rsplit(b":", 1)[1] for k in lean.keys] == [b"meta", b"wr", b"wr_ord"]
+    assert [k.rsplit(b":", 1)[1] for k in lean.keys] == [b"wr", b"wr_ord"]
     call = plan.send(None)  # nil reply: the same arguments with the 11 keys
     assert call.args == lean.args
     _thread_call_checks(call, "put_writes")
@@ -192,9 +192,10 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     # lean = full with the lean keys block, without the @full-only lines and the helpers that
     # only they called; nothing else differs
     full_only = [line for line in full.splitlines() if "-- @full-only" in line]
-    assert full_only == ["touch()  -- @full-only"] and "-- @full-only" not in lean
+    assert [line.split("(")[0] for line in full_only] == ["check_format", "init_meta", "touch", "if TTL_MS == 0 and got[1] ~= FORMAT then redis.call"]
+    assert "-- @full-only" not in lean
     dropped = {m.group(1) for m in _FUNCTION.finditer(full)} - {m.group(1) for m in _FUNCTION.finditer(lean)}
-    assert "touch" in dropped and "purge_expired" in dropped and "write_channel" not in dropped
+    assert {"touch", "purge_expired", "check_format", "init_meta"} <= dropped and "write_channel" not in dropped
     rebuilt = full[:begin] + keys_lean + full[end:]
     for line in full_only:
         rebuilt = rebuilt.replace(line + "\n", "")

@@ -95,6 +95,11 @@ def view(s: Any) -> tuple:
     )
 
 
+def write_count(client: Any, wr_key: bytes) -> int:
+    """Pending writes stored in a thread's wr hash (field "" is the lean mark, not a write)."""
+    return client.hlen(wr_key) - client.hexists(wr_key, "")
+
+
 def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     """Blob fields named by the channel versions of the thread's stored checkpoints
     (``tp`` = the thread's key prefix); decodes the records as the scripts do."""

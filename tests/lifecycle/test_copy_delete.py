@@ -105,6 +105,8 @@ def _fields_by_cid(client, key: bytes, skip_components: int = 0) -> set[tuple[by
     kind = client.type(key)
     members = client.hkeys(key) if kind == b"hash" else client.zrange(key, 0, -1) if kind == b"zset" else []
     for m in members:
+        if m == b"" and kind == b"hash":
+            continue  # wr's lean mark
         pos = 0
         for _ in range(skip_components):
             _, pos = dec_first(m, pos)

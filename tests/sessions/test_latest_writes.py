@@ -51,9 +51,10 @@ async def test_latest_keeps_own_and_parent_writes_only(kind, make_saver, sync_cl
     assert got.config == cfg3 and got.pending_writes == [("t3", "c", 3)]
     assert [t.config for t in await call(s, "list", cfg(tid))] == [cfg3]
     # c1's writes are gone from storage; c2's (the parent's) are kept for resuming
+    from tests.lifecycle._util import write_count
     from tests.sessions._util import thread_key
 
-    wr = sync_client.hlen(thread_key(prefix, tid, "wr"))
+    wr = write_count(sync_client, thread_key(prefix, tid, "wr"))
     assert wr == 2, wr
 
 
