@@ -8,6 +8,9 @@
 -- and one ARGV header:
 --   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
 --   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl
+-- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
+-- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
+-- right-hand sides free of effects, they may not run.
 local function fail(code, msg)
   error({err = code .. ' ' .. msg})
 end

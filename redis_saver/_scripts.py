@@ -12,9 +12,10 @@ gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between
 and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (2 keys, ``LEAN = true``), and without the
 lines marked ``-- @full-only`` (nor the helpers only they use).
 
-An included library keeps only the ``local function`` definitions the including script
-uses (directly or through other helpers): Lua re-creates every function of a script on
-each EVALSHA, so unused helpers cost every call a few microseconds.
+An included library keeps only the ``local function`` definitions and one-name top-level
+locals the including script uses (directly or through other helpers): Lua re-creates every
+function of a script and evaluates every top-level local on each EVALSHA, so unused ones
+cost every call a few microseconds.
 
 The script files are found inside the installed package (``redis_saver/lua``, put there by
 the wheel build) or, from a source checkout, in ``lua/`` next to the package.
@@ -37,6 +38,9 @@ _FULL_ONLY = re.compile(r"^[^\n]*-- @full-only[^\n]*\n", re.MULTILINE)
 _FUNCTION = re.compile(
     r"^local function ([A-Za-z_][A-Za-z0-9_]*)\((?:[^\n]*\send\n|.*?^end\n)", re.MULTILINE | re.DOTALL
 )
+# a top-level local of one name on one line: dropped like a helper when nothing kept uses it,
+# so its right-hand side must have no effect (lua/_lib.lua's convention)
+_LOCAL = re.compile(r"^local ([A-Za-z_][A-Za-z0-9_]*) = [^\n]*\n", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
 
@@ -78,20 +82,29 @@ def _names(code: str) -> list[str]:
     return _NAME.findall(_COMMENT.sub("", code))
 
 
+def definitions(library: str) -> dict[str, str]:
+    """The top-level definitions shake() may drop: helpers and one-name locals, name -> text."""
+    out = {m.group(1): m.group(0) for m in _LOCAL.finditer(_FUNCTION.sub("", library))}
+    out.update((m.group(1), m.group(0)) for m in _FUNCTION.finditer(library))
+    return out
+
+
 def shake(library: str, user: str) -> str:
-    """``library`` without the top-level functions that neither ``user`` nor the kept code
-    references (by name, transitively). Everything that is not such a function is kept,
-    in order; a name that only appears in a string keeps its function (harmless)."""
-    functions = {m.group(1): m for m in _FUNCTION.finditer(library)}
-    rest = _FUNCTION.sub("", library)
+    """``library`` without the top-level functions and one-name locals that neither ``user``
+    nor the kept code references (by name, transitively). Everything else is kept, in order;
+    a name that only appears in a string keeps its definition (harmless). Lua runs a script's
+    whole top level on every EVALSHA: each helper is a new closure, each local an evaluation."""
+    defs = definitions(library)
+    rest = _LOCAL.sub("", _FUNCTION.sub("", library))
     needed: set[str] = set()
     todo = set(_names(user)) | set(_names(rest))
     while todo:
         name = todo.pop()
-        if name in functions and name not in needed:
+        if name in defs and name not in needed:
             needed.add(name)
-            todo |= set(_names(functions[name].group(0)))
-    return _FUNCTION.sub(lambda m: m.group(0) if m.group(1) in needed else "", library)
+            todo |= set(_names(defs[name]))
+    kept = _FUNCTION.sub(lambda m: m.group(0) if m.group(1) in needed else "", library)
+    return _LOCAL.sub(lambda m: m.group(0) if m.group(1) in needed else "", kept)
 
 
 @lru_cache(maxsize=1)

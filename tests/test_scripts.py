@@ -16,7 +16,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from redis_saver import FORMAT_VERSION, RedisSaver
 from redis_saver._plans import Call, IndexSlots, Out
-from redis_saver._scripts import _COMMENT, _FUNCTION, load_all, lua_dir
+from redis_saver._scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, load_all, lua_dir
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -146,10 +146,16 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
         "local function b(v) return a(v) end\n"
         "local function unused(v) return v end\n"
         "local function c(v)\n  return X\nend\n"
+        "local Y = a(1)  -- only d uses it\n"
+        "local function d(v) return Y end\n"
+        "local Z, W = 1, 2\n"
     )
     kept = shake(lib, "return b(2) + c(3)")
     assert "local function a(" in kept and "local function b(" in kept and "local function c(" in kept
     assert "unused" not in kept and "local X = 1" in kept
+    # a one-name local goes with the last helper that used it; a multi-name one always stays
+    assert "local Y" not in kept and "local function d(" not in kept and "local Z, W = 1, 2" in kept
+    assert "local Y = a(1)" in shake(lib, "return d(1)")
     # every helper a real script calls is still defined, and each script drops some
     full = (lua_dir() / "_lib.lua").read_text()
     defined = set(re.findall(r"^local function (\w+)\(", full, re.M))
@@ -194,12 +200,14 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     full_only = [line for line in full.splitlines() if "-- @full-only" in line]
     assert [line.split("(")[0] for line in full_only] == ["check_format", "init_meta", "touch", "if TTL_MS == 0 and got[1] ~= FORMAT then redis.call"]
     assert "-- @full-only" not in lean
-    dropped = {m.group(1) for m in _FUNCTION.finditer(full)} - {m.group(1) for m in _FUNCTION.finditer(lean)}
+    dropped = set(definitions(full)) - set(definitions(lean))
     assert {"touch", "purge_expired", "check_format", "init_meta"} <= dropped and "write_channel" not in dropped
+    assert "META_V" not in dropped  # a multi-name local: kept
     rebuilt = full[:begin] + keys_lean + full[end:]
     for line in full_only:
         rebuilt = rebuilt.replace(line + "\n", "")
     rebuilt = _FUNCTION.sub(lambda m: "" if m.group(1) in dropped else m.group(0), rebuilt)
+    rebuilt = _LOCAL.sub(lambda m: "" if m.group(1) in dropped else m.group(0), rebuilt)
     assert lean == rebuilt
     code = _COMMENT.sub("", lean)
     for name in dropped:  # what lean dropped, lean never calls
