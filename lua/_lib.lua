@@ -285,21 +285,6 @@ local function wfield(prefix, member)
   return prefix .. string.sub(member, p, skip(member, p) + 7)
 end
 
--- the write records of one checkpoint, in writes_sort_key order (two commands)
-local function writes_of(ns_e, cid_e)
-  local prefix = ns_e .. cid_e
-  local members = redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')
-  if #members == 0 then return {} end
-  local fields = {}
-  for i, m in ipairs(members) do fields[i] = wfield(prefix, m) end
-  local out = {}
-  for i = 1, #fields, 1000 do
-    local part = redis.call('HMGET', K_WR, unpack(fields, i, math.min(i + 999, #fields)))
-    for _, w in ipairs(part) do out[#out + 1] = w end
-  end
-  return out
-end
-
 local function drop_writes(ns_e, cid_e)
   local prefix = ns_e .. cid_e
   for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
@@ -394,21 +379,89 @@ local function validate_record(raw)
   return rec
 end
 
--- the full reply for one checkpoint: {record, {channel, blob, ...}, writes}: the blobs that hold
--- a value ("5,0;empty" = none, redis_saver/_codec.py EMPTY_BLOB), each after its channel, so the
--- client neither parses the versions record nor skips empty ones
-local function tuple_reply(ns_e, cid_e, raw)
-  local fields, _, chans = blob_fields(ns_e, rec_field(raw, 6))
-  local values = {}
-  if #fields > 0 then
-    local blobs = redis.call('HMGET', K_BLOB, unpack(fields))
-    for i = 1, #fields do
-      local b = blobs[i]
-      if b and b ~= '5,0;empty' then
-        values[#values + 1] = chans[i]
-        values[#values + 1] = b
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+local function hmget(key, fields)
+  local n = #fields
+  if n == 0 then return {} end
+  if n <= 1000 then return redis.call('HMGET', key, unpack(fields)) end
+  local out = {}
+  for i = 1, n, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, n)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, blob, ...},
+-- {write records}}: the blobs that hold a value ("5,0;empty" = none, redis_saver/_codec.py
+-- EMPTY_BLOB), each after its channel, so the client neither parses the versions record nor
+-- skips empty ones; the writes in writes_sort_key order. The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+local function tuple_replies(items, span)
+  -- each distinct blob field once (consecutive checkpoints share the versions of the channels
+  -- that did not change)
+  local bfields, bpos, bidx, bchans = {}, {}, {}, {}
+  for i, it in ipairs(items) do
+    local fields, _, chans = blob_fields(it[1], rec_field(it[3], 6))
+    local at = {}
+    for j = 1, #fields do
+      local f = fields[j]
+      local k = bpos[f]
+      if not k then
+        k = #bfields + 1
+        bfields[k] = f
+        bpos[f] = k
+      end
+      at[j] = k
+    end
+    bidx[i], bchans[i] = at, chans
+  end
+  local blobs = hmget(K_BLOB, bfields)
+  local wfields, owner = {}, {}
+  local ns_e = items[1][1]
+  for i = 2, #items do
+    if items[i][1] ~= ns_e then span = false end
+  end
+  if span and #items > 1 then
+    local by_prefix = {}
+    for i, it in ipairs(items) do by_prefix[ns_e .. it[2]] = i end
+    local lower, upper = lo(ns_e .. items[#items][2]), hi(ns_e .. items[1][2])
+    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lower, upper, 'BYLEX')) do
+      local prefix = string.sub(m, 1, skip(m, #ns_e + 1) - 1)
+      local i = by_prefix[prefix]
+      if i then
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
+      end
+    end
+  else
+    for i, it in ipairs(items) do
+      local prefix = it[1] .. it[2]
+      for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
       end
     end
   end
-  return {raw, values, writes_of(ns_e, cid_e)}
+  local writes = hmget(K_WR, wfields)
+  local out = {}
+  for i, it in ipairs(items) do
+    local values, at, chans = {}, bidx[i], bchans[i]
+    for c = 1, #chans do
+      local b = blobs[at[c]]
+      if b and b ~= '5,0;empty' then
+        values[#values + 1] = chans[c]
+        values[#values + 1] = b
+      end
+    end
+    out[i] = {it[3], values, {}}
+  end
+  for k = 1, #wfields do
+    local w = out[owner[k]][3]
+    w[#w + 1] = writes[k]
+  end
+  return out
 end

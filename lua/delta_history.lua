@@ -189,13 +189,11 @@ for _, m in ipairs(members) do
     end
   end
 end
-for i = 1, #fields, 1000 do
-  local part = redis.call('HMGET', K_WR, unpack(fields, i, math.min(i + 999, #fields)))
-  for j, w in ipairs(part) do
-    if w then
-      local a = ancestors[owner[i + j - 1]]
-      a[#a + 1] = w
-    end
+local recs = hmget(K_WR, fields)
+for k = 1, #fields do
+  if recs[k] then
+    local a = ancestors[owner[k]]
+    a[#a + 1] = recs[k]
   end
 end
 if REFRESH == '1' and META_V then touch() end

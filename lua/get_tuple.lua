@@ -23,6 +23,6 @@ else
 end
 local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
 if not raw then return nil end
-local reply = tuple_reply(ns_e, cid_e, raw)
+local reply = tuple_replies({{ns_e, cid_e, raw}}, false)[1]
 if REFRESH == '1' then touch() end
 return {cid, reply[1], reply[2], reply[3]}

@@ -42,32 +42,46 @@ local function examined_all(members, cur)
   return #members == 0 or cur == '(' .. members[#members]
 end
 
-local out = {''}
-local examined, chunk = 0, 64
+-- the records of a chunk of members come in one HMGET; the checkpoints to return are then
+-- replied to together (tuple_replies: their blobs in one HMGET, their writes in one more)
+local page = {}
+local examined, chunk = 0, 8
 local cursor = upper
-while #out - 1 < limit and examined < budget do
-  -- without a filter every member examined is returned: ask for exactly what is missing
+while #page < limit and examined < budget do
+  -- without a filter every member examined is returned: ask for exactly what is missing; with
+  -- one, chunks grow 8, 16, 32, 64 (records past the one that fills the page are read for nothing)
   local want = chunk
-  if nf == 0 then want = limit - (#out - 1) end
+  if nf == 0 then want = limit - #page else chunk = math.min(chunk * 2, 64) end
   want = math.min(want, budget - examined)
   local members = redis.call('ZRANGE', key, cursor, lower, 'BYLEX', 'REV', 'LIMIT', 0, want)
-  for _, m in ipairs(members) do
-    examined = examined + 1
-    cursor = '(' .. m
+  local fields, parts = {}, {}
+  for j, m in ipairs(members) do
     -- the member is e(ns)e(cid) ("ns") or e(cid)e(ns) ("id"): its two encoded parts
     local p = skip(m, 1)
     local ns_e, cid_e = string.sub(m, 1, p - 1), string.sub(m, p)
     if index == 'id' then ns_e, cid_e = cid_e, ns_e end
-    local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+    parts[j] = {ns_e, cid_e}
+    fields[j] = ns_e .. cid_e
+  end
+  local raws = hmget(K_CP, fields)
+  for j, m in ipairs(members) do
+    examined = examined + 1
+    cursor = '(' .. m
+    local raw = raws[j]
     if raw and matches(raw) then
-      local r = tuple_reply(ns_e, cid_e, raw)
-      out[#out + 1] = {ns_e, cid_e, r[1], r[2], r[3]}
-      if #out - 1 >= limit then break end
+      page[#page + 1] = {parts[j][1], parts[j][2], raw}
+      if #page >= limit then break end
     end
   end
   -- a short chunk means the range ended, unless the page filled before its last member
   if #members < want and examined_all(members, cursor) then cursor = nil break end
 end
-if cursor ~= nil then out[1] = cursor end
+local out = {cursor or ''}
+if #page > 0 then
+  -- without a filter, the page is every checkpoint of the range it covers
+  for i, r in ipairs(tuple_replies(page, nf == 0)) do
+    out[i + 1] = {page[i][1], page[i][2], r[1], r[2], r[3]}
+  end
+end
 if REFRESH == '1' and META_V then touch() end
 return out
