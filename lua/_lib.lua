@@ -233,17 +233,35 @@ local function unlink_run_if_unused(run_e)
   end
 end
 
--- versions record -> list of blob fields e(ns)e(channel)..version, channel -> field, channels
-local function blob_fields(ns_e, versions_rec)
-  local v = unpack_rec(versions_rec)
-  local fields, by_ch, chans = {}, {}, {}
-  for i = 1, #v - 1, 2 do
-    local f = ns_e .. enc(v[i]) .. v[i + 1]
-    fields[#fields + 1] = f
-    chans[#chans + 1] = v[i]
-    by_ch[v[i]] = f
+-- versions record (channel, version, ...) -> the blob fields e(ns)e(channel)..version and the
+-- channels, in order. Read paths call it once per checkpoint returned: one pass over the
+-- header, no table of parts (put validated the framing and the even number of parts).
+local function blob_fields(ns_e, v)
+  local semi = string.find(v, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local fields, chans, n, pos, ch = {}, {}, 0, semi + 1, nil
+  for len in string.gmatch(string.sub(v, 1, semi - 1), '%d+') do
+    local e = pos + len
+    if ch then
+      n = n + 1
+      chans[n] = ch
+      fields[n] = ns_e .. enc(ch) .. string.sub(v, pos, e - 1)
+      ch = nil
+    else
+      ch = string.sub(v, pos, e - 1)
+    end
+    pos = e
   end
-  return fields, by_ch, chans
+  if ch or pos ~= #v + 1 then fail('RS_BADARG', 'malformed versions record') end
+  return fields, chans
+end
+
+-- channel -> blob field, from a versions record
+local function blob_field_map(ns_e, v)
+  local fields, chans = blob_fields(ns_e, v)
+  local by_ch = {}
+  for i = 1, #chans do by_ch[chans[i]] = fields[i] end
+  return by_ch
 end
 
 -- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
@@ -374,7 +392,9 @@ local function validate_record(raw)
   if n ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
   if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
   for i = 6, 10 do
-    if i ~= 8 then rec_parts(rec[i]) end
+    if i ~= 8 and rec_parts(rec[i]) % 2 ~= 0 and i == 6 then
+      fail('RS_BADARG', 'versions record must hold channel, version pairs')
+    end
   end
   return rec
 end
@@ -405,7 +425,7 @@ local function tuple_replies(items, span)
   -- that did not change)
   local bfields, bpos, bidx, bchans = {}, {}, {}, {}
   for i, it in ipairs(items) do
-    local fields, _, chans = blob_fields(it[1], rec_field(it[3], 6))
+    local fields, chans = blob_fields(it[1], rec_field(it[3], 6))
     local at = {}
     for j = 1, #fields do
       local f = fields[j]

@@ -39,7 +39,7 @@ for _, ns_e in ipairs(order) do
   local latest = cids[#cids]
   local keep = {[latest] = true}
   local rec = unpack_rec(redis.call('HGET', K_CP, ns_e .. latest))
-  local _, by_ch = blob_fields(ns_e, rec[6])
+  local by_ch = blob_field_map(ns_e, rec[6])
   local need, left = {}, 0
   for _, ch in ipairs(unpack_rec(rec[9])) do
     local f = by_ch[ch]
@@ -56,7 +56,7 @@ for _, ns_e in ipairs(order) do
     keep[p_e] = true
     oldest = p_e
     local prec = unpack_rec(raw)
-    local _, pby = blob_fields(ns_e, prec[6])
+    local pby = blob_field_map(ns_e, prec[6])
     for ch, _ in pairs(need) do
       local f = pby[ch]
       if f then

@@ -45,6 +45,15 @@ def _send_bad(saver, client, call: Call, args: list, match: str) -> None:
     assert _snapshot(client, saver) == before
 
 
+def _odd_versions(record: bytes) -> bytes:
+    """The checkpoint record with a channel name but no version at the end of its versions part."""
+    from redis_saver import _codec as codec
+
+    parts = codec.unpack(record)
+    parts[5] = codec.pack([*codec.unpack(parts[5]), b"lonely"])
+    return codec.pack(parts)
+
+
 def test_the_uncorrupted_calls_are_accepted(setup):
     # the control: the calls the other tests corrupt do go through as built
     saver, cfg, client = setup
@@ -81,6 +90,7 @@ def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
         (lambda a: a[:-1] + [a[-1] + b"x"], "2 parts"),  # last blob record one byte long
         (lambda a: a[:-1], "bad blob count"),
         (lambda a: a[:7] + [a[7][:-3]] + a[8:], "record"),  # checkpoint record truncated
+        (lambda a: a[:7] + [_odd_versions(a[7])] + a[8:], "channel, version pairs"),
         (lambda a: a[:8] + ["some"] + a[9:], "bad history mode"),
         (lambda a: a[:10] + [b"other\0" + a[10]] + a[11:], "chain entry"),  # another parent
         (lambda a: a[:10] + [a[10][:-1]] + a[11:], "chain entry"),  # last component unterminated
