@@ -1,6 +1,6 @@
 """Where the time of ``put_writes``, ``put`` and delta history goes: redis_saver against the floor.
 
-    python bench/where.py [--rounds 15] [--crowd 20]
+    python bench/where.py [--rounds 15] [--crowd 20] [--list 40]
 
 Starts its own redis-server (tests/servers.py: start_standalone) and replays the benchmark's
 recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
@@ -21,8 +21,11 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
    more servers): p50 of wall time, client CPU and server time of the floor and of redis_saver, with its
    lean script whole, cut after the included helpers, and empty (one pass each, the floor
    in every pass). Caches are cold there, as in the full run.
+5. With ``--list ROUNDS``: **list(before=middle, limit=10) on a 1,000-checkpoint thread** of
+   small checkpoints (the benchmark's scaling fill, a 2-write put_writes on every third),
+   redis_saver and the floor alternating: server time and wall time per call (p50).
 
-Nothing here asserts anything: it measures. Numbers move with the machine's load; compare rows
+Nothing here asserts anything beyond sanity checks (a page of 10): it measures. Numbers move with the machine's load; compare rows
 within one run.
 """
 
@@ -205,6 +208,38 @@ def crowded(calls: list, rounds: int, extra: int = 6) -> list[tuple[str, dict[st
     return out
 
 
+def list_page(rounds: int, n: int = 1000) -> dict[str, dict[str, float]]:
+    """list(before=<middle id>, limit=10) on an n-checkpoint thread: server µs and wall µs (p50)."""
+    from bench.run import fill_template, make_ids
+
+    tpl, pw = fill_template(capture(2).calls)
+    cfg0, cp0, md0, nv = tpl.args
+    ids = make_ids(n)
+    with start_standalone() as server:
+        r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+        savers = {"floor": FloorSaver(r), "redis_saver": RedisSaver(r, prefix="lg")}
+        for s in savers.values():
+            for i, cid in enumerate(ids):
+                cfg = {"configurable": {"thread_id": "page", "checkpoint_ns": "",
+                                        **({"checkpoint_id": ids[i - 1]} if i else {})}}
+                s.put(cfg, {**cp0, "id": cid}, {**md0, "step": i}, nv)
+                if i % 3 == 0:
+                    at = {"configurable": {"thread_id": "page", "checkpoint_ns": "", "checkpoint_id": cid}}
+                    s.put_writes(at, *pw.args[1:])
+        q, before = {"configurable": {"thread_id": "page"}}, {"configurable": {"checkpoint_id": ids[n // 2]}}
+        srv: dict[str, list[int]] = {k: [] for k in savers}
+        wall: dict[str, list[int]] = {k: [] for k in savers}
+        for rnd in range(rounds):
+            for name in (list(savers) if rnd % 2 else list(savers)[::-1]):
+                u0, t0 = _usec(r), time.perf_counter_ns()
+                got = list(savers[name].list(q, before=before, limit=10))
+                wall[name].append(time.perf_counter_ns() - t0)
+                srv[name].append(_usec(r) - u0)
+                assert len(got) == 10
+        r.close()
+    return {k: {"server": statistics.median(srv[k]), "wall": statistics.median(wall[k]) / 1e3} for k in savers}
+
+
 def _cpu(fn: Callable[[], Any]) -> float:
     c0 = time.process_time()
     fn()
@@ -214,6 +249,8 @@ def _cpu(fn: Callable[[], Any]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--list", type=int, default=0, metavar="ROUNDS",
+                    help="also time list(before=middle, limit=10) on a 1,000-checkpoint thread")
     ap.add_argument("--crowd", type=int, default=0, metavar="ROUNDS",
                     help="also time put_writes among 8 other savers on 6 more servers (ROUNDS per pass)")
     a = ap.parse_args()
@@ -234,6 +271,11 @@ def main() -> None:
         for label, d in client_cpu(savers, calls, a.rounds).items():
             print(f"| {label} | {d['us']:.1f} |")
         r.close()
+    if a.list:
+        print("\n## list(before=middle, limit=10), 1,000 small checkpoints (p50 per call, µs)\n")
+        print("| saver | server | wall |\n|---|---|---|")
+        for name, d in list_page(a.list).items():
+            print(f"| {name} | {d['server']:.0f} | {d['wall']:.0f} |")
     if a.crowd:
         print("\n## put_writes among other savers (interleaved call by call, as in the full benchmark)\n")
         print("| pass: saver | p50 µs | client CPU µs (p50) | server µs (p50) |\n|---|---|---|---|")
