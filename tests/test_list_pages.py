@@ -98,3 +98,23 @@ def test_a_page_costs_a_fixed_number_of_commands(sync_client, prefix):
         spent = {k[len("cmdstat_"):]: c - before.get(k, 0) for k, c in after.items() if c != before.get(k, 0)}
         assert len(got) == n and all(t.pending_writes for t in got if t.metadata["step"] % 2)
         assert spent["evalsha"] == 1 and spent["zrange"] == zranges and spent["hmget"] == 4, spent
+
+
+def test_a_page_of_more_than_1000_blobs_and_writes(sync_client, prefix):
+    # a full page (100 checkpoints) of 12 new channel versions and 11 writes each: the blob and
+    # write lookups go over the 1,000 fields one HMGET takes (hmget() in _lib.lua chunks them)
+    ours, ref = RedisSaver(sync_client, prefix=prefix), InMemorySaver()
+    chans = [f"c{k}" for k in range(12)]
+    ids = [str(uuid6(clock_seq=i)) for i in range(101)]
+    for saver in (ours, ref):
+        cfg = {"configurable": {"thread_id": "wide", "checkpoint_ns": ""}}
+        for i in range(101):
+            versions = {c: str(i + 1) for c in chans}
+            cp = generate_checkpoint(checkpoint_id=ids[i],
+                                     channel_values={c: f"{c}@{i}" for c in chans}, channel_versions=versions)
+            cfg = saver.put(cfg, cp, generate_metadata(step=i), versions)
+            saver.put_writes(cfg, [(c, i) for c in chans[:11]], f"task-{i}", "")
+    q = {"configurable": {"thread_id": "wide", "checkpoint_ns": ""}}
+    got, exp = _view(ours.list(q)), _view(ref.list(q))
+    assert len(got) == 101 and got == exp
+    assert all(len(v[2]) == 12 and len(v[4]) == 11 for v in got)
