@@ -392,8 +392,9 @@ local function validate_record(raw)
   if n ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
   if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
   for i = 6, 10 do
-    if i ~= 8 and rec_parts(rec[i]) % 2 ~= 0 and i == 6 then
-      fail('RS_BADARG', 'versions record must hold channel, version pairs')
+    if i ~= 8 then
+      local parts = rec_parts(rec[i])
+      if i == 6 and parts % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
     end
   end
   return rec
