@@ -56,20 +56,16 @@ def unpack_head(rec: bytes, parts: int | None = None, want: int | None = None) -
         semi = rec.find(b";")
         if semi < 0:
             raise ValueError("no header")
-        lens = rec[:semi].split(b",") if semi else []
+        lens = list(map(int, rec[:semi].split(b","))) if semi else []
         if parts is not None and len(lens) != parts:
             raise ValueError(f"expected {parts} parts")
+        if semi + 1 + sum(lens) != len(rec):
+            raise ValueError("length mismatch")
         out: list[bytes] = []
         pos = semi + 1
-        for n in lens[:want]:
-            end = pos + int(n)
-            out.append(rec[pos:end])
-            pos = end
-        if want is not None:
-            for n in lens[want:]:
-                pos += int(n)
-        if pos != len(rec):
-            raise ValueError("length mismatch")
+        for n in lens if want is None else lens[:want]:
+            out.append(rec[pos : pos + n])
+            pos += n
         return out
     except (ValueError, TypeError) as exc:
         raise MalformedReplyError(f"malformed record: {exc}") from exc
