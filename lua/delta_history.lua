@@ -115,19 +115,17 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 do
     n = n + 1
     parent_e = next_e
   end
-  for i = 1, #page, 1000 do
-    local fields = {}
-    for j = i, math.min(i + 999, #page) do fields[#fields + 1] = page[j][3] end
-    local blobs = redis.call('HMGET', K_BLOB, unpack(fields))
-    for j = 1, #fields do
-      local at, ch, b = page[i + j - 1][1], page[i + j - 1][2], blobs[j]
-      if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
-        remaining[ch] = nil
-        left = left - 1
-        seeded_at[ch] = at
-        seeds[#seeds + 1] = ch
-        seeds[#seeds + 1] = b
-      end
+  local fields = {}
+  for j = 1, #page do fields[j] = page[j][3] end
+  local blobs = hmget(K_BLOB, fields)
+  for j = 1, #page do
+    local at, ch, b = page[j][1], page[j][2], blobs[j]
+    if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
+      remaining[ch] = nil
+      left = left - 1
+      seeded_at[ch] = at
+      seeds[#seeds + 1] = ch
+      seeds[#seeds + 1] = b
     end
   end
 end
