@@ -53,8 +53,8 @@ BODY_START = "local ns, cid, task_e, path_e, n = ARGV[5]"
 STAGES = [
     ("argument checks", "local last = 9 + 2 * n\nlocal chan_e = {}"),
     ("record validation", "local prefix = enc(ns)"),
-    ("HMGET of the lean mark and the write fields", "local stored, sets, members"),
-    ("choosing the writes that win", "-- the regular writes stored and their sort"),
+    ("HGET of the lean mark", "local stored, members = 0, {}"),
+    ("one HSETNX per regular write (the first wins), building the sort members", "-- the sort members of the regular"),
 ]
 
 
@@ -92,8 +92,8 @@ def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: in
     for label, marker in STAGES:
         assert marker in full, f"put_writes.lua changed: marker {marker!r} not found"
         variants.append((f"+ {label}", full.replace(marker, "do return 0 end\n" + marker, 1)))
-    # the lean script has no touch() (an @full-only line): HSET and ZADD are its last stage
-    variants.append(("+ HSET and ZADD of the new writes: the whole script", full))
+    # the lean script has no touch() (an @full-only line): the ZADD is its last stage
+    variants.append(("+ one ZADD of the sort members: the whole script", full))
     pw_calls = [c for c in calls if c.op == "put_writes"]
     first_put = next(c for c in calls if c.op == "put")
     res: dict[str, list[float]] = {label: [] for label, _ in variants}

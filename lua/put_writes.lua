@@ -13,13 +13,14 @@ A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_o
 e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
 channel, taken from the record, lets delta history pick a channel's writes by member).
 put_writes+lean (the same script with lua/_keys_lean.lua's layout): KEYS[1] wr [2] wr_ord,
-the same ARGV. One HMGET of wr reads the lean mark (see _lib.lua: field "" = FORMAT while the
-thread is indexed without expiry) with the regular writes' fields; when the saver has a ttl or
-the mark is missing, it writes nothing and returns nil, and the client sends the 11-key call
-(9 keys fewer per call, and no meta read). The full call (no ttl) sets the mark again if it
-was lost (e.g. wr evicted under maxmemory). Lines marked @full-only are not in
-put_writes+lean: what they do has no work there, and the helpers only they use are not
-created on each call.
+the same ARGV. It reads the lean mark (see _lib.lua: field "" of wr = FORMAT while the thread
+is indexed without expiry) with one HGET; when the saver has a ttl or the mark is missing, it
+writes nothing and returns nil, and the client sends the 11-key call (9 keys fewer per call,
+and no meta read). The full call (no ttl) sets the mark again if it was lost (e.g. wr evicted
+under maxmemory). Lines marked @full-only are not in put_writes+lean: what they do has no work
+there, and the helpers only they use are not created on each call.
+Each regular write is one HSETNX: in a crowded A/B this was ~5 us faster per call than one
+HMGET of the fields and one HSET of the winners (fewer Lua tables per call).
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -39,25 +40,17 @@ for i = 10, last, 2 do
 end
 local prefix = enc(ns) .. enc(cid)
 local field_p, member_p = prefix .. task_e, prefix .. path_e .. task_e
--- one HMGET: the lean mark, then the field of each regular write (stored already: it loses)
-local ask = {WR_MARK}
-for i = 10, last, 2 do
-  if string.byte(ARGV[i]) == 48 then ask[#ask + 1] = field_p .. string.sub(ARGV[i], 2) end
+if LEAN and (TTL_MS ~= 0 or redis.call('HGET', K_WR, WR_MARK) ~= FORMAT) then
+  return false  -- touch() has work to do: the client sends the full call
 end
-local got = redis.call('HMGET', K_WR, unpack(ask))
-if LEAN and (TTL_MS ~= 0 or got[1] ~= FORMAT) then return false end  -- touch() has work to do
 check_format()  -- @full-only
 init_meta()  -- @full-only
-local stored, sets, members, seen, k = 0, {}, {}, {}, 1
+local stored, members = 0, {}
 for i = 10, last, 2 do
   local idx8 = string.sub(ARGV[i], 2)
   if string.byte(ARGV[i]) == 48 then
-    -- a regular write ("0"): the first one wins, also within this call
-    k = k + 1
-    if not got[k] and not seen[ask[k]] then
-      seen[ask[k]] = true
-      sets[#sets + 1] = ask[k]
-      sets[#sets + 1] = ARGV[i + 1]
+    -- a regular write ("0"): the first one wins (HSETNX), also within this call
+    if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
       members[#members + 1] = 0
       members[#members + 1] = member_p .. idx8 .. chan_e[i]
       stored = stored + 1
@@ -76,12 +69,10 @@ for i = 10, last, 2 do
     stored = stored + 1
   end
 end
--- the regular writes stored and their sort members, in one command each per 500 (a special
--- write never shares a field with a regular one: their idx differ)
-for i = 1, #sets, 1000 do
-  redis.call('HSET', K_WR, unpack(sets, i, math.min(i + 999, #sets)))
+-- the sort members of the regular writes stored, in one command per 500
+for i = 1, #members, 1000 do
   redis.call('ZADD', K_WORD, unpack(members, i, math.min(i + 999, #members)))
 end
 touch()  -- @full-only
-if TTL_MS == 0 and got[1] ~= FORMAT then redis.call('HSET', K_WR, WR_MARK, FORMAT) end  -- @full-only
+if TTL_MS == 0 then redis.call('HSET', K_WR, WR_MARK, FORMAT) end  -- @full-only: a lost mark
 return stored
