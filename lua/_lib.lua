@@ -136,7 +136,7 @@ local META_V, META_IX, META_PIN = nil, nil, nil
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
 -- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
--- reads it in the same HMGET as the writes it checks, so the steady state reads no meta key.
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 local WR_MARK = ''
 
