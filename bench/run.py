@@ -220,14 +220,19 @@ def make_ids(n):
     return sorted(str(uuid6(clock_seq=i)) for i in range(n))
 
 
+def fill_args(tpl, thread, ids, i):
+    """The put of ids[i] in a parent chain of the template checkpoint (the scaling fill)."""
+    _, cp0, md0, nv = tpl.args
+    cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                            **({"checkpoint_id": ids[i - 1]} if i else {})}}
+    return cfg, {**cp0, "id": ids[i]}, {**md0, "step": i}, nv
+
+
 def fill(e: Entry, thread, tpl, ids, start, stop, deadline):
     """put ids[start:stop] as a parent chain; returns number actually put (stops at deadline)."""
-    cfg0, cp0, md0, nv = tpl.args
 
     def args(i):
-        cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
-                                **({"checkpoint_id": ids[i - 1]} if i else {})}}
-        return cfg, {**cp0, "id": ids[i]}, {**md0, "step": i}, nv
+        return fill_args(tpl, thread, ids, i)
 
     if e.mode == "sync":
         for i in range(start, stop):

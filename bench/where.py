@@ -210,19 +210,16 @@ def crowded(calls: list, rounds: int, extra: int = 6) -> list[tuple[str, dict[st
 
 def list_page(rounds: int, n: int = 1000) -> dict[str, dict[str, float]]:
     """list(before=<middle id>, limit=10) on an n-checkpoint thread: server µs and wall µs (p50)."""
-    from bench.run import fill_template, make_ids
+    from bench.run import fill_args, fill_template, make_ids
 
     tpl, pw = fill_template(capture(2).calls)
-    cfg0, cp0, md0, nv = tpl.args
     ids = make_ids(n)
     with start_standalone() as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         savers = {"floor": FloorSaver(r), "redis_saver": RedisSaver(r, prefix="lg")}
         for s in savers.values():
             for i, cid in enumerate(ids):
-                cfg = {"configurable": {"thread_id": "page", "checkpoint_ns": "",
-                                        **({"checkpoint_id": ids[i - 1]} if i else {})}}
-                s.put(cfg, {**cp0, "id": cid}, {**md0, "step": i}, nv)
+                s.put(*fill_args(tpl, "page", ids, i))
                 if i % 3 == 0:
                     at = {"configurable": {"thread_id": "page", "checkpoint_ns": "", "checkpoint_id": cid}}
                     s.put_writes(at, *pw.args[1:])
