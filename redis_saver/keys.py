@@ -27,6 +27,11 @@ atomically, and cross-thread operations fan out over slots (grouped by cluster n
 \\xff, so a terminator is never followed by it) and never run into each
 other. The thread tag escapes ``%``, ``{`` and ``}``, so it is injective and no thread id
 can end the tag early or share another thread's tag.
+
+The schema is injective across prefixes too: a prefix holds no brace, so the text before a
+key's first ``{`` names its prefix, and a prefix may not end with ``:ix`` (``<p>:ix``'s thread
+keys would be ``<p>``'s slot-index keys). The ACL key patterns of one prefix are
+``<p>:{*``, ``<p>:ix:{*`` and ``<p>:schema`` (see :meth:`KeySchema.scan_patterns`).
 """
 
 from __future__ import annotations
@@ -111,6 +116,13 @@ class KeySchema:
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+        if prefix.endswith(":ix"):
+            # <p>:ix's thread keys <p>:ix:{<tag>}:<suffix> would be <p>'s slot-index keys
+            # <p>:ix:{<slot tag>}:<suffix> (thread "257" owns "<p>:ix:{257}:runs")
+            raise ValueError(
+                f"prefix must not end with ':ix': its keys could be the slot-index keys of prefix "
+                f"{prefix[:-3]!r}: {prefix!r}"
+            )
         self.prefix = prefix
         self._p = prefix.encode() + b":"
         self._ix: dict[int, list[bytes]] = {}
@@ -156,8 +168,18 @@ class KeySchema:
     def schema_key(self) -> bytes:
         return self._p + b"schema"
 
+    def scan_patterns(self) -> tuple[bytes, bytes, bytes]:
+        """SCAN MATCH patterns (glob chars escaped) for exactly this prefix's keys: the thread
+        keys ``<p>:{*``, the slot-index keys ``<p>:ix:{*`` and ``<p>:schema``. A prefix holds
+        no brace and never ends with ":ix", so no other prefix's key matches them (nor the ACL
+        key patterns of the same shape): ``<p>:*`` would also match a nested prefix such as
+        ``<p>:tenant2``."""
+        p = self.scan_pattern()[:-1]
+        return p + b"{*", p + b"ix:{*", p + b"schema"
+
     def scan_pattern(self) -> bytes:
-        """A SCAN MATCH pattern for every key under this prefix (glob chars escaped)."""
+        """A SCAN MATCH pattern for every key under this prefix (glob chars escaped); it also
+        matches the keys of nested prefixes (``<p>:tenant2``): see :meth:`scan_patterns`."""
         out = bytearray()
         for ch in self._p:
             if ch in b"*?[]\\":
