@@ -127,6 +127,19 @@ local function pack_rec(parts)
   return table.concat(lens, ',') .. ';' .. table.concat(parts)
 end
 
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+local function hmget(key, fields)
+  local n = #fields
+  if n == 0 then return {} end
+  if n <= 1000 then return redis.call('HMGET', key, unpack(fields)) end
+  local out = {}
+  for i = 1, n, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, n)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
 -- lex range of every member that starts with the encoded prefix p
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
@@ -279,14 +292,32 @@ local function gc_candidates(ns_e, rec)
   for _, f in ipairs(fields) do set[f] = true end
 end
 
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+local function referenced_fields(ns_e, member, entry, out)
+  if entry then
+    local pos = skip(entry, 1)
+    while pos <= #entry do
+      local ch_end = skip(entry, pos + 1)
+      local ver, after = dec(entry, ch_end + 1)
+      out[#out + 1] = ns_e .. string.sub(entry, pos + 1, ch_end - 1) .. ver
+      pos = after
+    end
+    return
+  end
+  local raw = redis.call('HGET', K_CP, member)
+  if raw then
+    for _, f in ipairs(blob_fields(ns_e, rec_field(raw, 6))) do out[#out + 1] = f end
+  end
+end
+
 local function gc_blobs()
   for ns_e, set in pairs(GC) do
-    for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
-      local raw = redis.call('HGET', K_CP, m)
-      if raw then
-        for _, f in ipairs(blob_fields(ns_e, unpack_rec(raw)[6])) do set[f] = nil end
-      end
-    end
+    local members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')
+    local entries, refs = hmget(K_CHAIN, members), {}
+    for j, m in ipairs(members) do referenced_fields(ns_e, m, entries[j], refs) end
+    for _, f in ipairs(refs) do set[f] = nil end
     local gone = {}
     for f, _ in pairs(set) do gone[#gone + 1] = f end
     for i = 1, #gone, 1000 do
@@ -398,19 +429,6 @@ local function validate_record(raw)
     end
   end
   return rec
-end
-
--- HMGET of any number of fields (one command per 1000 fields), the values in order
-local function hmget(key, fields)
-  local n = #fields
-  if n == 0 then return {} end
-  if n <= 1000 then return redis.call('HMGET', key, unpack(fields)) end
-  local out = {}
-  for i = 1, n, 1000 do
-    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, n)))
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  return out
 end
 
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, blob, ...},

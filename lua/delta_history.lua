@@ -5,16 +5,25 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 (BaseCheckpointSaver.get_delta_channel_history), inside Redis, in one call.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)   ARGV[7..] channel names
-Returns: {ancestors, seeds}; ancestors = {{write records of still-unseeded channels, in
-writes_sort_key order}, ...} newest ancestor first (the target itself is excluded);
-seeds = {channel, blob record, ...} for each channel whose nearest stored value was found.
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
+ARGV[7] "0": walk the ancestors of ARGV[6] (a first call) | "1": ARGV[6] is the first ancestor
+        to walk (a continuation: the "next" of the previous call)
+ARGV[8] budget: the most ancestors this call walks (bounds the script's work on any data)
+ARGV[9..] channel names (a continuation sends only the channels still unseeded)
+Returns: {ancestors, seeds, next, ids}; ancestors = {{write records of still-unseeded channels,
+in writes_sort_key order}, ...} newest ancestor first (the target itself is excluded);
+seeds = {channel, blob record, ...} for each channel whose nearest stored value was found;
+next = the id of the next ancestor to walk when the budget ran out with channels unseeded
+("" = the walk is complete); ids = the ids of the ancestors walked, when next ~= "" or the
+call is a continuation (the client checks them for a cycle across calls), else empty.
+Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked)
 ]]
-local ns, cid = ARGV[5], ARGV[6]
+local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
 check_format()
 local ns_e = enc(ns)
 local remaining, left = {}, 0
-for i = 7, #ARGV do
+for i = 9, #ARGV do
   if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
 end
 -- the versions of the still-unseeded channels in a versions record ("<len>,...;" then name,
@@ -56,15 +65,15 @@ end
 local cid_e
 if cid == '' then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then return {{}, {}} end
+  if #top == 0 then return {{}, {}, '', {}} end
   cid_e = string.sub(top[1], #ns_e + 1)
 else
   cid_e = enc(cid)
 end
 -- e(parent id) and the versions of the still-unseeded channels of one checkpoint, from its
 -- chain entry (which starts with e(parent); one plain find per channel), else from its record
--- (format 2 always writes both; this keeps the answer right when the chain key alone was lost,
--- e.g. evicted under an allkeys-* policy); nil when the checkpoint does not exist
+-- (put writes both; the record keeps the answer right when the chain key alone was lost, e.g.
+-- evicted under an allkeys-* policy); nil when the checkpoint does not exist
 local needles, blob_prefix = {}, {}
 for ch, _ in pairs(remaining) do
   needles[ch] = '\0\1' .. enc(ch) .. '\2'
@@ -89,22 +98,30 @@ local function link(field)
 end
 
 local NO_PARENT = enc('')
-local parent_e = link(ns_e .. cid_e)
+local parent_e
+if cont == '1' then parent_e = cid_e else parent_e = link(ns_e .. cid_e) end
 local wanted = {}
 for ch, _ in pairs(remaining) do wanted[ch] = true end
 
--- 1. The chain of ancestors, newest first. A channel stops at the newest ancestor whose
--- stored value for it is not empty (its seed). Blobs are looked up a page of ancestors at
--- a time (one HMGET), and a version already looked up is not looked up again.
+-- 1. The chain of ancestors, newest first, at most `budget` of them. A channel stops at the
+-- newest ancestor whose stored value for it is not empty (its seed). Blobs are looked up a
+-- page of ancestors at a time (one HMGET), and a version already looked up is not looked up
+-- again. A checkpoint met twice means the stored parent links form a cycle: an error, never
+-- an endless walk.
 local chain, seeded_at, seeds, looked = {}, {}, {}, {}
-while parent_e and parent_e ~= NO_PARENT and left > 0 do
+local walked = {[cid_e] = cont == '0' or nil}
+while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
   local page, n = {}, 0
-  while parent_e and parent_e ~= NO_PARENT and n < 16 do
+  while parent_e and parent_e ~= NO_PARENT and n < 16 and #chain < budget do
+    if walked[parent_e] then
+      fail('RS_CYCLE', 'the parent chain of checkpoint ' .. dec(cid_e, 1) .. ' returns to ' .. dec(parent_e, 1))
+    end
     local next_e, versions = link(ns_e .. parent_e)
     if not next_e then
       parent_e = nil
       break
     end
+    walked[parent_e] = true
     chain[#chain + 1] = parent_e
     for ch, ver in pairs(versions) do
       if looked[ch] ~= ver then
@@ -129,6 +146,9 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 do
     end
   end
 end
+-- where a later call goes on: the budget ran out before every channel found its seed
+local next_id = ''
+if left > 0 and parent_e and parent_e ~= NO_PARENT then next_id = dec(parent_e, 1) end
 -- the walk ends at the oldest seed (the page may have read a few ancestors beyond it)
 if left == 0 then
   local last = 0
@@ -194,5 +214,9 @@ for k = 1, #fields do
     a[#a + 1] = recs[k]
   end
 end
+local ids = {}
+if next_id ~= '' or cont == '1' then
+  for i, c in ipairs(chain) do ids[i] = dec(c, 1) end
+end
 if REFRESH == '1' and META_V then touch() end
-return {ancestors, seeds}
+return {ancestors, seeds, next_id, ids}

@@ -1,44 +1,93 @@
-#!lua
+#!lua flags=allow-oom
 --- @include "_lib.lua"
---[[ prune: one thread, atomically.
+--[[ prune: one thread.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
-"delete": remove the thread.  "keep_latest": per namespace keep the latest checkpoint with
-its writes, plus every ancestor (with its writes) back to the nearest one that stores a
-value for each DeltaChannel the latest still needs (channels named in its metadata
-counters_since_delta_snapshot whose value it does not store itself); delete the rest; drop
-blobs no kept checkpoint references; a kept checkpoint whose parent was
-deleted loses its parent.
-ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "keep_latest" | "delete"
-Returns: number of checkpoints deleted
+"delete": remove the thread (UNLINK: the memory is freed off the main thread).
+"keep_latest": per namespace keep the latest checkpoint with its writes, plus every ancestor
+(with its writes) back to the nearest one that stores a value for each DeltaChannel the
+latest still needs (channels named in its metadata counters_since_delta_snapshot whose value
+it does not store itself); delete the rest; drop blobs no kept checkpoint references; a kept
+checkpoint whose parent was deleted loses its parent.
+A thread of at most `budget` checkpoints (and 8 x budget writes) is pruned atomically in one
+call ("all"). A larger one answers "paged" and the client goes on step by step, each call
+bounded by `budget` (redis_saver/_plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
+the checkpoints to keep, "drop" deletes the others a page at a time, "detach" clears the
+oldest kept checkpoint's parent, "orphans" drops writes whose checkpoint does not exist; the
+blobs go last (gc.lua). Readers see every intermediate state consistent: a checkpoint goes
+with its writes, a blob only once no checkpoint left references it.
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] "keep_latest" | "delete"   ARGV[6] step: "all" | "ns" | "walk" | "drop" | "detach" |
+        "orphans"   ARGV[7] budget (the most checkpoints or writes one call examines)
+then the step's arguments (positions in ARGV):
+  ns:      8 e(ns) of the last namespace returned ("" = from the start)
+  walk:    8 e(ns)  9 e(cid) to walk from ("" = the latest)  10.. channels still needing a
+           value (a continuation)
+  drop:    8 e(ns)  9 e(latest)  10 lex cursor ("" = start)  11 "1" when more kept ids
+           follow the ones sent  12.. kept e(cid)s, ascending, from the cursor on
+  detach:  8 e(ns)  9 e(cid)
+  orphans: 8 e(ns)  9 e(latest)  10 lex cursor ("" = start)
+Returns: all: {deleted} or {"paged"}; ns: {e(ns), ...} (fewer than 64 = the last ones);
+walk: {e(latest), {kept e(cid), ...}, next e(cid) ("" = done), {channels still needed},
+e(parent of the oldest kept)}; drop: {deleted, cursor ("" = done), {blob fields of the
+deleted checkpoints}}; detach: 1; orphans: cursor ("" = done)
+Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked)
 ]]
-local strategy = ARGV[5]
+local strategy, step, budget = ARGV[5], ARGV[6], tonumber(ARGV[7])
 if strategy ~= 'keep_latest' and strategy ~= 'delete' then fail('RS_BADARG', 'unknown strategy') end
+if not budget or budget < 1 then fail('RS_BADARG', 'bad budget') end
 check_format()
-if not META_V then return 0 end
+if not META_V then
+  -- no such thread (any more: deleted while a paged prune went on): nothing to do
+  local done = ({all = {0}, ns = {}, walk = {'', {}, '', {}, ''}, drop = {0, '', {}}, detach = 1, orphans = ''})[step]
+  if done == nil then fail('RS_BADARG', 'unknown prune step') end
+  return done
+end
 if strategy == 'delete' then
   local n = redis.call('HLEN', K_CP)
   drop_thread()
   fix_index_expiry()
-  return n
+  return {n}
 end
 
--- group members (sorted by e(ns) then e(cid)) into namespaces
-local groups, order = {}, {}
-for _, m in ipairs(redis.call('ZRANGE', K_CPNS, '-', '+', 'BYLEX')) do
-  local p = skip(m, 1)
-  local ns_e = string.sub(m, 1, p - 1)
-  if not groups[ns_e] then groups[ns_e] = {} order[#order + 1] = ns_e end
-  local g = groups[ns_e]
-  g[#g + 1] = string.sub(m, p)
+local NO_PARENT = '\0'  -- enc('')
+
+-- the checkpoints a namespace must keep for its latest: the latest and its ancestors back to
+-- the seeds of the delta channels it needs, walking from from_e (the latest when `first`, whose
+-- own values needs() already looked at), at most `max` of them. Returns the kept ids (newest
+-- first), the id to go on from ("" = done), the channels still needed, and e(parent) of the
+-- oldest kept.
+local function walk(ns_e, from_e, need, left, first, max)
+  local kept, seen = {}, {}
+  local cur = from_e
+  while cur ~= '' and #kept < max do
+    if seen[cur] then fail('RS_CYCLE', 'the parent chain returns to checkpoint ' .. dec(cur, 1)) end
+    local raw = redis.call('HGET', K_CP, ns_e .. cur)
+    if not raw then return kept, '', {}, cur end
+    seen[cur] = true
+    kept[#kept + 1] = cur
+    local rec = unpack_rec(raw)
+    if #kept > 1 or not first then
+      local by_ch = blob_field_map(ns_e, rec[6])
+      for ch, _ in pairs(need) do
+        local f = by_ch[ch]
+        if f then
+          local b = redis.call('HGET', K_BLOB, f)
+          if b and unpack_rec(b)[1] ~= 'empty' then need[ch] = nil left = left - 1 end
+        end
+      end
+    end
+    if left == 0 or rec[1] == '' then return kept, '', {}, enc(rec[1]) end
+    cur = enc(rec[1])
+  end
+  local rest = {}
+  for ch, _ in pairs(need) do rest[#rest + 1] = ch end
+  return kept, cur, rest, cur
 end
 
-local deleted = 0
-for _, ns_e in ipairs(order) do
-  local cids = groups[ns_e]
-  local latest = cids[#cids]
-  local keep = {[latest] = true}
-  local rec = unpack_rec(redis.call('HGET', K_CP, ns_e .. latest))
+-- the channels the latest checkpoint needs from its ancestors
+local function needs(ns_e, latest_e)
+  local rec = unpack_rec(redis.call('HGET', K_CP, ns_e .. latest_e))
   local by_ch = blob_field_map(ns_e, rec[6])
   local need, left = {}, 0
   for _, ch in ipairs(unpack_rec(rec[9])) do
@@ -48,46 +97,141 @@ for _, ns_e in ipairs(order) do
       if not b or unpack_rec(b)[1] == 'empty' then need[ch] = true left = left + 1 end
     end
   end
-  local oldest, parent = latest, rec[1]
-  while left > 0 and parent ~= '' do
-    local p_e = enc(parent)
-    local raw = redis.call('HGET', K_CP, ns_e .. p_e)
-    if not raw then break end
-    keep[p_e] = true
-    oldest = p_e
-    local prec = unpack_rec(raw)
-    local pby = blob_field_map(ns_e, prec[6])
-    for ch, _ in pairs(need) do
-      local f = pby[ch]
-      if f then
-        local b = redis.call('HGET', K_BLOB, f)
-        if b and unpack_rec(b)[1] ~= 'empty' then need[ch] = nil left = left - 1 end
+  return need, left
+end
+
+local function latest_of(ns_e)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return nil end
+  return string.sub(top[1], #ns_e + 1)
+end
+
+-- clear the parent of a kept checkpoint whose parent is deleted
+local function detach(ns_e, cid_e)
+  local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+  if not raw then return end
+  local rec = unpack_rec(raw)
+  if rec[1] == '' then return end
+  rec[1] = ''
+  redis.call('HSET', K_CP, ns_e .. cid_e, pack_rec(rec))
+  redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry(rec))
+end
+
+-- writes stored against ids older than the latest whose checkpoint does not exist (writes
+-- of newer ids may precede their checkpoint's put: they stay); from a lex cursor, at most
+-- `max` members; returns the cursor to go on from ("" = done)
+local function drop_orphans(ns_e, latest_e, cursor, max)
+  local from = lo(ns_e)
+  if cursor ~= '' then from = '(' .. cursor end
+  local members = redis.call('ZRANGE', K_WORD, from, '(' .. ns_e .. latest_e, 'BYLEX', 'LIMIT', 0, max)
+  local seen = {}
+  for _, m in ipairs(members) do
+    local c = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
+    if not seen[c] then
+      seen[c] = true
+      if redis.call('HEXISTS', K_CP, ns_e .. c) == 0 then drop_writes(ns_e, c) end
+    end
+  end
+  if #members < max then return '' end
+  return members[#members]
+end
+
+if step == 'all' then
+  if redis.call('HLEN', K_CP) > budget or redis.call('ZCARD', K_WORD) > 8 * budget then
+    return {'paged'}
+  end
+  -- group members (sorted by e(ns) then e(cid)) into namespaces
+  local groups, order = {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', K_CPNS, '-', '+', 'BYLEX')) do
+    local p = skip(m, 1)
+    local ns_e = string.sub(m, 1, p - 1)
+    if not groups[ns_e] then groups[ns_e] = {} order[#order + 1] = ns_e end
+    local g = groups[ns_e]
+    g[#g + 1] = string.sub(m, p)
+  end
+  local deleted = 0
+  for _, ns_e in ipairs(order) do
+    local cids = groups[ns_e]
+    local latest = cids[#cids]
+    local need, left = needs(ns_e, latest)
+    local kept_list, _, _, oldest_parent = walk(ns_e, latest, need, left, true, #cids + 1)
+    local keep = {}
+    for _, c in ipairs(kept_list) do keep[c] = true end
+    for _, c in ipairs(cids) do
+      if not keep[c] then
+        drop_cp(ns_e, c, false)
+        deleted = deleted + 1
       end
     end
-    parent = prec[1]
+    drop_orphans(ns_e, latest, '', 8 * budget + 1)
+    if #kept_list > 0 and oldest_parent ~= NO_PARENT and not keep[oldest_parent] then
+      detach(ns_e, kept_list[#kept_list])
+    end
   end
-  for _, c in ipairs(cids) do
+  gc_blobs()
+  touch()
+  return {deleted}
+end
+
+local ns_e = ARGV[8]
+if step == 'ns' then
+  -- the next namespaces after ARGV[8], one O(log n) range read each
+  local out, cur = {}, ns_e
+  while #out < 64 do
+    local from = '-'
+    if cur ~= '' then from = hi(cur) end
+    local m = redis.call('ZRANGE', K_CPNS, from, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+    if not m then break end
+    cur = string.sub(m, 1, skip(m, 1) - 1)
+    out[#out + 1] = cur
+  end
+  return out
+elseif step == 'walk' then
+  local from_e, need, left = ARGV[9], {}, 0
+  local latest = latest_of(ns_e)
+  if not latest then return {'', {}, '', {}, ''} end
+  local first = from_e == ''
+  if first then
+    from_e = latest
+    need, left = needs(ns_e, latest)
+  else
+    for i = 10, #ARGV do need[ARGV[i]] = true left = left + 1 end
+  end
+  local kept, nxt, rest, oldest_parent = walk(ns_e, from_e, need, left, first, budget)
+  return {latest, kept, nxt, rest, oldest_parent}
+elseif step == 'drop' then
+  local latest_e, cursor, more = ARGV[9], ARGV[10], ARGV[11]
+  local keep, last_kept = {}, nil
+  for i = 12, #ARGV do keep[ARGV[i]] = true last_kept = ARGV[i] end
+  -- members of the namespace after the cursor, older than the latest, and (when more kept
+  -- ids follow) not past the last kept id sent: the page's kept ids are all among those sent
+  local upper = '(' .. ns_e .. latest_e
+  if more == '1' and last_kept then upper = '[' .. ns_e .. last_kept end
+  local from = lo(ns_e)
+  if cursor ~= '' then from = '(' .. cursor end
+  local members = redis.call('ZRANGE', K_CPNS, from, upper, 'BYLEX', 'LIMIT', 0, budget)
+  local deleted = 0
+  for _, m in ipairs(members) do
+    local c = string.sub(m, #ns_e + 1)
     if not keep[c] then
       drop_cp(ns_e, c, false)
       deleted = deleted + 1
     end
   end
-  -- writes stored against older checkpoint ids that are not kept (writes of newer ids
-  -- may precede their checkpoint's put: they stay)
-  local seen = {}
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
-    local c = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
-    if not keep[c] and c < latest and not seen[c] then seen[c] = true drop_writes(ns_e, c) end
-  end
-  -- detach the oldest kept checkpoint from its deleted parent
-  local oraw = redis.call('HGET', K_CP, ns_e .. oldest)
-  local orec = unpack_rec(oraw)
-  if orec[1] ~= '' and not keep[enc(orec[1])] then
-    orec[1] = ''
-    redis.call('HSET', K_CP, ns_e .. oldest, pack_rec(orec))
-    redis.call('HSET', K_CHAIN, ns_e .. oldest, chain_entry(orec))
-  end
+  local fields = {}
+  for f, _ in pairs(GC[ns_e] or {}) do fields[#fields + 1] = f end
+  touch()
+  local nxt = ''
+  if #members == budget or (more == '1' and #members > 0) then nxt = members[#members] end
+  if more == '1' and #members == 0 then nxt = ns_e .. last_kept end
+  return {deleted, nxt, fields}
+elseif step == 'detach' then
+  detach(ns_e, ARGV[9])
+  touch()
+  return 1
+elseif step == 'orphans' then
+  local cursor = drop_orphans(ns_e, ARGV[9], ARGV[10], budget)
+  touch()
+  return cursor
 end
-gc_blobs()
-touch()
-return deleted
+fail('RS_BADARG', 'unknown prune step')

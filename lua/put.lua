@@ -19,6 +19,7 @@ if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
 if nblobs == nil or #ARGV ~= 12 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
+if rec[1] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
 -- the chain entry starts with the record's parent and ends a component
 local parent_e = enc(rec[1])
 if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 then

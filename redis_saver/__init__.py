@@ -9,6 +9,7 @@ from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,
     MalformedReplyError,
+    ParentCycleError,
     RedisSaverError,
     ReplicationTimeoutError,
     SchemaMismatchError,
@@ -23,6 +24,7 @@ __all__ = [
     "ConflictError",
     "KeySchema",
     "MalformedReplyError",
+    "ParentCycleError",
     "RedisSaver",
     "RedisSaverError",
     "ReplicationTimeoutError",

@@ -9,6 +9,7 @@ in ``_drivers.py`` run the same plans, so no logic is written twice.
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -28,11 +29,18 @@ from langgraph.checkpoint.base import (
 )
 
 from . import _codec as codec
-from .keys import FORMAT_VERSION, KeySchema, dec_str, enc
+from .errors import ParentCycleError
+from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 20_000  # members one list call may examine while filtering
 EXPORT_COUNT = 200  # HSCAN COUNT per copy_thread page
+# The most ancestors one delta_history call walks, and the most checkpoints one prune or
+# delete_for_runs call examines: a script blocks every client of its server while it runs, so
+# each call's work is bounded on any stored data (a longer walk or a larger thread takes more
+# calls; ~20-30 us of server time per unit here).
+WALK_BUDGET = 256
+WORK_BUDGET = 256
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.3 us more per call to build
@@ -155,6 +163,8 @@ class Plans:
         cid = _str(checkpoint["id"], "checkpoint['id']")
         if not cid:
             raise ValueError("checkpoint['id'] must not be empty")
+        if cid == parent:
+            raise ValueError(f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)")
         if not isinstance(new_versions, dict):
             raise TypeError("new_versions must be a dict")
         c = dict(checkpoint)
@@ -368,9 +378,46 @@ class Plans:
         if not threads:
             return 0
         replies = yield [
-            Call("delete_runs", self.keys.thread_keys(t), self._header(t) + runs) for t in threads
+            Call("delete_runs", self.keys.thread_keys(t), [*self._header(t), "all", WORK_BUDGET, *runs])
+            for t in threads
         ]
-        return sum(int(r) for r in replies)
+        total = 0
+        for t, r in zip(threads, replies):
+            total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == b"paged" else int(r[0])
+        return total
+
+    def _plan_delete_runs_paged(self, thread_id: str, runs: list[str]) -> Plan:
+        """delete_for_runs on a thread too large for one bounded call (see delete_runs.lua)."""
+        keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
+        deleted, candidates = 0, set()
+        while True:
+            n, more, fields = yield Call("delete_runs", keys, [*head, "drop", WORK_BUDGET, *runs])
+            deleted += int(n)
+            candidates.update(fields)
+            if more != b"1":
+                break
+        emptied = yield Call("delete_runs", keys, [*head, "finish", WORK_BUDGET])
+        if not int(emptied):
+            yield from self._plan_gc(thread_id, candidates)
+        return deleted
+
+    def _plan_gc(self, thread_id: str, candidates: set[bytes]) -> Plan:
+        """Delete the candidate blob fields that no checkpoint left in their namespace
+        references, a bounded page per call (gc.lua)."""
+        keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
+        by_ns: dict[bytes, set[bytes]] = {}
+        for f in candidates:
+            by_ns.setdefault(f[: dec_first(f)[1]], set()).add(f)
+        for ns_e, fields in by_ns.items():
+            cursor = b""
+            while fields:
+                cursor, refs = yield Call("gc", keys, [*head, "refs", ns_e, cursor, WORK_BUDGET])
+                fields.difference_update(refs)
+                if not cursor:
+                    break
+            gone = sorted(fields)
+            for i in range(0, len(gone), WORK_BUDGET):
+                yield Call("gc", keys, [*head, "hdel", *gone[i : i + WORK_BUDGET]])
 
     def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan:
         if isinstance(thread_ids, (str, bytes)):
@@ -380,8 +427,75 @@ class Plans:
         tids = [normalize_thread_id(t) for t in thread_ids]
         if not tids:
             return 0
-        replies = yield [Call("prune", self.keys.thread_keys(t), self._header(t) + [strategy]) for t in tids]
-        return sum(int(r) for r in replies)
+        replies = yield [
+            Call("prune", self.keys.thread_keys(t), [*self._header(t), strategy, "all", WORK_BUDGET]) for t in tids
+        ]
+        total = 0
+        for t, r in zip(tids, replies):
+            total += (yield from self._plan_prune_paged(t)) if r[0] == b"paged" else int(r[0])
+        return total
+
+    def _plan_prune_paged(self, thread_id: str) -> Plan:
+        """prune(keep_latest) of a thread too large for one bounded call, step by step (see
+        prune.lua): every call examines at most WORK_BUDGET checkpoints or writes."""
+        keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
+
+        def step(name: str, *args: Any) -> Call:
+            return Call("prune", keys, [*head, "keep_latest", name, WORK_BUDGET, *args])
+
+        namespaces: list[bytes] = []
+        cursor = b""
+        while True:
+            page = yield step("ns", cursor)
+            namespaces += page
+            if len(page) < 64:
+                break
+            cursor = page[-1]
+        deleted = 0
+        for ns_e in namespaces:
+            # 1. the checkpoints to keep: the latest and its delta chain, a bounded walk per call
+            kept: list[bytes] = []
+            seen: set[bytes] = set()
+            start, need = b"", []
+            while True:
+                latest, page, nxt, need, oldest_parent = yield step("walk", ns_e, start, *need)
+                for k in page:
+                    if k in seen:
+                        raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {dec_str(k)}")
+                    seen.add(k)
+                kept += page
+                if not nxt:
+                    break
+                if nxt in seen:
+                    raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {dec_str(nxt)}")
+                start = nxt
+            if not latest:
+                continue  # the namespace is gone
+            # 2. delete the others, oldest first, a page per call; the kept ids of the page go with it
+            order = sorted(seen)
+            candidates: set[bytes] = set()
+            cursor = b""
+            while True:
+                at = bisect.bisect_right(order, cursor[len(ns_e) :]) if cursor else 0
+                window = order[at : at + WORK_BUDGET]
+                more = "1" if at + WORK_BUDGET < len(order) else "0"
+                n, cursor, fields = yield step("drop", ns_e, latest, cursor, more, *window)
+                deleted += int(n)
+                candidates.update(fields)
+                if not cursor:
+                    break
+            # 3. the oldest kept checkpoint loses a parent that was not kept
+            if kept and oldest_parent != b"\0" and oldest_parent not in seen:
+                yield step("detach", ns_e, kept[-1])
+            # 4. writes stored against older ids that have no checkpoint
+            cursor = b""
+            while True:
+                cursor = yield step("orphans", ns_e, latest, cursor)
+                if not cursor:
+                    break
+            # 5. the blobs no kept checkpoint references
+            yield from self._plan_gc(thread_id, candidates)
+        return deleted
 
     def _plan_copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Plan:
         src = normalize_thread_id(source_thread_id)
@@ -413,19 +527,36 @@ class Plans:
         for ch in chans:
             _str(ch, "channel name")
         name, refresh = self._read_script("delta_history")
-        ancestors, seeds = yield Call(
-            name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid, *chans]
-        )
+        keys, header = self.keys.thread_keys(thread_id), self._header(thread_id, refresh)
         writes: dict[str, list] = {c: [] for c in chans}
-        for anc in reversed(ancestors):  # oldest first; each in writes_sort_key order
-            for w in anc:
-                tid, ch, ty, data, _p, _i = codec.unpack(w)
-                writes[ch.decode()].append((tid.decode(), ch.decode(), self._load(ty, data)))
-        result: dict[str, DeltaChannelHistory] = {c: {"writes": writes[c]} for c in chans}
-        for ch, blob in codec.pairs(seeds):
-            ty, data = codec.unpack_blob(blob)
-            result[ch.decode()]["seed"] = self._load(ty, data)
-        return result
+        result: dict[str, DeltaChannelHistory] = {}
+        pages: list[list] = []  # each call's ancestors, newest first
+        walked: set[bytes] = set()
+        wanted, cont = dict.fromkeys(chans), "0"
+        while True:
+            ancestors, seeds, nxt, ids = yield Call(name, keys, [*header, ns, cid, cont, WALK_BUDGET, *wanted])
+            pages.append(ancestors)
+            for ch, blob in codec.pairs(seeds):
+                ty, data = codec.unpack_blob(blob)
+                result[ch.decode()] = {"seed": self._load(ty, data), "writes": writes[ch.decode()]}
+                wanted.pop(ch.decode(), None)
+            if not nxt:
+                break
+            for i in ids:  # a cycle longer than one call's walk: the script cannot see it
+                if i in walked:
+                    raise ParentCycleError(f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} returns to {i.decode()}")
+                walked.add(i)
+            if nxt in walked:
+                raise ParentCycleError(f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} returns to {nxt.decode()}")
+            cid, cont = nxt.decode(), "1"
+        for ancestors in reversed(pages):  # oldest first; each in writes_sort_key order
+            for anc in reversed(ancestors):
+                for w in anc:
+                    tid, ch, ty, data, _p, _i = codec.unpack(w)
+                    writes[ch.decode()].append((tid.decode(), ch.decode(), self._load(ty, data)))
+        for c in chans:
+            result.setdefault(c, {"writes": writes[c]})
+        return {c: result[c] for c in chans}
 
     # ---- pinning -------------------------------------------------------------------
     def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan:

@@ -24,6 +24,11 @@ class ConflictError(RedisSaverError):
     """``put`` with fencing found that another writer already moved the thread on."""
 
 
+class ParentCycleError(RedisSaverError):
+    """The stored parent links of a thread form a cycle (data written by a buggy or hostile
+    client): a walk of the chain stops with this error instead of running forever."""
+
+
 class ReplicationTimeoutError(RedisSaverError):
     """``wait_for_replicas``: fewer replicas than asked acknowledged the write in time.
 
@@ -43,4 +48,5 @@ LUA_ERROR_CLASSES: dict[str, type[Exception]] = {
     "RS_SCHEMA": SchemaMismatchError,
     "RS_CONFLICT": ConflictError,
     "RS_BADARG": ValueError,
+    "RS_CYCLE": ParentCycleError,
 }

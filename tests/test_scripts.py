@@ -121,10 +121,10 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
     assert len(c.args) == fixed_argv("list") + 2 * int(c.args[9])
     c = first_call(s._plan_delta_history(cfg, ["x", "y"]))
     _thread_call_checks(c, "delta_history")
-    assert len(c.args) == 6 + 2
+    assert len(c.args) == fixed_argv("delta_history") - 1 + 2  # ARGV[9..] = the 2 channels
     for plan, name, extra in [
         (s._plan_delete_thread("t"), "delete_thread", 0),
-        (s._plan_prune(["t"], "keep_latest"), "prune", 1),
+        (s._plan_prune(["t"], "keep_latest"), "prune", 3),
         (s._plan_pin("t", True), "pin", 1),
     ]:
         c = first_call(plan)

@@ -269,8 +269,9 @@ def test_differential_small_pages(
     contract_kind: str, contract_url: str | None, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same, with redis_saver's paging knobs (list page size, filter scan budget,
-    copy_thread export page, pipeline chunk) shrunk to 1-3 so that every multi-call
-    path (continuation cursors, budget exhaustion, chunked fan-out) is exercised."""
+    copy_thread export page, delta-history walk and prune / delete_for_runs work budgets,
+    pipeline chunk) shrunk to 1-3 so that every multi-call path (continuation cursors,
+    budget exhaustion, paged prune and blob collection, chunked fan-out) is exercised."""
     if contract_kind == "memory":
         return
     import redis_saver._drivers as drivers
@@ -280,6 +281,8 @@ def test_differential_small_pages(
         (plans, "PAGE_SIZE", 2),
         (plans, "SCAN_BUDGET", 3),
         (plans, "EXPORT_COUNT", 1),
+        (plans, "WALK_BUDGET", 1),
+        (plans, "WORK_BUDGET", 2),
         (drivers, "PIPELINE_CHUNK", 1),
     ]:
         if hasattr(mod, name):

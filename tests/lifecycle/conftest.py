@@ -1,0 +1,25 @@
+"""Every lifecycle test runs twice: with the default work budgets, and with budgets of 1-2 so
+that every multi-call path (paged prune, paged delete_for_runs, the blob collection, delta
+history continuations and their cycle checks) runs on small threads too. Tests that count
+round trips (the ``wire`` fixture) run with the defaults only."""
+
+from __future__ import annotations
+
+import pytest
+
+import redis_saver._plans as plans
+
+BUDGETS = {"default": None, "tiny": {"WALK_BUDGET": 1, "WORK_BUDGET": 2}}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "wire" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("work_budget")
+        metafunc.parametrize("work_budget", list(BUDGETS), indirect=True)
+
+
+@pytest.fixture
+def work_budget(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name, value in (BUDGETS[request.param] or {}).items():
+        monkeypatch.setattr(plans, name, value)
+    return request.param
