@@ -6,12 +6,13 @@ needed): EVALSHA + SCRIPT LOAD run the scripts (a NOSCRIPT reply is healed with
 SCRIPT LOAD); inside the scripts ACL checks every redis.call(), hence the hash/zset/expiry
 commands (the ones lua/*.lua call); SET/GET are setup()'s schema-version key;
 DBSIZE + SCAN find the slot-index keys for list(None) / delete_for_runs; WAIT only with
-``wait_for_replicas``. Keys: ``~<prefix>:*`` (every key the saver uses, including the
-slot-index keys and ``<prefix>:schema``, starts with ``<prefix>:``).
+``wait_for_replicas``. Keys: ``~<prefix>:{* ~<prefix>:ix:{* ~<prefix>:schema``, exactly the
+saver's keys (``KeySchema.scan_patterns()``): ``~<prefix>:*`` would also reach a nested prefix
+such as ``<prefix>:tenant2``.
 
 Full rule (the README quotes it)::
 
-    ACL SETUSER <user> reset on ><password> ~<prefix>:* resetchannels -@all <SAVER_ACL_COMMANDS>
+    ACL SETUSER <user> reset on ><password> ~<prefix>:{* ~<prefix>:ix:{* ~<prefix>:schema resetchannels -@all <SAVER_ACL_COMMANDS>
 
 Note: SCAN and DBSIZE are keyless, so such a user still sees the *names* (not the
 values) of other keys and the key count of the database.
@@ -41,7 +42,7 @@ SAVER_ACL_COMMANDS = (
     # called from inside the Lua scripts (ACL applies to redis.call):
     "+time +del +persist +pexpire +pexpireat "
     "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan "
-    "+zadd +zrange +zlexcount +zrem +zscore"
+    "+zadd +zcard +zrange +zlexcount +zrem +zscore"
 )
 
 
@@ -73,7 +74,8 @@ def acl_user(sync_client, redis_url, prefix):
     def make(commands: str = SAVER_ACL_COMMANDS) -> str:
         user = f"saver-{uuid.uuid4().hex[:8]}"
         password = uuid.uuid4().hex
-        rule = f"reset on >{password} ~{prefix}:* resetchannels -@all {commands}"
+        keys = " ".join(f"~{prefix}:{p}" for p in ("{*", "ix:{*", "schema"))
+        rule = f"reset on >{password} {keys} resetchannels -@all {commands}"
         sync_client.execute_command("ACL", "SETUSER", user, *rule.split())
         made.append(user)
         return _user_url(redis_url, user, password)
