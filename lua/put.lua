@@ -10,7 +10,8 @@ ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's
 ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
          record's versions (K_CHAIN, see _lib.lua chain_entry(); built by the client)
 ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
-Returns: 1
+Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
+in the thread and left them: the client then prunes the thread in bounded pages
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
 ]]
 local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
@@ -52,7 +53,15 @@ if nblobs > 0 then
 end
 store_cp(ns_e, cid_e, raw, rec, entry)
 
-if mode == 'latest' then
+-- latest-only cleanup, bounded: a thread of more than LATEST_BUDGET checkpoints (or 8 x that
+-- writes), e.g. one written with history="full" before, is not cleaned here: the reply asks
+-- the client to prune it in bounded pages (prune.lua), and later puts clean what is left
+local LATEST_BUDGET = 256
+local cleaned = 1
+if mode == 'latest' and (redis.call('ZCARD', K_CPNS) > LATEST_BUDGET
+    or redis.call('ZCARD', K_WORD) > 8 * LATEST_BUDGET) then
+  cleaned = 2
+elseif mode == 'latest' then
   -- keep only the namespace's latest checkpoint (the greatest id: puts may arrive out of
   -- order), the writes of it and of its parent, and writes stored against newer ids whose
   -- checkpoint has not arrived yet
@@ -100,4 +109,4 @@ if mode == 'latest' then
   gc_blobs()
 end
 touch()
-return 1
+return cleaned

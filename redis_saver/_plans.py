@@ -207,7 +207,11 @@ class Plans:
             len(new_versions),
             *blob_args,
         ]
-        yield Call("put", self.keys.thread_keys(thread_id), args, self._wait)
+        cleaned = yield Call("put", self.keys.thread_keys(thread_id), args, self._wait)
+        if cleaned == 2:
+            # history="latest" on a thread too large to clean in one bounded call (written
+            # with "full" before): prune it in pages; later puts keep it latest-only
+            yield from self._plan_prune_paged(thread_id)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     # ---- put_writes ----------------------------------------------------------------

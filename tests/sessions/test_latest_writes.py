@@ -91,3 +91,37 @@ async def test_subgraph_of_older_root_checkpoint_dropped(kind, make_saver):
     await call(s, "put", cfg2, c3, {"step": 2, "parents": {}}, {"x": "1"})
     listed = await call(s, "list", {"configurable": {"thread_id": tid}})
     assert [t.config["configurable"]["checkpoint_ns"] for t in listed] == [""]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_latest_on_a_large_full_history_thread_cleans_in_bounded_calls(kind, make_saver, sync_client, prefix):
+    """A thread written with history="full" (300 checkpoints, over put.lua's 256) and then
+    continued with history="latest": the put stores the new checkpoint, leaves the old ones to
+    a paged prune (each call bounded) instead of dropping 300 in one script, and the thread
+    ends latest-only. That one transition follows prune(keep_latest): the latest and its
+    delta chain with their writes (here the latest alone, so the parent's writes go too)."""
+    full = make_saver("sync")
+    tid = new_tid()
+    c = cfg(tid)
+    for i in range(300):
+        c = full.put(c, _cp(), {"step": i}, {"x": "1"})
+        full.put_writes(c, [("w", i)], f"t{i}")
+    s = make_saver(kind, history="latest")
+    calls: list[str] = []
+    run_call = s._driver.call
+
+    def spy(call_):
+        calls.append(call_.script + ":" + ":".join(str(a) for a in call_.args[4:6]))
+        return run_call(call_)
+
+    s._driver.call = spy
+    last = await call(s, "put", c, _cp(), {"step": 300}, {"x": "1"})
+    assert calls[0] == "put:" + ":".join(str(a) for a in [""] + [last["configurable"]["checkpoint_id"]])
+    assert any(x.startswith("prune:keep_latest:drop") for x in calls), calls[:5]
+    got = await call(s, "get_tuple", cfg(tid))
+    assert got.config == last and got.pending_writes == []
+    assert [t.config for t in await call(s, "list", cfg(tid))] == [last]
+    from tests.lifecycle._util import write_count
+    from tests.sessions._util import thread_key
+
+    assert write_count(sync_client, thread_key(prefix, tid, "wr")) == 0
