@@ -6,21 +6,12 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent id ("" = none)
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
-ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's head (below)
+ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's latest
 ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
          record's versions (K_CHAIN, see _lib.lua chain_entry(); built by the client)
 ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
 Returns: 1
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
-Fencing. A namespace's head is the checkpoint its last fenced put stored (meta field
-"h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
-yet, or deleted by prune / delete_for_runs / latest-only mode) its greatest id. A fenced put
-of a new checkpoint must name the head as its parent ("" on an empty namespace) and becomes
-the head, so a second child of the same parent conflicts whatever the order of the ids
-(clock skew between hosts); a retry of a stored checkpoint is not checked and moves nothing.
-An unfenced put (or copy_thread's import) clears the namespace's head: the greatest id is
-the head again, as reads see it. Without fencing nothing is read or written for it until a
-fenced put touched the thread (then one HDEL).
 ]]
 local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local entry, nblobs = ARGV[11], tonumber(ARGV[12])
@@ -39,7 +30,16 @@ end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
 
--- the namespace's head (see Fencing above): its id, "" when the namespace is empty
+-- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
+-- "h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
+-- yet, or deleted by prune / delete_for_runs / latest-only mode) its greatest id. A fenced put
+-- of a new checkpoint must name the head as its parent ("" on an empty namespace) and becomes
+-- the head, so a second child of the same parent conflicts whatever the order of the ids
+-- (clock skew between hosts); a retry of a stored checkpoint is not checked and moves nothing.
+-- An unfenced put (or copy_thread's import) clears the namespace's head: the greatest id is
+-- the head again, as reads see it. Without fencing nothing is read or written for it until a
+-- fenced put touched the thread (then one HDEL).
+-- head_of(): the namespace's head, its id ("" when the namespace is empty)
 local function head_of()
   local h = redis.call('HGET', K_META, 'h' .. ns_e)
   if h and redis.call('HEXISTS', K_CP, ns_e .. enc(h)) == 1 then return h end
