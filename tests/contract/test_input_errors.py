@@ -9,6 +9,12 @@ What the reference savers do, and the choice made here:
   / ``UUID`` thread ids (normalised to ``str``, as LangGraph itself stringifies them)
   and raises ``TypeError`` for anything else (bool, float, bytes, list, dict, None ->
   ValueError as "missing").
+* malformed arguments (metadata that is not a dict or has non-str keys, a checkpoint's
+  channel_values / channel_versions that are not dicts, non-str channel names, writes or
+  channels that are not sequences of them: a bare str used to be iterated): ``TypeError``
+  naming the argument, where InMemorySaver raises ``AttributeError`` or, for non-str keys,
+  stores them; what InMemorySaver accepts (int channel versions, None channel_values /
+  channel_versions) is accepted.
 * a value the serializer cannot encode: the serializer's own ``TypeError`` propagates,
   before anything reaches Redis (all-or-nothing even when other values of the same
   call were fine).
