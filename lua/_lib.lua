@@ -144,8 +144,9 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- the thread's meta fields, read once by check_format(): format, index state, pin flag
-local META_V, META_IX, META_PIN = nil, nil, nil
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag,
+-- "1" once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua)
+local META_V, META_IX, META_PIN, META_FH = nil, nil, nil, nil
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
 -- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
@@ -154,8 +155,8 @@ local META_V, META_IX, META_PIN = nil, nil, nil
 local WR_MARK = ''
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin')
-  META_V, META_IX, META_PIN = m[1], m[2], m[3]
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh')
+  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
   if META_V and META_V ~= FORMAT then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads format ' .. FORMAT)
   end

@@ -42,6 +42,8 @@ for i = 6, #ARGV - 1, 2 do
   else
     local p = skip(field, 1)
     store_cp(string.sub(field, 1, p - 1), string.sub(field, p), value, r)
+    -- like an unfenced put: the namespace's head is its greatest id again (put.lua)
+    if META_FH == '1' then redis.call('HDEL', K_META, 'h' .. string.sub(field, 1, p - 1)) end
   end
 end
 touch()

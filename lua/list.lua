@@ -7,7 +7,9 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] index: "ns" (members e(ns)e(cid), one namespace) | "id" (members e(cid)e(ns), all)
 ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, built by Python)
 ARGV[8] max items to return   ARGV[9] max members to examine in this call
-ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key)
+ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key);
+         a long JSON comes as "\1" .. sha256 (33 bytes) .. the JSON: records keep such a value
+         as its 33-byte digest, records of earlier releases as the JSON (redis_saver/_codec.py)
 Returns: {cursor, item, item, ...}; cursor = last member examined when the page stopped
          early ("" when the range is exhausted); item = {e(ns), e(cid), record, {channel, blob, ...}, writes}
          (as get_tuple's reply)
@@ -22,16 +24,28 @@ check_format()
 local key = K_CPNS
 if index == 'id' then key = K_CPID end
 
+-- the filters, split once: key, wanted value, and for a long value its full JSON
+local fkey, fwant, fjson = {}, {}, {}
+for i = 1, nf do
+  local want = ARGV[10 + 2 * i]
+  fkey[i] = ARGV[9 + 2 * i]
+  if string.byte(want, 1) == 1 and #want > 33 then
+    fwant[i], fjson[i] = string.sub(want, 1, 33), string.sub(want, 34)
+  else
+    fwant[i] = want
+  end
+end
+
 local function matches(raw)
   if nf == 0 then return true end
   local f = unpack_rec(rec_field(raw, 7))
   local md = {}
   for i = 1, #f - 1, 2 do md[f[i]] = f[i + 1] end
-  for i = 0, nf - 1 do
-    local want, got = ARGV[12 + 2 * i], md[ARGV[11 + 2 * i]]
+  for i = 1, nf do
+    local want, got = fwant[i], md[fkey[i]]
     if want == 'null' then
       if got ~= nil and got ~= 'null' then return false end
-    elseif got ~= want then
+    elseif got ~= want and (fjson[i] == nil or got ~= fjson[i]) then
       return false
     end
   end

@@ -32,13 +32,31 @@ end
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
 
-if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
+-- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
+-- "h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
+-- yet, or deleted by prune / delete_for_runs / latest-only mode) its greatest id. A fenced put
+-- of a new checkpoint must name the head as its parent ("" on an empty namespace) and becomes
+-- the head, so a second child of the same parent conflicts whatever the order of the ids
+-- (clock skew between hosts); a retry of a stored checkpoint is not checked and moves nothing.
+-- An unfenced put (or copy_thread's import) clears the namespace's head: the greatest id is
+-- the head again, as reads see it. Without fencing nothing is read or written for it until a
+-- fenced put touched the thread (then one HDEL).
+-- head_of(): the namespace's head, its id ("" when the namespace is empty)
+local function head_of()
+  local h = redis.call('HGET', K_META, 'h' .. ns_e)
+  if h and redis.call('HEXISTS', K_CP, ns_e .. enc(h)) == 1 then return h end
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  local latest = ''
-  if #top > 0 then latest = dec(top[1], #ns_e + 1) end
+  if #top > 0 then return dec(top[1], #ns_e + 1) end
+  return ''
+end
+
+local new_head = false
+if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
+  local latest = head_of()
   if latest ~= parent then
     fail('RS_CONFLICT', 'thread moved on: latest checkpoint is ' .. latest .. ', put expected parent ' .. parent)
   end
+  new_head = true
 end
 
 -- validation done: writes start here
@@ -52,6 +70,11 @@ if nblobs > 0 then
   redis.call('HSET', K_BLOB, unpack(args))
 end
 store_cp(ns_e, cid_e, raw, rec, entry)
+if new_head then
+  redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
+elseif fence ~= '1' and META_FH == '1' then
+  redis.call('HDEL', K_META, 'h' .. ns_e)
+end
 
 -- latest-only cleanup, bounded: a thread of more than LATEST_BUDGET checkpoints (or 8 x that
 -- writes), e.g. one written with history="full" before, is not cleaned here: the reply asks
@@ -63,11 +86,16 @@ if mode == 'latest' and (redis.call('ZCARD', K_CPNS) > LATEST_BUDGET
   cleaned = 2
 elseif mode == 'latest' then
   -- keep only the namespace's latest checkpoint (the greatest id: puts may arrive out of
-  -- order), the writes of it and of its parent, and writes stored against newer ids whose
-  -- checkpoint has not arrived yet
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  local latest_e = string.sub(top[1], #ns_e + 1)
-  local parent_e = enc(unpack_rec(redis.call('HGET', K_CP, top[1]))[1])
+  -- order; with fencing its head), the writes of it and of its parent, and writes stored
+  -- against newer ids whose checkpoint has not arrived yet
+  local latest_e
+  if fence == '1' then
+    latest_e = enc(head_of())
+  else
+    local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+    latest_e = string.sub(top[1], #ns_e + 1)
+  end
+  local parent_e = enc(unpack_rec(redis.call('HGET', K_CP, ns_e .. latest_e))[1])
   cid_e = latest_e
   for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1)
@@ -99,6 +127,7 @@ elseif mode == 'latest' then
     end
   end
   for ons_e, _ in pairs(stale) do
+    if META_FH == '1' then redis.call('HDEL', K_META, 'h' .. ons_e) end
     for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_cp(ons_e, string.sub(m, #ons_e + 1), false)
     end

@@ -77,7 +77,10 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         history: ``"full"`` keeps every checkpoint; ``"latest"`` keeps only the latest of
             each namespace (plus the writes needed to resume it).
         fencing: when true, ``put`` fails with ``ConflictError`` if the thread's latest
-            checkpoint is no longer the parent the writer started from.
+            checkpoint is no longer the parent the writer started from. "Latest" is the
+            namespace's head: the checkpoint its last fenced put stored, whatever the order
+            of the ids (clock skew), else (none, deleted, or an unfenced put since) the
+            greatest id; see lua/put.lua.
         wait_for_replicas: when > 0, ``put`` and ``put_writes`` return only after that
             many replicas acknowledged the write (Redis ``WAIT``), else raise
             ``ReplicationTimeoutError`` after ``wait_timeout_ms``.

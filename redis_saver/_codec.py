@@ -9,7 +9,9 @@ Records stored by the scripts:
 checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta,
              parents]
             versions = record of [channel, version, channel, version, ...]
-            filter   = record of [key, canonical-json, ...] (server-side metadata filters)
+            filter   = record of [key, canonical-json, ...] (server-side metadata filters);
+                       a JSON longer than FILTER_DIGEST_OVER bytes is kept as its digest
+                       (``filter_value``): the metadata itself is stored once, in md_bytes
             delta    = record of channel names listed in ``counters_since_delta_snapshot``
             parents  = record of [namespace, checkpoint id, ...] from metadata ``parents``
                        (latest-only mode drops subgraph namespaces of older checkpoints)
@@ -19,6 +21,7 @@ write       [task_id, channel, type, bytes, task_path, idx]
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -128,17 +131,39 @@ def canonical_json(v: Any) -> bytes | None:
         return None
 
 
+# A metadata value's canonical JSON longer than this is kept in the filter record as
+# DIGEST_MARK + sha256(JSON) (33 bytes), not as a second full copy of the value (the serde
+# bytes hold the first). 64: a digest only pays off well above its own 33 bytes, and the
+# usual small values (step, source, a uuid run_id, short parents maps) stay readable as
+# they are; above it the filter copy costs 33 bytes whatever the value's size.
+FILTER_DIGEST_OVER = 64
+DIGEST_MARK = b"\x01"  # no JSON text starts with a control character
+DIGEST_LEN = 1 + 32
+
+
+def filter_value(cj: bytes) -> bytes:
+    """What the filter record keeps of a value's canonical JSON: itself, or its digest."""
+    if len(cj) <= FILTER_DIGEST_OVER:
+        return cj
+    return DIGEST_MARK + hashlib.sha256(cj).digest()
+
+
 def filter_record(metadata: dict[str, Any]) -> bytes:
     parts: list[bytes] = []
     for k, v in metadata.items():
         cj = canonical_json(v)
         if cj is not None:
-            parts += [k.encode(), cj]
+            parts += [k.encode(), filter_value(cj)]
     return pack(parts)
 
 
 def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
-    """``[n, key, json, ...]``; a value that has no JSON form can match nothing."""
+    """``[n, key, want, ...]``; a value that has no JSON form can match nothing.
+
+    ``want`` is the value's canonical JSON, or for a long one its digest followed by the JSON
+    (``filter_value(cj) + cj``): list.lua matches the digest (records since digests) or the
+    JSON (records of earlier releases, which kept every value in full).
+    """
     if not flt:
         return [b"0"]
     out: list[bytes] = [str(len(flt)).encode()]
@@ -146,7 +171,13 @@ def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
         if not isinstance(k, str):
             raise TypeError(f"filter keys must be str, got {type(k).__name__}")
         cj = canonical_json(v)
-        out += [k.encode(), cj if cj is not None else b"\x00nomatch"]
+        if cj is None:
+            want = b"\x00nomatch"
+        elif len(cj) <= FILTER_DIGEST_OVER:
+            want = cj
+        else:
+            want = filter_value(cj) + cj
+        out += [k.encode(), want]
     return out
 
 

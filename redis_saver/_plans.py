@@ -85,6 +85,21 @@ def _str(v: Any, what: str) -> str:
     return v
 
 
+def _str_keys(d: dict[Any, Any], what: str) -> None:
+    for k in d:
+        if not isinstance(k, str):
+            raise TypeError(f"{what} keys must be str, got {type(k).__name__} {k!r}")
+
+
+def _sequence(v: Any, what: str, of: str) -> Any:
+    """``v`` when it is a collection to iterate (not a bare str / bytes, a dict or None)."""
+    if isinstance(v, (str, bytes, bytearray)):
+        raise TypeError(f"{what} must be a sequence of {of}, not a single {type(v).__name__}")
+    if v is None or isinstance(v, dict) or not hasattr(v, "__iter__"):
+        raise TypeError(f"{what} must be a sequence of {of}, got {type(v).__name__}")
+    return v
+
+
 def _configurable(config: RunnableConfig | None, what: str = "config") -> dict[str, Any]:
     if not isinstance(config, dict):
         raise TypeError(f"{what} must be a RunnableConfig dict, got {type(config).__name__}")
@@ -167,9 +182,21 @@ class Plans:
             raise ValueError(f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)")
         if not isinstance(new_versions, dict):
             raise TypeError("new_versions must be a dict")
+        if not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+        _str_keys(metadata, "metadata")
         c = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", None) or {}
-        md = get_checkpoint_metadata(config, metadata)
+        if not isinstance(values, dict):
+            raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
+        versions = c.get("channel_versions") or {}
+        if not isinstance(versions, dict):
+            raise TypeError(f"checkpoint['channel_versions'] must be a dict, got {type(versions).__name__}")
+        _str_keys(versions, "checkpoint['channel_versions']")
+        try:
+            md = get_checkpoint_metadata(config, metadata)
+        except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
+            raise TypeError(f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}") from None
         cp_type, cp_bytes = self.serde.dumps_typed(c)
         md_type, md_bytes = self.serde.dumps_typed(md)
         blob_args: list[bytes] = []
@@ -178,7 +205,6 @@ class Plans:
             _str(ch, "channel name")
             blob_args.append(enc(ch) + str(ver).encode())
             blob_args.append(codec.blob_record(*dumps(values[ch])) if ch in values else codec.EMPTY_BLOB)
-        versions = c.get("channel_versions") or {}
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
@@ -227,6 +253,7 @@ class Plans:
         _str(cid, "checkpoint_id")
         _str(task_id, "task_id")
         _str(task_path, "task_path")
+        _sequence(writes, "writes", "(channel, value) pairs")
         task_b, path_b = task_id.encode(), task_path.encode()
         argv: list[bytes | str | int] = [*self._header(thread_id), ns, cid, enc(task_b), enc(path_b), 0]
         fixed = len(argv)  # the last fixed argument is the number of writes, set below
@@ -373,9 +400,7 @@ class Plans:
         yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
 
     def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan:
-        if isinstance(run_ids, (str, bytes)):
-            raise TypeError("run_ids must be a sequence of run ids, not a single str")
-        runs = [str(r) for r in run_ids]
+        runs = [str(r) for r in _sequence(run_ids, "run_ids", "run ids")]
         if not runs:
             return 0
         threads = yield from self._plan_live_threads(runs)
@@ -424,8 +449,7 @@ class Plans:
                 yield Call("gc", keys, [*head, "hdel", *gone[i : i + WORK_BUDGET]])
 
     def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan:
-        if isinstance(thread_ids, (str, bytes)):
-            raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
+        _sequence(thread_ids, "thread_ids", "thread ids")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         tids = [normalize_thread_id(t) for t in thread_ids]
@@ -521,7 +545,7 @@ class Plans:
 
     # ---- DeltaChannel history ------------------------------------------------------
     def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan:
-        chans = list(channels)
+        chans = list(_sequence(channels, "channels", "channel names"))
         if not chans:
             return {}
         conf = _configurable(config)

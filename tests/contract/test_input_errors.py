@@ -9,6 +9,12 @@ What the reference savers do, and the choice made here:
   / ``UUID`` thread ids (normalised to ``str``, as LangGraph itself stringifies them)
   and raises ``TypeError`` for anything else (bool, float, bytes, list, dict, None ->
   ValueError as "missing").
+* malformed arguments (metadata that is not a dict or has non-str keys, a checkpoint's
+  channel_values / channel_versions that are not dicts, non-str channel names, writes or
+  channels that are not sequences of them: a bare str used to be iterated): ``TypeError``
+  naming the argument, where InMemorySaver raises ``AttributeError`` or, for non-str keys,
+  stores them; what InMemorySaver accepts (int channel versions, None channel_values /
+  channel_versions) is accepted.
 * a value the serializer cannot encode: the serializer's own ``TypeError`` propagates,
   before anything reaches Redis (all-or-nothing even when other values of the same
   call were fine).
@@ -294,3 +300,87 @@ async def test_harmless_edge_inputs(ctx: Ctx) -> None:
     assert await ctx.call("list", None, limit=0) == []
     assert await ctx.call("list", None, limit=-1) == []  # as InMemorySaver
     assert len(await ctx.call("list", None, filter={})) == 1
+
+
+# --------------------------------------------------------------------------- malformed put / put_writes / read arguments
+# Each must raise TypeError before anything is sent (AttributeError from deep inside the
+# saver, or a str iterated character by character, used to be the result).
+async def test_put_bad_metadata(ctx: Ctx) -> None:
+    c = ckpt()
+    e = await ctx.fails(TypeError, "put", cfg(), c, {1: "x"}, {})
+    assert "metadata keys must be str" in str(e)
+    for bad in (None, [("a", 1)], "source"):
+        e = await ctx.fails(TypeError, "put", cfg(), c, bad, {})
+        assert "metadata must be a dict" in str(e)
+    bad_cfg = {**cfg(), "metadata": {3: "x"}}
+    await ctx.fails(TypeError, "put", bad_cfg, c, {}, {})
+    await ctx.fails(TypeError, "put", {**cfg(), "metadata": ["x"]}, c, {}, {})
+    assert ctx.snapshot() == {}
+
+
+async def test_put_bad_checkpoint_fields(ctx: Ctx) -> None:
+    e = await ctx.fails(TypeError, "put", cfg(), ckpt(versions={1: "v"}), {}, {})
+    assert "channel_versions" in str(e)
+    await ctx.fails(TypeError, "put", cfg(), {**ckpt(), "channel_versions": ["a"]}, {}, {})
+    e = await ctx.fails(TypeError, "put", cfg(), {**ckpt(), "channel_values": [1]}, {}, {"a": "1"})
+    assert "channel_values" in str(e)
+    await ctx.fails(TypeError, "put", cfg(), [1], {}, {})
+    await ctx.fails(TypeError, "put", cfg(), None, {}, {})
+    assert ctx.snapshot() == {}
+
+
+async def test_put_bad_new_versions(ctx: Ctx) -> None:
+    c = ckpt(values={"a": 1}, versions={"a": "1"})
+    await ctx.fails(TypeError, "put", cfg(), c, {}, {1: "1"})
+    await ctx.fails(TypeError, "put", cfg(), c, {}, None)
+    await ctx.fails(TypeError, "put", cfg(), c, {}, [("a", "1")])
+    assert ctx.snapshot() == {}
+
+
+async def test_put_accepts_what_inmemorysaver_accepts(ctx: Ctx) -> None:
+    """Int (and float) channel versions, a missing / None channel_versions or channel_values,
+    odd metadata values: InMemorySaver takes them, so do we."""
+    c = ckpt(values={"a": 5}, versions={"a": 1})
+    stored = await ctx.call("put", cfg(), c, {"parents": ["x"], "counters_since_delta_snapshot": "abc"}, {"a": 1})
+    tup = await ctx.call("get_tuple", stored)
+    assert tup.checkpoint["channel_values"] == {"a": 5} and tup.checkpoint["channel_versions"] == {"a": 1}
+    c2 = {**ckpt(), "channel_versions": None, "channel_values": None}
+    stored = await ctx.call("put", stored, c2, {}, {})
+    assert (await ctx.call("get_tuple", stored)).checkpoint["channel_values"] == {}
+
+
+async def test_put_writes_bad_writes(ctx: Ctx) -> None:
+    stored = await ctx.call("put", cfg(), ckpt(), {}, {})
+    before = ctx.snapshot()
+    for bad in (None, "ab", b"ab", {"a": 1}, 5):
+        e = await ctx.fails(TypeError, "put_writes", stored, bad, "task")
+        assert "writes must be a sequence" in str(e)
+    await ctx.fails(TypeError, "put_writes", stored, [("a", 1), (None, 2)], "task")
+    await ctx.fails(TypeError, "put_writes", stored, [("a", 1)], None)
+    await ctx.fails(TypeError, "put_writes", stored, [("a", 1)], "task", None)
+    assert ctx.snapshot() == before
+    await ctx.call("put_writes", stored, (x for x in [("a", 1)]), "task")  # any iterable of pairs
+    assert (await ctx.call("get_tuple", stored)).pending_writes == [("task", "a", 1)]
+
+
+async def test_delta_history_channels_must_be_a_sequence(ctx: Ctx) -> None:
+    stored = await ctx.call("put", cfg(), ckpt(values={"messages": [1]}, versions={"messages": "1"}), {}, {"messages": "1"})
+    before = ctx.snapshot()
+    for bad in ("messages", b"messages", None, 5, {"messages": 1}):
+        with pytest.raises(TypeError, match="channels must be a sequence"):
+            await ctx.call("get_delta_channel_history", config=stored, channels=bad)
+    with pytest.raises(TypeError, match="channel name"):
+        await ctx.call("get_delta_channel_history", config=stored, channels=[1])
+    assert ctx.snapshot() == before
+    got = await ctx.call("get_delta_channel_history", config=stored, channels=("messages",))
+    assert list(got) == ["messages"]
+
+
+async def test_bulk_arguments_must_be_sequences(ctx: Ctx) -> None:
+    await ctx.call("put", cfg(), ckpt(), {"run_id": "r"}, {})
+    before = ctx.snapshot()
+    for bad in (None, 5, b"r"):
+        await ctx.fails(TypeError, "delete_for_runs", bad)
+        await ctx.fails(TypeError, "prune", bad)
+    await ctx.fails(TypeError, "prune", [None])
+    assert ctx.snapshot() == before
