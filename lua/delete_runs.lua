@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --- @include "_lib.lua"
 --[[ delete_runs: delete the checkpoints of this thread whose metadata run_id is one of
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
