@@ -1,11 +1,15 @@
 """A storm of SCRIPT FLUSH never reaches the caller.
 
-``redis-cli -r -1 -i 0.002 SCRIPT FLUSH`` empties the server's script cache every ~2 ms (the
+``redis-cli -r -1 -i 0.002 SCRIPT FLUSH`` empties a server's script cache every ~2 ms (the
 same state as a restart, or a failover to a replica that never loaded the scripts) while
 sync savers in threads and async savers in tasks run every kind of call: single EVALSHAs and
 the fan-outs sent as pipelines (list(None), prune, delete_for_runs). The driver must answer a
 NOSCRIPT with EVAL of the script body, so there are 0 errors and every answer is right.
 The server's own counters prove the storm hit: NOSCRIPT replies and EVALs happened.
+
+Three setups: a standalone server; a primary with a replica and ``wait_for_replicas=1`` (put
+and put_writes go as EVALSHA + WAIT in one pipeline); the session Redis Cluster with
+``wait_for_replicas=1`` (the cluster paths: WAIT on the thread's primary, fan-outs split by node).
 """
 
 from __future__ import annotations
@@ -14,29 +18,25 @@ import asyncio
 import shutil
 import subprocess
 import threading
-import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
 
 from redis_saver import AsyncRedisSaver, RedisSaver
-from tests.faults._util import Ops, run_rounds, stat_count
+from tests.faults._util import Ops, info, run_rounds, stat_count
 from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
-SECONDS = 2.0
 SYNC_THREADS = 3
 ASYNC_TASKS = 3
+ALL_CALLS = {"put", "put_writes", "get_tuple", "list", "get_delta_channel_history", "prune", "delete_for_runs"}
 
 
-@pytest.fixture
-def server():
-    with start_standalone() as s:
-        yield s
-
-
-def _storm(server) -> subprocess.Popen:
+def _storm(server: Any) -> subprocess.Popen:
     cli = shutil.which("redis-cli")
     if cli is None:
         pytest.skip("redis-cli not found")
@@ -46,72 +46,129 @@ def _storm(server) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _sync_worker(server, name: str, out: list[Ops]) -> None:
-    client = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+def _counters(servers: list[Any]) -> Counter:
+    out: Counter = Counter()
+    for s in servers:
+        out["SCRIPT FLUSH"] += stat_count(s, "commandstats", "cmdstat_script|flush")
+        out["NOSCRIPT"] += stat_count(s, "errorstats", "errorstat_NOSCRIPT", "count")
+        out["EVAL"] += stat_count(s, "commandstats", "cmdstat_eval")
+    return out
+
+
+def _sync_worker(make: Callable[[], tuple[Any, Callable[[], None]]], name: str, seconds: float, out: list[Ops]) -> None:
+    saver, close = make()
     try:
-        saver = RedisSaver(client, prefix="flush")
         ops = Ops(saver)
         out.append(ops)
-        asyncio.run(run_rounds(ops, name, SECONDS, {}))
+        asyncio.run(run_rounds(ops, name, seconds, {}))
     finally:
-        client.close()
+        close()
 
 
-async def _async_workers(server, out: list[Ops]) -> None:
-    clients = [redis.asyncio.Redis(host=server.host, port=server.port, **async_client_kwargs()) for _ in range(ASYNC_TASKS)]
+async def _async_workers(make: Callable[[], Any], seconds: float, out: list[Ops]) -> None:
+    made = [await make() for _ in range(ASYNC_TASKS)]
     try:
-        opss = [Ops(AsyncRedisSaver(c, prefix="flush")) for c in clients]
+        opss = [Ops(saver) for saver, _ in made]
         out.extend(opss)
-        await asyncio.gather(*(run_rounds(ops, f"a{i}", SECONDS, {}) for i, ops in enumerate(opss)))
+        await asyncio.gather(*(run_rounds(ops, f"a{i}", seconds, {}) for i, ops in enumerate(opss)))
     finally:
-        for c in clients:
-            await c.aclose()
+        for _, aclose in made:
+            await aclose()
 
 
-def _totals(opss: list[Ops]) -> tuple[Counter, Counter, list[str]]:
-    calls, errors, samples = Counter(), Counter(), []
-    for ops in opss:
-        calls.update(ops.calls)
-        errors.update(ops.errors)
-        samples += ops.samples
-    return calls, errors, samples
-
-
-def test_script_flush_storm_never_reaches_the_caller(server):
-    setup = redis.Redis(host=server.host, port=server.port, **client_kwargs())
-    RedisSaver(setup, prefix="flush").setup()
-    setup.close()
+def storm(
+    servers: list[Any], make_sync: Callable, make_async: Callable, seconds: float, label: str, min_calls: int = 100
+) -> None:
+    """Flush every server's script cache every ~2 ms while the savers work; 0 errors allowed."""
+    before = _counters(servers)
     sync_ops: list[Ops] = []
     async_ops: list[Ops] = []
-    storm = _storm(server)
+    storms = [_storm(s) for s in servers]
     try:
-        threads = [threading.Thread(target=_sync_worker, args=(server, f"s{i}", sync_ops)) for i in range(SYNC_THREADS)]
+        threads = [
+            threading.Thread(target=_sync_worker, args=(make_sync, f"s{i}", seconds, sync_ops)) for i in range(SYNC_THREADS)
+        ]
         for t in threads:
             t.start()
-        asyncio.run(_async_workers(server, async_ops))
+        asyncio.run(_async_workers(make_async, seconds, async_ops))
         for t in threads:
             t.join(timeout=30)
         assert not any(t.is_alive() for t in threads)
     finally:
-        storm.kill()
-        storm.wait()
-
-    flushes = stat_count(server, "commandstats", "cmdstat_script|flush")
-    noscript = stat_count(server, "errorstats", "errorstat_NOSCRIPT", "count")
-    evals = stat_count(server, "commandstats", "cmdstat_eval")
-    report = []
+        for p in storms:
+            p.kill()
+            p.wait()
+    server_side = _counters(servers) - before
+    print(f"\n{label}: server side {dict(server_side)}")
+    results = []
     for kind, opss in (("sync", sync_ops), ("async", async_ops)):
-        calls, errors, samples = _totals(opss)
-        report.append((kind, calls, errors, samples))
-        print(
-            f"\n{kind}: {sum(calls.values())} calls, {sum(errors.values())} errors "
-            f"({100 * sum(errors.values()) / max(1, sum(calls.values())):.1f}%); calls {dict(calls)}; errors {dict(errors)}"
-        )
-    print(f"server: {flushes} SCRIPT FLUSH, {noscript} NOSCRIPT replies, {evals} EVAL")
-
-    # the storm really hit both kinds of saver, and every kind of call ran
-    assert flushes > 200 and noscript > 20 and evals > 20
-    for kind, calls, errors, samples in report:
-        assert {"put", "put_writes", "get_tuple", "list", "get_delta_channel_history", "prune", "delete_for_runs"} <= set(calls), kind
-        assert sum(calls.values()) > 100, (kind, calls)
+        calls, errors, samples = Counter(), Counter(), []
+        for ops in opss:
+            calls.update(ops.calls)
+            errors.update(ops.errors)
+            samples += ops.samples
+        n, e = sum(calls.values()), sum(errors.values())
+        print(f"{label} {kind}: {n} calls, {e} errors ({100 * e / max(1, n):.1f}%); {dict(calls)}; errors {dict(errors)}")
+        results.append((kind, calls, errors, samples))
+    # the storm really hit, and every kind of call ran, for both kinds of saver
+    assert server_side["SCRIPT FLUSH"] > 100 * len(servers) * seconds, server_side
+    assert server_side["NOSCRIPT"] > 20 and server_side["EVAL"] > 20, server_side
+    for kind, calls, errors, samples in results:
+        assert ALL_CALLS <= set(calls) and sum(calls.values()) > min_calls, (kind, calls)
         assert not errors, (kind, dict(errors), samples)
+
+
+def _plain(server: Any, **saver_kwargs: Any) -> tuple[Callable, Callable]:
+    def make_sync():
+        client = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+        return RedisSaver(client, **saver_kwargs), client.close
+
+    async def make_async():
+        client = redis.asyncio.Redis(host=server.host, port=server.port, **async_client_kwargs())
+        return AsyncRedisSaver(client, **saver_kwargs), client.aclose
+
+    return make_sync, make_async
+
+
+def test_script_flush_storm_never_reaches_the_caller():
+    with start_standalone() as server:
+        storm([server], *_plain(server, prefix="flush"), seconds=2.0, label="standalone")
+
+
+def test_script_flush_storm_with_wait_for_replicas():
+    with start_standalone(extra_args=("--repl-diskless-sync-delay", "0")) as primary, start_standalone(
+        extra_args=("--replicaof", primary.host, str(primary.port))
+    ) as replica:
+        for _ in range(500):
+            if info(replica, "replication").get("master_link_status") == "up":
+                break
+            threading.Event().wait(0.01)
+        else:
+            raise AssertionError("the replica never synced")
+        make_sync, make_async = _plain(primary, prefix="flushwait", wait_for_replicas=1, wait_timeout_ms=2000)
+        storm([primary], make_sync, make_async, seconds=1.5, label="standalone+WAIT")
+        assert stat_count(primary, "commandstats", "cmdstat_wait") > 100
+
+
+@pytest.mark.cluster
+def test_script_flush_storm_on_cluster(cluster):
+    prefix = "flush" + uuid.uuid4().hex[:8]
+    primaries = [cluster.node(int(row[2][1])) for row in cluster.slots()]
+    opts = {"prefix": prefix, "wait_for_replicas": 1, "wait_timeout_ms": 2000}
+
+    def make_sync():
+        rc = cluster.client(socket_timeout=5.0)
+        return RedisSaver(rc, **opts), rc.close
+
+    async def make_async():
+        rc = cluster.async_client(socket_timeout=5.0)
+        await rc.initialize()
+        return AsyncRedisSaver(rc, **opts), rc.aclose
+
+    try:
+        storm(primaries, make_sync, make_async, seconds=1.5, label="cluster+WAIT", min_calls=40)
+    finally:
+        rc = cluster.client()
+        for k in rc.scan_iter(match=prefix + ":*", count=1000):
+            rc.delete(k)
+        rc.close()
