@@ -172,3 +172,60 @@ def test_script_flush_storm_on_cluster(cluster):
         for k in rc.scan_iter(match=prefix + ":*", count=1000):
             rc.delete(k)
         rc.close()
+
+
+# --------------------------------------------------------------------------- on the wire: what is sent again
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
+    """A pipeline whose replies mix NOSCRIPT and results: only the NOSCRIPT commands go again,
+    the first of each script as EVAL, the rest as EVALSHA behind it; a WAIT goes again with its
+    script. A single call: EVALSHA, then EVAL."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from tests.faults._util import call, cfg
+    from tests.wire import SETUP_COMMANDS, CountingProxy
+
+    with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
+        if kind == "sync":
+            client = redis.Redis(host=wire.host, port=wire.port, **client_kwargs())
+            saver = RedisSaver(client, prefix="wire")
+        else:
+            client = redis.asyncio.Redis(host=wire.host, port=wire.port, **async_client_kwargs())
+            saver = AsyncRedisSaver(client, prefix="wire")
+        admin = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+        try:
+            confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
+            admin.script_flush()
+            admin.script_load(saver._driver.scripts["get_tuple"].source)  # get_tuple cached, list not
+            calls = [next(saver._plan_get_tuple(cfg(t))) for t in "ab"] + [next(saver._plan_list(cfg(t))) for t in "ab"]
+            wire.reset()
+            batch = saver._driver.batch(calls)
+            replies = await batch if kind == "async" else batch
+            ops = [n for n in wire.names() if n not in SETUP_COMMANDS]
+            assert ops == ["EVALSHA"] * 4 + ["EVAL", "EVALSHA"], ops
+            assert wire.commands[-2][1] == saver._driver.scripts["list"].source  # the body, as loaded
+            assert len(replies) == 4 and all(r for r in replies)
+
+            # a single call, and the WAIT pipeline (no replica here: ReplicationTimeoutError, but stored)
+            admin.script_flush()
+            wire.reset()
+            assert (await call(saver, "get_tuple", confs[0])).config == confs[0]
+            assert [n for n in wire.names() if n not in SETUP_COMMANDS] == ["EVALSHA", "EVAL"]
+            admin.script_flush()
+            saver._wait = (1, 1)
+            wire.reset()
+            from redis_saver import ReplicationTimeoutError
+
+            with pytest.raises(ReplicationTimeoutError):
+                await call(saver, "put_writes", confs[1], [("x", 1)], "task")
+            assert [n for n in wire.names() if n not in SETUP_COMMANDS] == ["EVALSHA", "WAIT", "EVAL", "WAIT"]
+            saver._wait = None
+            assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
+        finally:
+            admin.close()
+            if kind == "sync":
+                client.close()
+            else:
+                await client.aclose()
