@@ -111,7 +111,7 @@ def storm(
         print(f"{label} {kind}: {n} calls, {e} errors ({100 * e / max(1, n):.1f}%); {dict(calls)}; errors {dict(errors)}")
         results.append((kind, calls, errors, samples))
     # the storm really hit, and every kind of call ran, for both kinds of saver
-    assert server_side["SCRIPT FLUSH"] > 100 * len(servers) * seconds, server_side
+    assert server_side["SCRIPT FLUSH"] > 50 * len(servers) * seconds, server_side  # ~150/s measured under load
     assert server_side["NOSCRIPT"] > 20 and server_side["EVAL"] > 20, server_side
     for kind, calls, errors, samples in results:
         assert ALL_CALLS <= set(calls) and sum(calls.values()) > min_calls, (kind, calls)
