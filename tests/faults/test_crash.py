@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 import redis
 import redis.asyncio
 

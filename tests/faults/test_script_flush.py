@@ -8,8 +8,10 @@ NOSCRIPT with EVAL of the script body, so there are 0 errors and every answer is
 The server's own counters prove the storm hit: NOSCRIPT replies and EVALs happened.
 
 Three setups: a standalone server; a primary with a replica and ``wait_for_replicas=1`` (put
-and put_writes go as EVALSHA + WAIT in one pipeline); the session Redis Cluster with
-``wait_for_replicas=1`` (the cluster paths: WAIT on the thread's primary, fan-outs split by node).
+and put_writes go as EVALSHA + WAIT in one pipeline), then a failover to that replica, which
+never loaded a script; the session Redis Cluster with ``wait_for_replicas=1`` (the cluster
+paths: WAIT on the thread's primary, fan-outs split by node). On the wire: only the commands
+answered NOSCRIPT are sent again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import redis
 import redis.asyncio
 
 from redis_saver import AsyncRedisSaver, RedisSaver
-from tests.faults._util import Ops, info, run_rounds, stat_count
+from tests.faults._util import Ops, cfg, checkpoint, info, run_rounds, stat_count, version
 from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 SYNC_THREADS = 3
@@ -135,7 +137,7 @@ def test_script_flush_storm_never_reaches_the_caller():
         storm([server], *_plain(server, prefix="flush"), seconds=2.0, label="standalone")
 
 
-def test_script_flush_storm_with_wait_for_replicas():
+def test_script_flush_storm_with_wait_for_replicas_then_failover():
     with start_standalone(extra_args=("--repl-diskless-sync-delay", "0")) as primary, start_standalone(
         extra_args=("--replicaof", primary.host, str(primary.port))
     ) as replica:
@@ -148,6 +150,33 @@ def test_script_flush_storm_with_wait_for_replicas():
         make_sync, make_async = _plain(primary, prefix="flushwait", wait_for_replicas=1, wait_timeout_ms=2000)
         storm([primary], make_sync, make_async, seconds=1.5, label="standalone+WAIT")
         assert stat_count(primary, "commandstats", "cmdstat_wait") > 100
+
+        # failover to the replica, which never loaded a script: every call still works
+        saver, close = make_sync()
+        conf = saver.put(cfg("failover"), *checkpoint("before", version(1)))
+        close()
+        assert replica.command("REPLICAOF", "NO", "ONE") == "OK"
+        to_sync, to_async = _plain(replica, prefix="flushwait")
+        promoted, close = to_sync()
+        try:
+            assert replica.command("SCRIPT", "EXISTS", promoted._driver.scripts["get_tuple"].sha) == [0]
+            assert promoted.get_tuple(cfg("failover")).config == conf
+            conf2 = promoted.put(conf, *checkpoint("after", version(2)))
+            assert [t.config for t in promoted.list(cfg("failover"))] == [conf2, conf]
+        finally:
+            close()
+
+        async def async_side() -> None:
+            asaver, aclose = await to_async()
+            try:
+                assert (await asaver.aget_tuple(cfg("failover"))).config == conf2
+                await asaver.aprune(["failover"], strategy="keep_latest")
+                assert [t.config async for t in asaver.alist(cfg("failover"))] == [conf2]
+            finally:
+                await aclose()
+
+        asyncio.run(async_side())
+        assert stat_count(replica, "errorstats", "errorstat_NOSCRIPT", "count") >= 3
 
 
 @pytest.mark.cluster
@@ -184,7 +213,7 @@ async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
     script. A single call: EVALSHA, then EVAL."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-    from tests.faults._util import call, cfg
+    from tests.faults._util import call
     from tests.wire import SETUP_COMMANDS, CountingProxy
 
     with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
