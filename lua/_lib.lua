@@ -405,7 +405,7 @@ local function drop_thread()
     redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
   end
   redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('DEL', unpack(THREAD_KEYS))
+  redis.call('UNLINK', unpack(THREAD_KEYS))
 end
 
 -- a checkpoint record's framing, and that of its nested records; returns its small parts

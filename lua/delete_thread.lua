@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --- @include "_lib.lua"
 --[[ delete_thread: remove every key of the thread (all namespaces) and its slot-index entries.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain

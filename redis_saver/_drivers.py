@@ -1,9 +1,12 @@
 """Run plans against a client: the only place that talks to Redis.
 
 ``SyncDriver`` serves ``redis.Redis`` and ``redis.cluster.RedisCluster``; ``AsyncDriver``
-serves their asyncio twins. Both send a plan's ``Call`` as one EVALSHA (a NOSCRIPT reply,
-after a restart, failover or ``SCRIPT FLUSH``, loads the script and retries once) and a
-list of calls as one non-transactional pipeline (in a cluster, redis-py splits it by node).
+serves their asyncio twins. Both send a plan's ``Call`` as one EVALSHA and a list of calls
+as one non-transactional pipeline (in a cluster, redis-py splits it by node). A NOSCRIPT reply
+(the server lost its script cache: restart, failover to a replica that never loaded the
+scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the script's
+body, which cannot get NOSCRIPT (and caches the script again), so it never reaches the caller;
+the hot path (EVALSHA succeeds) is unchanged.
 """
 
 from __future__ import annotations
@@ -129,13 +132,38 @@ class _Base:
         return s, ("EVALSHA", *argv)
 
     @staticmethod
-    def _missing(commands: Sequence[tuple[Script | None, tuple[Any, ...]]], res: list[Any]) -> list[Script]:
-        """Scripts a pipeline's replies say the server lacks (NOSCRIPT), each once."""
-        out: dict[str, Script] = {}
-        for (script, _), r in zip(commands, res):
-            if script is not None and isinstance(r, NoScriptError):
-                out[script.name] = script
-        return list(out.values())
+    def _eval_argv(s: Script, argv: list[Any]) -> list[Any]:
+        """``_argv``'s EVALSHA arguments for EVAL: the body (as loaded, shebang or not) for the sha."""
+        return [s.source, *argv[1:]]
+
+    @staticmethod
+    def _resend(
+        commands: Sequence[tuple[Script | None, tuple[Any, ...]]], res: list[Any], last: bool
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """What to send again after a pipeline's NOSCRIPT replies: (positions, commands).
+
+        Only the commands answered NOSCRIPT, as EVAL of the script body, plus the commands that
+        are not scripts (WAIT) after the first of them: WAIT counts the replicas that caught up
+        with the writes before it on the connection. Unless ``last``, only the first command of
+        each script is sent as EVAL and the rest stay EVALSHA behind it (a fan-out of 2000 calls
+        does not send 2000 bodies); the ``last`` round sends EVAL only, which cannot fail so.
+        """
+        positions: list[int] = []
+        again: list[tuple[Any, ...]] = []
+        evaled: set[str] = set()
+        for i, ((script, cmd), r) in enumerate(zip(commands, res)):
+            if script is None:
+                if positions:
+                    positions.append(i)
+                    again.append(cmd)
+            elif isinstance(r, NoScriptError):
+                positions.append(i)
+                if last or script.name not in evaled:
+                    evaled.add(script.name)
+                    again.append(("EVAL", script.source, *cmd[2:]))
+                else:
+                    again.append(cmd)
+        return positions, again
 
     @staticmethod
     def _raise_first(res: list[Any]) -> list[Any]:
@@ -159,25 +187,29 @@ class SyncDriver(_Base):
         try:
             try:
                 return self.client.evalsha(*argv)
-            except NoScriptError:
-                self.client.script_load(s.source)
-                return self.client.evalsha(*argv)
+            except NoScriptError:  # EVAL cannot get NOSCRIPT, even if the cache is flushed again
+                return self.client.eval(*self._eval_argv(s, argv))
         except ResponseError as exc:
             raise map_error(exc) from None
 
+    @staticmethod
+    def _send(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for cmd in commands:
+            pipe.execute_command(*cmd)
+        return pipe.execute(raise_on_error=False)
+
     def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]], client: Any = None) -> list[Any]:
-        """One non-transactional pipeline; after NOSCRIPT replies, load and send it again once."""
-        for attempt in (0, 1):
-            pipe = (client or self.client).pipeline(transaction=False)
-            for _, cmd in commands:
-                pipe.execute_command(*cmd)
-            res = pipe.execute(raise_on_error=False)
-            missing = self._missing(commands, res)
-            if not missing or attempt:
-                return res
-            for script in missing:  # on the node that answered (a promoted replica lacks it)
-                (client or self.client).script_load(script.source)
-        raise AssertionError("unreachable")
+        """One non-transactional pipeline; the commands answered NOSCRIPT go again (see ``_resend``)."""
+        client = client or self.client  # in a cluster's WAIT path: the node that serves the thread
+        res = self._send(client, [cmd for _, cmd in commands])
+        for last in (False, True):
+            positions, again = self._resend(commands, res, last)
+            if not positions:
+                break
+            for i, r in zip(positions, self._send(client, again)):
+                res[i] = r
+        return res
 
     def _call_and_wait(self, call: Call) -> Any:
         # WAIT counts the replicas that caught up with the writes of *its own connection*,
@@ -281,24 +313,33 @@ class AsyncDriver(_Base):
         try:
             try:
                 return await self.client.evalsha(*argv)
-            except NoScriptError:
-                await self.client.script_load(s.source)
-                return await self.client.evalsha(*argv)
+            except NoScriptError:  # EVAL cannot get NOSCRIPT, even if the cache is flushed again
+                return await self.client.eval(*self._eval_argv(s, argv))
         except ResponseError as exc:
             raise map_error(exc) from None
 
-    async def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
-        for attempt in (0, 1):
-            pipe = self.client.pipeline(transaction=False)
-            for _, cmd in commands:
-                pipe.execute_command(*cmd)
-            res = await pipe.execute(raise_on_error=False)
-            missing = self._missing(commands, res)
-            if not missing or attempt:
-                return res
-            for script in missing:
-                await self.client.script_load(script.source)
-        raise AssertionError("unreachable")
+    async def _send(self, commands: Sequence[tuple[Any, ...]], node: Any = None) -> list[Any]:
+        if node is not None:  # a cluster node (redis.asyncio.cluster.ClusterNode): one connection
+            from redis.asyncio.cluster import PipelineCommand
+
+            cmds = [PipelineCommand(i, *cmd) for i, cmd in enumerate(commands)]
+            await node.execute_pipeline(cmds)
+            return [c.result for c in cmds]
+        pipe = self.client.pipeline(transaction=False)
+        for cmd in commands:
+            pipe.execute_command(*cmd)
+        return await pipe.execute(raise_on_error=False)
+
+    async def _pipeline(self, commands: Sequence[tuple[Script | None, tuple[Any, ...]]], node: Any = None) -> list[Any]:
+        """See ``SyncDriver._pipeline``; ``node``: a cluster node to send it to."""
+        res = await self._send([cmd for _, cmd in commands], node)
+        for last in (False, True):
+            positions, again = self._resend(commands, res, last)
+            if not positions:
+                break
+            for i, r in zip(positions, await self._send(again, node)):
+                res[i] = r
+        return res
 
     async def _call_and_wait(self, call: Call) -> Any:
         assert call.wait is not None  # see SyncDriver._call_and_wait
@@ -326,19 +367,8 @@ class AsyncDriver(_Base):
         return reply
 
     async def _node_pipeline(self, call: Call, commands: Sequence[tuple[Script | None, tuple[Any, ...]]]) -> list[Any]:
-        from redis.asyncio.cluster import PipelineCommand
-
-        node = self.client.get_node_from_key(call.keys[0])
-        for attempt in (0, 1):
-            cmds = [PipelineCommand(i, *cmd) for i, (_, cmd) in enumerate(commands)]
-            await node.execute_pipeline(cmds)
-            res = [c.result for c in cmds]
-            missing = self._missing(commands, res)
-            if not missing or attempt:
-                return res
-            for script in missing:  # on the node that answered (a promoted replica lacks it)
-                await node.execute_command("SCRIPT", "LOAD", script.source)
-        raise AssertionError("unreachable")
+        # on the node that serves the thread (a promoted replica may lack the scripts: EVAL there)
+        return await self._pipeline(commands, self.client.get_node_from_key(call.keys[0]))
 
     async def batch(self, calls: Sequence[Call]) -> list[Any]:
         out: list[Any] = []

@@ -2,7 +2,8 @@
 
 Each ``lua/<name>.lua`` is one operation. Its first line is a ``#!lua`` shebang (Redis 7
 function flags: ``flags=no-writes`` for reads, so they still run when the server is out of
-memory; none for writes, so Redis refuses them *before* their first write when it is), then
+memory; none for writes, so Redis refuses them *before* their first write when it is, except
+``flags=allow-oom`` for the scripts that only delete, so an operator can still free memory), then
 ``--- @include "_lib.lua"`` for per-thread scripts, then a ``--[[ ... ]]`` header listing
 KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.py).
 

@@ -66,11 +66,19 @@ def test_every_script_has_a_header_and_right_flags():
         assert first.startswith("#!lua"), path.name
         writes = scripts[path.stem].writes
         # a script that calls a write command must not claim no-writes, and vice versa
-        calls_writes = bool(re.search(r"'(HSET|HSETNX|HDEL|ZADD|ZREM|DEL|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text))
+        calls_writes = bool(re.search(r"'(HSET|HSETNX|HDEL|ZADD|ZREM|DEL|UNLINK|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text))
         uses_touch = "touch()" in text or "drop_thread()" in text
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
         if "--- @include" in text:
             assert "the 11 per-thread keys" in h, path.name
+
+
+def test_only_the_deleting_scripts_run_out_of_memory():
+    # allow-oom lets an operator free memory under noeviction; put / put_writes must stay refused
+    scripts = load_all()
+    allow = {n for n, s in scripts.items() if b"allow-oom" in s.source.split(b"\n", 1)[0]}
+    assert allow == {"delete_thread", "delete_runs", "prune", "gc"}  # gc: the blob collection of a paged prune / delete_for_runs
+    assert all(scripts[n].writes for n in allow)
 
 
 def _thread_call_checks(call: Call, name: str) -> None:

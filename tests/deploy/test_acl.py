@@ -2,8 +2,8 @@
 
 ``SAVER_ACL_COMMANDS`` is the minimal command set, found by running every saver flow as
 a user with ``-@all`` plus these commands and removing each in turn (every one is
-needed): EVALSHA + SCRIPT LOAD run the scripts (a NOSCRIPT reply is healed with
-SCRIPT LOAD); inside the scripts ACL checks every redis.call(), hence the hash/zset/expiry
+needed): EVALSHA runs the scripts, EVAL of the body answers a NOSCRIPT reply, SCRIPT LOAD
+is setup()'s; inside the scripts ACL checks every redis.call(), hence the hash/zset/expiry
 commands (the ones lua/*.lua call); SET/GET are setup()'s schema-version key;
 DBSIZE + SCAN find the slot-index keys for list(None) / delete_for_runs; WAIT only with
 ``wait_for_replicas``. Keys: ``~<prefix>:{* ~<prefix>:ix:{* ~<prefix>:schema``, exactly the
@@ -35,18 +35,18 @@ from tests.deploy.helpers import aput_chain, cfg, put_chain, tcfg
 from tests.servers import async_client_kwargs, client_kwargs
 
 SAVER_ACL_COMMANDS = (
-    "+evalsha +script|load "  # run the scripts; reload after NOSCRIPT
+    "+evalsha +eval +script|load "  # run the scripts; EVAL after NOSCRIPT; setup() loads them
     "+get +set "  # setup(): <prefix>:schema
     "+dbsize +scan "  # cross-thread: find the slot-index keys
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
-    "+time +del +persist +pexpire +pexpireat "
+    "+time +unlink +persist +pexpire +pexpireat "
     "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan "
     "+zadd +zcard +zrange +zlexcount +zrem +zscore"
 )
 
 
-CLIENT_SIDE_COMMANDS = {"evalsha", "script|load", "get", "set", "dbsize", "scan", "wait"}
+CLIENT_SIDE_COMMANDS = {"evalsha", "eval", "script|load", "get", "set", "dbsize", "scan", "wait"}
 
 
 def test_rule_lists_exactly_the_commands_the_scripts_call():
@@ -123,7 +123,7 @@ def test_saver_works_as_restricted_user(acl_user, prefix, sync_client):
         put_chain(latest, "l", 3)
         assert len(list(latest.list(tcfg("l")))) == 1
         latest.delete_thread("l")
-        # scripts flushed: NOSCRIPT is healed with SCRIPT LOAD as this user
+        # scripts flushed: NOSCRIPT is answered with EVAL as this user
         sync_client.script_flush()
         s = redis_saver.RedisSaver(client, prefix=prefix)
         put_chain(s, "after-flush", 1)
