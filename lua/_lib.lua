@@ -154,11 +154,16 @@ local META_V, META_IX, META_PIN, META_FH = nil, nil, nil, nil
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 local WR_MARK = ''
 
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+local OLDER_FORMATS = {['3'] = true}
+
 local function check_format()
   local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  if META_V and META_V ~= FORMAT then
-    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads format ' .. FORMAT)
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3 and ' .. FORMAT)
   end
 end
 
@@ -229,7 +234,7 @@ local function touch()
 end
 
 local function init_meta()
-  if not META_V then
+  if META_V ~= FORMAT then  -- a new thread, or one an older release wrote: now FORMAT
     redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
     META_V = FORMAT
   end

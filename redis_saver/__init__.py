@@ -15,11 +15,12 @@ from .errors import (
     SchemaMismatchError,
     UnsupportedServerError,
 )
-from .keys import FORMAT_VERSION, KeySchema
+from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
 from .saver import RedisSaver
 
 __all__ = [
     "FORMAT_VERSION",
+    "READ_FORMATS",
     "AsyncRedisSaver",
     "ConflictError",
     "KeySchema",

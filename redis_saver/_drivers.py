@@ -37,7 +37,7 @@ from .errors import (
     SchemaMismatchError,
     UnsupportedServerError,
 )
-from .keys import FORMAT_VERSION, SLOTS, KeySchema
+from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 
 PIPELINE_CHUNK = 2000
 # Cross-thread operations find the slot-index keys with SCAN while the keyspace is small,
@@ -116,12 +116,20 @@ class _Base:
         )
 
     @staticmethod
-    def _check_schema(keys: KeySchema, stored: Any) -> None:
-        if stored is not None and (stored.decode() if isinstance(stored, bytes) else stored) != FORMAT_VERSION:
+    @staticmethod
+    def _check_schema(keys: KeySchema, stored: Any) -> bool:
+        """True when ``<prefix>:schema`` holds an older format this version reads (setup()
+        then records FORMAT_VERSION: from then on a release that reads only the older format
+        refuses the prefix); raises for a format it does not read."""
+        if stored is None:
+            return False
+        fmt = stored.decode() if isinstance(stored, bytes) else str(stored)
+        if fmt not in READ_FORMATS:
             raise SchemaMismatchError(
-                f"keys under prefix {keys.prefix!r} use storage format {stored!r}; this redis_saver "
-                f"reads and writes format {FORMAT_VERSION}: use another prefix or migrate"
+                f"keys under prefix {keys.prefix!r} use storage format {fmt!r}; this redis_saver "
+                f"reads formats {', '.join(READ_FORMATS)} and writes {FORMAT_VERSION}: use another prefix"
             )
+        return fmt != FORMAT_VERSION
 
     def _argv(self, call: Call) -> tuple[Script, list[Any]]:
         s = self.scripts[call.script]
@@ -254,7 +262,8 @@ class SyncDriver(_Base):
             except ResponseError as exc:
                 raise self._unsupported(exc) from None
         self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
-        self._check_schema(keys, self.client.get(keys.schema_key()))
+        if self._check_schema(keys, self.client.get(keys.schema_key())):
+            self.client.set(keys.schema_key(), FORMAT_VERSION)
 
     def index_slots(self) -> list[int]:
         if self.client.dbsize() > SCAN_MAX_KEYS:
@@ -383,7 +392,8 @@ class AsyncDriver(_Base):
             except ResponseError as exc:
                 raise self._unsupported(exc) from None
         await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
-        self._check_schema(keys, await self.client.get(keys.schema_key()))
+        if self._check_schema(keys, await self.client.get(keys.schema_key())):
+            await self.client.set(keys.schema_key(), FORMAT_VERSION)
 
     async def index_slots(self) -> list[int]:
         if await self.client.dbsize() > SCAN_MAX_KEYS:

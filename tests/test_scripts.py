@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
-from redis_saver import FORMAT_VERSION, RedisSaver
+from redis_saver import FORMAT_VERSION, READ_FORMATS, RedisSaver
 from redis_saver._plans import Call, IndexSlots, Out
 from redis_saver._scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, load_all, lua_dir
 
@@ -85,7 +85,13 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
     assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
-    assert call.args[0] == FORMAT_VERSION == "3"  # format version
+    assert call.args[0] == FORMAT_VERSION == "4"  # format version
+
+
+def test_lua_reads_the_formats_python_says_it_reads():
+    lib = (lua_dir() / "_lib.lua").read_text()
+    older = set(re.findall(r"\['(\d+)'\] = true", re.search(r"local OLDER_FORMATS = \{(.*?)\}\n", lib).group(1)))
+    assert older | {FORMAT_VERSION} == set(READ_FORMATS)
 
 
 def test_put_sends_what_put_lua_reads(offline_saver):

@@ -1,0 +1,168 @@
+"""Stored data is a promise: what the previous release wrote is read and continued in place.
+
+The previous release (0.1.0, commit OLD_RELEASE, storage format 3) runs from its own source,
+extracted from git, on its own PYTHONPATH in a separate process, against the same server as
+this version. It writes threads of every kind (full history with a pending interrupt, TTL,
+pinned, latest-only, a large metadata value, one left untouched); this version then reads them
+exactly as the old release reads them, filters, walks delta history, and continues them; and
+the old release, given a thread this version wrote, refuses it with SchemaMismatchError and
+writes nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from langgraph.types import Command
+
+from redis_saver import FORMAT_VERSION, RedisSaver
+from tests.compat._shared import BIG, build, dump_threads
+from tests.servers import client_kwargs
+
+OLD_RELEASE = "ff43c4b"  # 0.1.0: storage format 3
+ROOT = Path(__file__).resolve().parents[2]
+OLD_WRITER = textwrap.dedent(
+    '''
+    import json, sys, redis, redis_saver
+    from _shared import BIG, build, dump_threads as dump
+    from langchain_core.messages import HumanMessage
+    assert redis_saver.FORMAT_VERSION == "3", redis_saver.FORMAT_VERSION
+    assert redis_saver.__file__.startswith(sys.argv[3]), redis_saver.__file__
+    from redis_saver import RedisSaver
+    c = redis.Redis.from_url(sys.argv[1])
+    prefix = sys.argv[2]
+    def turn(graph, tid, text, **md):
+        cfg = {"configurable": {"thread_id": tid}, "metadata": md}
+        return graph.invoke({"messages": [HumanMessage(content=text)]}, cfg)
+    full = RedisSaver(c, prefix=prefix)
+    full.setup()
+    g = build(full)
+    turn(g, "full", "hello", big=BIG)
+    turn(g, "full", "how are you")
+    turn(g, "full", "order a pizza")          # stops at the interrupt: a pending write
+    turn(g, "untouched", "hello")
+    ttl = RedisSaver(c, prefix=prefix, ttl={"default_ttl": 60})
+    turn(build(ttl), "ttl", "hello")
+    full.pin("pinned")
+    turn(g, "pinned", "hello")
+    latest = RedisSaver(c, prefix=prefix, history="latest")
+    gl = build(latest)
+    for text in ("one", "two", "three"):
+        turn(gl, "latest", text)
+    print(json.dumps(dump(full, ["full", "untouched", "ttl", "pinned", "latest"])))
+    '''
+)
+
+OLD_READER = textwrap.dedent(
+    '''
+    import json, sys, redis
+    from redis_saver import RedisSaver, SchemaMismatchError
+    c = redis.Redis.from_url(sys.argv[1])
+    s = RedisSaver(c, prefix=sys.argv[2])
+    out = {}
+    for name, call in [
+        ("setup", lambda: s.setup()),
+        ("get_tuple", lambda: s.get_tuple({"configurable": {"thread_id": "full"}})),
+        ("put_writes", lambda: s.put_writes({"configurable": {"thread_id": "full", "checkpoint_ns": "",
+                                             "checkpoint_id": "x"}}, [("a", 1)], "task")),
+        ("untouched", lambda: len(list(s.list({"configurable": {"thread_id": "untouched"}})))),
+    ]:
+        try:
+            out[name] = ["ok", repr(call())]
+        except SchemaMismatchError as exc:
+            out[name] = ["SchemaMismatchError", str(exc)]
+    print(json.dumps(out))
+    '''
+)
+
+
+@pytest.fixture(scope="module")
+def old_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("redis_saver-0.1.0")
+    got = subprocess.run(["git", "-C", str(ROOT), "archive", OLD_RELEASE, "redis_saver", "lua"], capture_output=True)
+    if got.returncode != 0:
+        pytest.fail(f"the previous release {OLD_RELEASE} is not in this checkout's git history: {got.stderr.decode()}")
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        tar.extractall(out)
+    return out
+
+
+def _run_old(old_release: Path, code: str, url: str, prefix: str) -> Any:
+    """Run ``code`` with the old release first on the path (and _shared.py importable)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old_release), str(Path(__file__).parent)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, url, prefix, str(old_release)],
+        env=env, capture_output=True, text=True, timeout=180, cwd=str(old_release),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _snapshot(c: redis.Redis, prefix: str) -> dict:
+    from redis_saver import KeySchema
+
+    return {k: c.dump(k) for p in KeySchema(prefix).scan_patterns() for k in c.scan_iter(match=p, count=1000)}
+
+
+def test_the_previous_release_data_is_read_and_continued_in_place(old_release, redis_url, prefix):
+    old = _run_old(old_release, OLD_WRITER, redis_url, prefix)
+    c = redis.Redis.from_url(redis_url, **client_kwargs())
+    try:
+        keys = RedisSaver(c, prefix=prefix).keys
+        meta = lambda t: c.hget(keys.thread_keys(t)[0], "v")  # noqa: E731
+        assert {meta(t) for t in old} == {b"3"}
+        saver = RedisSaver(c, prefix=prefix)
+        # 1. read exactly what the old release reads, thread by thread, checkpoint by checkpoint
+        assert dump_threads(saver, list(old)) == old
+        assert len(old["full"]) >= 6 and len(old["latest"]) == 1
+        # reads write nothing, and the threads stay format 3
+        assert {meta(t) for t in old} == {b"3"}
+        # server-side filters match the old records (the old release kept a large value's JSON)
+        found = [t.config["configurable"]["checkpoint_id"] for t in saver.list(None, filter={"big": BIG})]
+        assert found and set(found) <= {cp["config"]["configurable"]["checkpoint_id"] for cp in old["full"]}
+        tup = saver.get_tuple({"configurable": {"thread_id": "full"}})
+        assert [w[1] for w in tup.pending_writes] == ["__interrupt__"]
+        hist = saver.get_delta_channel_history(config=tup.config, channels=["messages"])
+        assert "seed" in hist["messages"]
+        # 2. continue every kind of thread with this version
+        saver.setup()  # records the new format under the prefix
+        assert c.get(keys.schema_key()) == FORMAT_VERSION.encode()
+        g = build(saver)
+        state = g.invoke(Command(resume="yes"), {"configurable": {"thread_id": "full"}})
+        assert state["messages"][-1].content == "approved: yes"
+        state = g.invoke({"messages": [("user", "and a salad")]}, {"configurable": {"thread_id": "full"}})
+        assert [m.content for m in state["messages"]][-2:] == ["and a salad", "echo: and a salad"]
+        assert len(list(saver.list({"configurable": {"thread_id": "full"}}))) > len(old["full"])
+        build(RedisSaver(c, prefix=prefix, ttl={"default_ttl": 60})).invoke(
+            {"messages": [("user", "again")]}, {"configurable": {"thread_id": "ttl"}}
+        )
+        assert all(0 < c.pttl(k) <= 3_600_000 for k in keys.thread_keys("ttl")[:9] if c.exists(k))
+        g.invoke({"messages": [("user", "again")]}, {"configurable": {"thread_id": "pinned"}})
+        assert all(c.pttl(k) == -1 for k in keys.thread_keys("pinned")[:9] if c.exists(k))
+        latest = RedisSaver(c, prefix=prefix, history="latest")
+        build(latest).invoke({"messages": [("user", "four")]}, {"configurable": {"thread_id": "latest"}})
+        lst = list(latest.list({"configurable": {"thread_id": "latest"}}))
+        assert len(lst) == 1 and [m.content for m in lst[0].checkpoint["channel_values"]["messages"]][-1] == "echo: four"
+        # the threads this version wrote are format 4 now; the untouched one is still format 3
+        assert {t: meta(t) for t in old} == {
+            "full": b"4", "ttl": b"4", "pinned": b"4", "latest": b"4", "untouched": b"3"
+        }
+        # 3. the old release refuses what this version wrote, and writes nothing
+        before = _snapshot(c, prefix)
+        got = _run_old(old_release, OLD_READER, redis_url, prefix)
+        assert got["setup"][0] == "SchemaMismatchError"
+        assert got["get_tuple"][0] == "SchemaMismatchError" and "format 4" in got["get_tuple"][1]
+        assert got["put_writes"][0] == "SchemaMismatchError"
+        assert got["untouched"] == ["ok", str(len(old["untouched"]))]  # an untouched format-3 thread it still reads
+        assert _snapshot(c, prefix) == before
+    finally:
+        c.close()
