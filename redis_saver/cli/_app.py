@@ -32,8 +32,8 @@ ID_WIDTH = 36  # a uuid6 checkpoint id: never truncated in tables
 class State:
     """Global options; the client and savers are made on first use and closed at exit."""
 
-    def __init__(self, url: str | None, prefix: str, ttl: float | None) -> None:
-        self.url, self.prefix, self.ttl = url, prefix, ttl
+    def __init__(self, url: str | None, prefix: str, ttl: float | None, serde: Any = None) -> None:
+        self.url, self.prefix, self.ttl, self.serde = url, prefix, ttl, serde
         self._client: Any = None
         self._saver: Any = None
 
@@ -56,9 +56,9 @@ class State:
 
         if ttl_minutes is None:
             if self._saver is None:
-                self._saver = RedisSaver(self.client, prefix=self.prefix, retries=3)
+                self._saver = RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde)
             return self._saver
-        return RedisSaver(self.client, prefix=self.prefix, retries=3, ttl={"default_ttl": ttl_minutes})
+        return RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde, ttl={"default_ttl": ttl_minutes})
 
     def writer_for(self, thread_id: str) -> Any:
         """A saver whose writes keep the thread's expiry: ``--ttl`` if given, else the
@@ -98,6 +98,8 @@ class Group(click.Group):
             raise _fail(f"cannot reach Redis at {_safe_url(ctx)}: {exc}") from None
         except (redis.exceptions.RedisError, RedisSaverError, SourceError, stream.StreamError, OSError) as exc:
             raise _fail(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # e.g. stored bytes this serializer cannot read (see --serde)
+            raise _fail(f"unexpected {type(exc).__name__}: {exc}") from exc
 
 
 def _safe_url(ctx: click.Context) -> str:
@@ -127,9 +129,13 @@ dry_option = click.option("--dry-run", is_flag=True, help="Say what would change
               help="Your application's default_ttl, for commands that write (prune, unpin, import, migrate): "
                    "the threads they write get this expiry. Without it, prune keeps each thread's "
                    "remaining expiry and import/migrate write threads without one [env REDIS_SAVER_TTL].")
+@click.option("--serde", envvar="REDIS_SAVER_SERDE", metavar="MODULE:NAME",
+              help="Your application's serializer: a SerializerProtocol object, or a callable returning "
+                   "one, imported from MODULE (e.g. EncryptedSerializer); default JsonPlusSerializer "
+                   "[env REDIS_SAVER_SERDE].")
 @click.version_option(package_name="redis-saver", prog_name="redis-saver")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None) -> None:
+def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None, serde: str | None) -> None:
     """Inspect and operate LangGraph checkpoints stored by redis_saver."""
     from redis_saver.keys import KeySchema
 
@@ -137,9 +143,30 @@ def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None) -> 
         KeySchema(prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--prefix") from None
-    st = State(url, prefix, ttl)
+    st = State(url, prefix, ttl, _load_serde(serde) if serde else None)
     ctx.obj = st
     ctx.call_on_close(st.close)
+
+
+def _load_serde(spec: str) -> Any:
+    import importlib
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise click.BadParameter("use MODULE:NAME, e.g. myapp.checkpointing:serde", param_hint="--serde")
+    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot import {spec}: {exc}", param_hint="--serde") from None
+    if isinstance(obj, type) or (not hasattr(obj, "dumps_typed") and callable(obj)):
+        obj = obj()  # a class or a factory
+    if not (hasattr(obj, "dumps_typed") and hasattr(obj, "loads_typed")):
+        raise click.BadParameter(f"{spec} is not a serializer (no dumps_typed/loads_typed)", param_hint="--serde")
+    return obj
 
 
 # --------------------------------------------------------------------------- helpers
@@ -757,6 +784,7 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
     todo_set, done = set(todo), []
     n_c = n_w = 0
     t0 = time.monotonic()
+    writer = st.saver(st.ttl) if st.ttl is not None else saver
     with open(path, encoding="utf-8") as f, _progress() as prog:
         task = prog.add_task("import", total=len(todo), rate="")
         for tid, items in stream.iter_threads(saver.serde, f):
@@ -765,9 +793,8 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
             try:
                 if tid in existing:
                     saver.delete_thread(tid)
-                w = st.saver(st.ttl) if st.ttl is not None else saver
                 for it in items:
-                    n_w += ops.write_item(w, it)
+                    n_w += ops.write_item(writer, it)
                     n_c += 1
             except Exception as exc:
                 left = [t for t in todo if t not in done and t != tid]

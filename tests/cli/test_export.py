@@ -107,3 +107,51 @@ def test_bad_files_write_nothing(cli, filled, tmp_path):
         assert res.stderr.strip(), name
         assert json.loads(cli("threads", "--json").stdout) == [], name
     cli("import", str(tmp_path / "missing.jsonl"), code=2)
+
+
+SERDE_MODULE = '''
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+
+class Scrambled:
+    """A stand-in for EncryptedSerializer: the bytes are unreadable without it."""
+
+    def __init__(self):
+        self.inner = JsonPlusSerializer()
+
+    def dumps_typed(self, obj):
+        ty, data = self.inner.dumps_typed(obj)
+        return "x+" + ty, bytes(b ^ 0x5A for b in data)
+
+    def loads_typed(self, data):
+        ty, raw = data
+        return self.inner.loads_typed((ty[2:], bytes(b ^ 0x5A for b in raw)))
+'''
+
+
+def test_custom_serde(cli, redis_url, prefix, tmp_path, monkeypatch):
+    import sys
+
+    from redis_saver import RedisSaver
+    from tests.cli.conftest import run_threads
+
+    (tmp_path / "toy_serde_mod.py").write_text(SERDE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import toy_serde_mod
+
+    with RedisSaver.from_conn_string(redis_url, prefix=prefix, serde=toy_serde_mod.Scrambled()) as saver:
+        run_threads(saver, ["e-0"])
+        before = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list({"configurable": {"thread_id": "e-0"}})]
+        res = cli("show", "e-0", code=1)  # the default serializer cannot read these bytes
+        assert "Error" in res.stderr and "Traceback" not in res.stderr
+        opt = ["--serde", "toy_serde_mod:Scrambled"]
+        assert "approve?" in cli(*opt, "show", "e-0").stdout
+        path = tmp_path / "e.jsonl"
+        cli(*opt, "export", "-o", str(path))
+        assert '"x+msgpack"' in path.read_text()
+        cli(*opt, "delete", "e-0", "--yes")
+        cli(*opt, "import", str(path))
+        after = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list({"configurable": {"thread_id": "e-0"}})]
+        assert after == before
+    cli("--serde", "nope_module:x", "threads", code=2)
+    sys.modules.pop("toy_serde_mod", None)
