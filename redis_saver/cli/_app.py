@@ -608,6 +608,7 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
     if bool(thread_ids) == all_threads:
         raise click.UsageError("give thread ids or --all (not both)")
     saver = st.saver()
+    missing: list[str] = []
     if all_threads:
         targets: Iterable[str] = ops.iter_thread_ids(saver)
         what = "every thread"
@@ -649,6 +650,8 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
             done += 1
             prog.advance(task)
     click.echo(f"pruned {done} thread(s) ({strategy}): {removed} checkpoint(s) removed")
+    if not all_threads and missing:
+        raise click.exceptions.Exit(1)
 
 
 @cli.command()

@@ -122,8 +122,9 @@ class ThreadSummary:
 def summarize(saver: Any, thread_id: str, with_bytes: bool = True) -> ThreadSummary | None:
     """Counts, latest step/time, bytes and expiry of one thread; None if it has no checkpoint.
 
-    Uses ``saver.thread_info(thread_id)`` when the library offers it (a cheap counting hook;
-    see the CLI's notes), else reads the thread through ``list`` (decodes every checkpoint).
+    Reads the thread through ``list`` (which decodes every checkpoint: the public API has no
+    cheaper count), ``MEMORY USAGE`` and ``PTTL`` of its own keys. ``pinned`` stays None
+    when the thread has no expiry: pinned and "no TTL configured" look the same from here.
     """
     s = ThreadSummary(thread_id)
     for t in saver.list(thread_config(thread_id)):
