@@ -277,7 +277,7 @@ def tuple_view(t: CheckpointTuple) -> tuple:
 
 def diff_threads(a: Sequence[CheckpointTuple], b: Sequence[CheckpointTuple]) -> list[str]:
     """Differences between two reads of one thread, checkpoint by checkpoint ([] = equal)."""
-    key = lambda t: (t.config["configurable"].get("checkpoint_ns", "") or "", t.config["configurable"]["checkpoint_id"])  # noqa: E731
+    key = lambda t: (t.config["configurable"].get("checkpoint_ns", "") or "", t.config["configurable"]["checkpoint_id"])
     da, db = {key(t): t for t in a}, {key(t): t for t in b}
     out = []
     for k in sorted(set(da) | set(db)):

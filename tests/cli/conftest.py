@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("click", reason="the CLI tests need the 'cli' extra (click, rich)")
 pytest.importorskip("rich", reason="the CLI tests need the 'cli' extra (click, rich)")
 
-from click.testing import CliRunner  # noqa: E402
+from click.testing import CliRunner
 
 
 class State(TypedDict):

@@ -51,7 +51,7 @@ def start_postgres() -> PgServer:
     bindir = find_binaries()
     if bindir is None:
         raise Unavailable("PostgreSQL binaries (initdb, postgres) not found on PATH or in /usr/lib/postgresql/*/bin")
-    preexec = None
+    as_user: dict = {}  # subprocess's user/group: PostgreSQL refuses to run as root
     base = tempfile.mkdtemp(prefix="rs-cli-pg-")
     if os.geteuid() == 0:
         import pwd
@@ -62,16 +62,13 @@ def start_postgres() -> PgServer:
             shutil.rmtree(base, ignore_errors=True)
             raise Unavailable("running as root and there is no 'postgres' user to run PostgreSQL as") from None
         os.chown(base, pw.pw_uid, pw.pw_gid)
-
-        def preexec() -> None:  # type: ignore[misc]
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
+        as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
     data = os.path.join(base, "data")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     r = subprocess.run(
         [os.path.join(bindir, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
-        capture_output=True, text=True, preexec_fn=preexec, env=env, cwd=base,
+        capture_output=True, text=True, **as_user, env=env, cwd=base, check=False,
     )
     if r.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
@@ -84,7 +81,7 @@ def start_postgres() -> PgServer:
             [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port), "-k", base,
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
              "-c", "full_page_writes=off", "-c", "max_connections=20", "-c", "shared_buffers=16MB"],
-            stdout=subprocess.DEVNULL, stderr=log, preexec_fn=preexec, env=env, cwd=base,
+            stdout=subprocess.DEVNULL, stderr=log, **as_user, env=env, cwd=base,
         )
         log.close()
         url = f"postgresql://postgres@127.0.0.1:{port}/postgres"

@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from redis_saver.cli._app import cli as app
 from click.testing import CliRunner
+
+from redis_saver.cli._app import cli as app
 
 
 def test_no_url_is_a_usage_error():
@@ -34,12 +35,12 @@ def test_bad_option_exit_2(cli):
 def test_python_m_and_console_script(redis_url, prefix, filled):
     env = {**os.environ, "REDIS_URL": redis_url}
     r = subprocess.run([sys.executable, "-m", "redis_saver", "--prefix", prefix, "threads", "--json"],
-                       capture_output=True, text=True, env=env, timeout=60)
+                       capture_output=True, text=True, env=env, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     assert sorted(t["thread_id"] for t in json.loads(r.stdout)) == ["t-0", "t-1", "t-2"]
     exe = os.path.join(os.path.dirname(sys.executable), "redis-saver")
     if os.path.exists(exe):
-        r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60, check=False)
         assert r.returncode == 0 and "migrate" in r.stdout
 
 
@@ -117,3 +118,25 @@ def test_stats(cli, filled, sync_client):
         assert "warning" in cli("stats").stderr
     finally:
         sync_client.config_set("maxmemory-policy", "noeviction")
+
+
+def test_core_does_not_import_the_cli_dependencies():
+    code = "import sys, redis_saver; assert not {'click', 'rich'} & set(sys.modules), sorted(sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_without_the_cli_extra_says_what_to_install():
+    code = "import sys; sys.modules['rich'] = None; from redis_saver.cli import main; main(['--help'])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1 and "pip install 'redis-saver[cli]'" in r.stderr
+
+
+def test_postgres_helper_reports_missing_binaries(monkeypatch):
+    import pytest
+
+    from tests.cli import pg
+
+    monkeypatch.setattr(pg, "find_binaries", lambda: None)
+    with pytest.raises(pg.Unavailable, match="binaries"):
+        pg.start_postgres()
