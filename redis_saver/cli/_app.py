@@ -867,11 +867,13 @@ def migrate(st: State, source: str, target: str | None, thread_opt: tuple[str, .
                     failures.append(f"{tid}: {type(exc).__name__}: {exc}")
                 prog.update(task, advance=1, rate=_rate(n_c, t0))
         mismatches: list[str] = []
+        notes: list[str] = []
         if verify and not dry_run:
             with _progress() as prog:
                 task = prog.add_task("verify", total=len(ids), rate="")
                 for tid in ids:
-                    diffs = ops.diff_threads(list(src.list(ops.thread_config(tid))), list(saver.list(ops.thread_config(tid))))
+                    diffs = ops.diff_threads(list(src.list(ops.thread_config(tid))),
+                                             list(saver.list(ops.thread_config(tid))), notes)
                     mismatches.extend(f"{tid}: {d}" for d in diffs)
                     prog.advance(task)
     dt = time.monotonic() - t0
@@ -893,6 +895,10 @@ def migrate(st: State, source: str, target: str | None, thread_opt: tuple[str, .
             click.echo(f"verify: {len(mismatches)} difference(s)")
         else:
             click.echo(f"verify: {len(ids)} thread(s) identical, checkpoint by checkpoint")
+            if notes:
+                click.echo(f"  ({len(notes)} checkpoint(s) carry a DeltaChannel snapshot that the source keeps only in "
+                           "the checkpoint that took it; values are stored per version here, as PostgresSaver does, "
+                           "and LangGraph reads the same state)")
     if failures or mismatches:
         raise click.exceptions.Exit(1)
 

@@ -85,12 +85,57 @@ def test_migrate_postgres(cli, rsaver, postgres_url, prefix):
     pytest.importorskip("langgraph.checkpoint.postgres", reason="migrate needs the 'migrate' extra")
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    tids = [f"{prefix}-p0", f"{prefix}-p1"]
+    from langgraph.types import Command
+
+    from tests.lifecycle.graphs import build, turn_input
+
+    tids = [f"{prefix}-p0", f"{prefix}-p1", f"{prefix}-delta"]
     with PostgresSaver.from_conn_string(postgres_url) as pg:
         pg.setup()
-        run_threads(pg, tids, resume={tids[1]})
+        run_threads(pg, tids[:2], resume={tids[1]})
+        app = build(pg, interrupt_in="sub")  # DeltaChannel, interrupted in a subgraph
+        dcfg = {"configurable": {"thread_id": tids[2]}}
+        for t in range(3):
+            app.invoke(turn_input(t), dcfg)
+            app.invoke(Command(resume=f"r{t}"), dcfg)
+        app.invoke(turn_input(3), dcfg)
         res = cli("migrate", "--from", postgres_url, "--threads", ",".join(tids), "--verify")
-        assert "2 copied" in res.stdout and "verify: 2 thread(s) identical" in res.stdout
+        assert "3 copied" in res.stdout and "verify: 3 thread(s) identical" in res.stdout
+        assert "DeltaChannel" not in res.stdout  # both store values per version: exactly equal
         _same(pg, rsaver, tids)
+        expected = app.invoke(Command(resume="x"), dcfg)
+    assert build(rsaver, interrupt_in="sub").invoke(Command(resume="x"), dcfg) == expected
     res = cli("migrate", "--from", postgres_url, "--threads", tids[0])
     assert "1 already copied" in res.stdout
+
+
+def test_migrate_sqlite_delta_channels(cli, rsaver, tmp_path):
+    """The DeltaChannel graph of tests/lifecycle, interrupted in a subgraph: the same state,
+    history and pending interrupt read through RedisSaver as through SqliteSaver."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    from tests.lifecycle.graphs import build, turn_input
+
+    path = tmp_path / "delta.db"
+    cfg = {"configurable": {"thread_id": "d-0"}}
+
+    def view(app):
+        st = app.get_state(cfg, subgraphs=True)
+        return (st.values, st.next, [t.interrupts for t in st.tasks],
+                [(s.config, s.values, s.next, s.metadata) for s in app.get_state_history(cfg)])
+
+    with sqlite3.connect(str(path), check_same_thread=False) as conn:
+        src_app = build(SqliteSaver(conn), interrupt_in="sub")
+        for t in range(3):
+            src_app.invoke(turn_input(t), cfg)
+            src_app.invoke(Command(resume=f"r{t}"), cfg)
+        src_app.invoke(turn_input(3), cfg)
+        expected = view(src_app)
+        res = cli("migrate", "--from", f"sqlite:///{path}", "--verify")
+        assert "verify: 1 thread(s) identical" in res.stdout and "DeltaChannel snapshot" in res.stdout
+        dst_app = build(rsaver, interrupt_in="sub")
+        assert view(dst_app) == expected
+        a = src_app.invoke(Command(resume="x"), cfg)
+    b = dst_app.invoke(Command(resume="x"), cfg)
+    assert a == b
