@@ -176,9 +176,10 @@ def _ts(ts: str | None) -> str:
     return (ts or "")[:19].replace("T", " ")
 
 
-def _ttl_text(s: ops.ThreadSummary) -> str:
+def _ttl_text(s: ops.ThreadSummary, app_ttl: float | None = None) -> str:
     if s.expires_in_ms is None:
-        return "none"
+        # with --ttl, threads expire; one that does not is pinned (the API cannot say it)
+        return "pinned" if app_ttl is not None else "none"
     return _duration(s.expires_in_ms / 1000)
 
 
@@ -250,8 +251,13 @@ def _short(v: Any, width: int = 80) -> str:
 def _confirm(what: str, yes: bool) -> None:
     if yes:
         return
-    if not click.confirm(what, default=False, err=True):
-        err.print("aborted: nothing changed")
+    try:
+        ok = click.confirm(what, default=False, err=True)
+    except click.exceptions.Abort:  # end of input, Ctrl-C
+        ok = False
+        err.print()
+    if not ok:
+        err.print("aborted: nothing changed (pass --yes to skip this question)")
         raise click.exceptions.Exit(1)
 
 
@@ -284,6 +290,8 @@ def threads(st: State, match: str | None, limit: int | None, as_json: bool) -> N
             s = ops.summarize(saver, tid)
             if s is None:
                 continue  # expired or deleted meanwhile
+            if s.expires_in_ms is None and st.ttl is not None:
+                s.pinned = True  # --ttl says threads expire: one without expiry is pinned
             yield s
             n += 1
             if limit is not None and n >= limit:
@@ -308,7 +316,7 @@ def threads(st: State, match: str | None, limit: int | None, as_json: bool) -> N
 
     total, page = 0, table()
     for s in rows():
-        page.add_row(s.thread_id, _ns_text(s.namespaces), str(s.checkpoints), _size(s.bytes), _ttl_text(s),
+        page.add_row(s.thread_id, _ns_text(s.namespaces), str(s.checkpoints), _size(s.bytes), _ttl_text(s, st.ttl),
                      "" if s.latest_step is None else str(s.latest_step), _ts(s.latest_ts))
         total += 1
         if page.row_count >= PAGE:
@@ -577,7 +585,7 @@ def delete(st: State, thread_ids: tuple[str, ...], yes: bool, dry_run: bool) -> 
     sums = {t: ops.summarize(saver, t) for t in found}
     for t, s in sums.items():
         n = s.checkpoints if s else 0
-        click.echo(f"{'would delete' if dry_run else 'delete'} thread {t}: {n} checkpoint(s), {_size(s.bytes if s else 0)}")
+        click.echo(f"{'would delete' if dry_run else 'to delete:'} thread {t}: {n} checkpoint(s), {_size(s.bytes if s else 0)}")
     if dry_run:
         return
     _confirm(f"Delete {len(found)} thread(s)?", yes)
@@ -654,34 +662,47 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
         raise click.exceptions.Exit(1)
 
 
+def _expiry_now(st: State, thread: str) -> str:
+    s = ops.summarize(st.saver(), thread)
+    if s is None:
+        raise _fail(f"thread {thread!r}: not found")
+    return _ttl_text(s, st.ttl)
+
+
 @cli.command()
 @click.argument("thread")
+@yes_option
+@dry_option
 @pass_state
-def pin(st: State, thread: str) -> None:
+def pin(st: State, thread: str, yes: bool, dry_run: bool) -> None:
     """Pin a thread: it never expires until unpinned."""
-    saver = st.saver()
-    if not ops.thread_exists(saver, thread):
-        raise _fail(f"thread {thread!r}: not found")
-    saver.pin(thread)
+    now = _expiry_now(st, thread)
+    if dry_run:
+        click.echo(f"would pin thread {thread} (expiry now: {now})")
+        return
+    _confirm(f"Pin thread {thread} (expiry now: {now}) so that it never expires?", yes)
+    st.saver().pin(thread)
     click.echo(f"pinned {thread}")
 
 
 @cli.command()
 @click.argument("thread")
+@yes_option
+@dry_option
 @pass_state
-def unpin(st: State, thread: str) -> None:
+def unpin(st: State, thread: str, yes: bool, dry_run: bool) -> None:
     """Unpin a thread: it expires again, --ttl minutes after this call."""
-    saver = st.saver()
-    if not ops.thread_exists(saver, thread):
-        raise _fail(f"thread {thread!r}: not found")
+    now = _expiry_now(st, thread)
+    then = "no expiry until your application's next write" if st.ttl is None else f"expires in {_duration(st.ttl * 60)}"
+    if dry_run:
+        click.echo(f"would unpin thread {thread} (expiry now: {now}; then: {then})")
+        return
+    _confirm(f"Unpin thread {thread} ({then})?", yes)
+    st.saver(st.ttl).unpin(thread)
+    click.echo(f"unpinned {thread}: {then}")
     if st.ttl is None:
-        st.saver().unpin(thread)
-        click.echo(f"unpinned {thread}")
-        err.print("note: no --ttl given, so it has no expiry now; your application's next write sets it "
-                  "(or run: redis-saver expire THREAD MINUTES)")
-    else:
-        st.saver(st.ttl).unpin(thread)
-        click.echo(f"unpinned {thread}: expires in {_duration(st.ttl * 60)}")
+        err.print("note: pass --ttl MINUTES (your application's default_ttl) to set its expiry now, "
+                  "or run: redis-saver expire THREAD MINUTES")
 
 
 @cli.command()
@@ -697,6 +718,8 @@ def expire(st: State, thread: str, minutes: float, yes: bool, dry_run: bool) -> 
     if s is None:
         raise _fail(f"thread {thread!r}: not found")
     now = "no expiry" if s.expires_in_ms is None else f"expires in {_duration(s.expires_in_ms / 1000)}"
+    if s.expires_in_ms is None and st.ttl is not None:
+        now = "pinned"
     if dry_run:
         click.echo(f"would set thread {thread} to expire in {_duration(minutes * 60)} (now: {now})")
         return

@@ -61,10 +61,17 @@ def test_pin_unpin_expire(cli, filled, sync_client):
     assert all(sync_client.pttl(k) == -1 for k in keys)
     cli("expire", "t-0", "10", input="y\n")
     assert all(0 < sync_client.pttl(k) <= 600_000 for k in keys)
-    cli("pin", "t-0")
+    assert "would pin thread t-0" in cli("pin", "t-0", "--dry-run").stdout
+    cli("pin", "t-0", input="n\n", code=1)
+    assert all(0 < sync_client.pttl(k) <= 600_000 for k in keys)
+    cli("pin", "t-0", "--yes")
     assert all(sync_client.pttl(k) == -1 for k in keys)
-    cli("--ttl", "5", "unpin", "t-0")
+    row = json.loads(cli("--ttl", "5", "threads", "--json", "--match", "t-0").stdout)[0]
+    assert row["pinned"] is True and row["expires_in_ms"] is None
+    assert "pinned" in cli("--ttl", "5", "threads", "--match", "t-0").stdout
+    assert "would unpin thread t-0" in cli("--ttl", "5", "unpin", "t-0", "--dry-run").stdout
+    cli("--ttl", "5", "unpin", "t-0", "--yes")
     assert all(0 < sync_client.pttl(k) <= 300_000 for k in keys)
-    cli("pin", "nope", code=1)
+    cli("pin", "nope", "--yes", code=1)
     cli("expire", "nope", "5", "--yes", code=1)
     cli("expire", "t-0", "0", "--yes", code=2)
