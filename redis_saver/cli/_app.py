@@ -1,0 +1,934 @@
+"""The ``redis-saver`` commands (click + rich). Imported only by ``redis_saver.cli.main``."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import _ops as ops
+from . import _stream as stream
+
+PAGE = 50  # rows per table while streaming threads
+# piped output (scripts, files) gets wide lines rather than truncated ids
+out = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200))
+err = Console(stderr=True, width=None if sys.stderr.isatty() else int(os.environ.get("COLUMNS") or 200))
+ID_WIDTH = 36  # a uuid6 checkpoint id: never truncated in tables
+
+
+# --------------------------------------------------------------------------- state
+
+
+class State:
+    """Global options; the client and savers are made on first use and closed at exit."""
+
+    def __init__(self, url: str | None, prefix: str, ttl: float | None, serde: Any = None) -> None:
+        self.url, self.prefix, self.ttl, self.serde = url, prefix, ttl, serde
+        self._client: Any = None
+        self._saver: Any = None
+
+    def require_url(self) -> str:
+        if not self.url:
+            raise click.UsageError("no Redis URL: pass --url redis://host:port or set REDIS_URL")
+        return self.url
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from redis_saver._clients import make_sync_client
+
+            self._client = make_sync_client(self.require_url())
+        return self._client
+
+    def saver(self, ttl_minutes: float | None = None) -> Any:
+        """The reading saver (no TTL, so reads never touch expiry), or a writer with a TTL."""
+        from redis_saver import RedisSaver
+
+        if ttl_minutes is None:
+            if self._saver is None:
+                self._saver = RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde)
+            return self._saver
+        return RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde, ttl={"default_ttl": ttl_minutes})
+
+    def writer_for(self, thread_id: str) -> Any:
+        """A saver whose writes keep the thread's expiry: ``--ttl`` if given, else the
+        thread's remaining time to live (so a prune never makes an expiring thread
+        persistent, nor a persistent one expire)."""
+        if self.ttl is not None:
+            return self.saver(self.ttl)
+        left = ops.expiry_ms(self.saver(), thread_id)
+        if left is None or left < 0:
+            return self.saver()
+        return self.saver(max(left, 1000) / 60_000)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _fail(msg: str) -> click.ClickException:
+    return click.ClickException(msg)
+
+
+class Group(click.Group):
+    """Turns library and server errors into one clear line and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import redis
+
+        from redis_saver.errors import RedisSaverError
+
+        from ._sources import SourceError
+
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except redis.exceptions.ConnectionError as exc:
+            raise _fail(f"cannot reach Redis at {_safe_url(ctx)}: {exc}") from None
+        except (redis.exceptions.RedisError, RedisSaverError, SourceError, stream.StreamError, OSError) as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # e.g. stored bytes this serializer cannot read (see --serde)
+            raise _fail(f"unexpected {type(exc).__name__}: {exc}") from exc
+
+
+def _safe_url(ctx: click.Context) -> str:
+    st = ctx.find_object(State)
+    url = (st.url if st else None) or "?"
+    from urllib.parse import urlsplit
+
+    p = urlsplit(url)
+    if p.password:
+        url = url.replace(":" + p.password + "@", ":***@")
+    return url
+
+
+pass_state = click.make_pass_decorator(State)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+dry_option = click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--url", envvar="REDIS_URL", metavar="URL",
+              help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel://host:port/master "
+                   "[env REDIS_URL]")
+@click.option("--prefix", envvar="REDIS_SAVER_PREFIX", default="lg", show_default=True,
+              help="The saver's key prefix [env REDIS_SAVER_PREFIX].")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), envvar="REDIS_SAVER_TTL", metavar="MINUTES",
+              help="Your application's default_ttl, for commands that write (prune, unpin, import, migrate): "
+                   "the threads they write get this expiry. Without it, prune keeps each thread's "
+                   "remaining expiry and import/migrate write threads without one [env REDIS_SAVER_TTL].")
+@click.option("--serde", envvar="REDIS_SAVER_SERDE", metavar="MODULE:NAME",
+              help="Your application's serializer: a SerializerProtocol object, or a callable returning "
+                   "one, imported from MODULE (e.g. EncryptedSerializer); default JsonPlusSerializer "
+                   "[env REDIS_SAVER_SERDE].")
+@click.version_option(package_name="redis-saver", prog_name="redis-saver")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None, serde: str | None) -> None:
+    """Inspect and operate LangGraph checkpoints stored by redis_saver."""
+    from redis_saver.keys import KeySchema
+
+    try:
+        KeySchema(prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--prefix") from None
+    st = State(url, prefix, ttl, _load_serde(serde) if serde else None)
+    ctx.obj = st
+    ctx.call_on_close(st.close)
+
+
+def _load_serde(spec: str) -> Any:
+    import importlib
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise click.BadParameter("use MODULE:NAME, e.g. myapp.checkpointing:serde", param_hint="--serde")
+    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot import {spec}: {exc}", param_hint="--serde") from None
+    if isinstance(obj, type) or (not hasattr(obj, "dumps_typed") and callable(obj)):
+        obj = obj()  # a class or a factory
+    if not (hasattr(obj, "dumps_typed") and hasattr(obj, "loads_typed")):
+        raise click.BadParameter(f"{spec} is not a serializer (no dumps_typed/loads_typed)", param_hint="--serde")
+    return obj
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ts(ts: str | None) -> str:
+    return (ts or "")[:19].replace("T", " ")
+
+
+def _ttl_text(s: ops.ThreadSummary, app_ttl: float | None = None) -> str:
+    if s.expires_in_ms is None:
+        # with --ttl, threads expire; one that does not is pinned (the API cannot say it)
+        return "pinned" if app_ttl is not None else "none"
+    return _duration(s.expires_in_ms / 1000)
+
+
+def _duration(sec: float) -> str:
+    sec = int(round(sec))
+    if sec < 60:
+        return f"{sec}s"
+    if sec < 3600:
+        return f"{sec // 60}m{sec % 60:02d}s"
+    if sec < 86400:
+        return f"{sec // 3600}h{sec % 3600 // 60:02d}m"
+    return f"{sec // 86400}d{sec % 86400 // 3600:02d}h"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _ns_text(ns: dict[str, int]) -> str:
+    return ", ".join(repr(k) if k == "" else k for k in ns) if len(ns) <= 3 else f"{len(ns)} namespaces"
+
+
+def _progress(transient: bool = True) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=transient,
+    )
+
+
+def jsonable(v: Any, depth: int = 0) -> Any:
+    """A JSON-safe view of a deserialized value (for --json output, not for round trips)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if depth > 50:
+        return repr(v)
+    if isinstance(v, dict):
+        return {str(k): jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [jsonable(x, depth + 1) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return {"base64": base64.b64encode(bytes(v)).decode()}
+    dump = getattr(v, "model_dump", None)
+    if callable(dump):
+        try:
+            return jsonable(dump(), depth + 1)
+        except Exception:  # noqa: BLE001 - a view, best effort
+            pass
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {"__type__": type(v).__name__, **jsonable(dataclasses.asdict(v), depth + 1)}
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return repr(v)
+
+
+def _short(v: Any, width: int = 80) -> str:
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _confirm(what: str, yes: bool) -> None:
+    if yes:
+        return
+    try:
+        ok = click.confirm(what, default=False, err=True)
+    except click.exceptions.Abort:  # end of input, Ctrl-C
+        ok = False
+        err.print()
+    if not ok:
+        err.print("aborted: nothing changed (pass --yes to skip this question)")
+        raise click.exceptions.Exit(1)
+
+
+def _threads_arg(saver: Any, threads: Iterable[str]) -> tuple[list[str], list[str]]:
+    found, missing = [], []
+    for t in threads:
+        (found if ops.thread_exists(saver, t) else missing).append(t)
+    return found, missing
+
+
+# --------------------------------------------------------------------------- read commands
+
+
+@cli.command()
+@click.option("--match", metavar="GLOB", help="Only thread ids matching this glob (e.g. 'user-*').")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N threads.")
+@json_option
+@pass_state
+def threads(st: State, match: str | None, limit: int | None, as_json: bool) -> None:
+    """List threads: namespaces, checkpoints, bytes, expiry, latest step and time.
+
+    Threads are read slot by slot and printed as they come (never all ids at once), in
+    pages of 50 rows; the order is the index's, not alphabetical.
+    """
+    saver = st.saver()
+
+    def rows() -> Iterator[ops.ThreadSummary]:
+        n = 0
+        for tid in ops.iter_thread_ids(saver, match):
+            s = ops.summarize(saver, tid)
+            if s is None:
+                continue  # expired or deleted meanwhile
+            if s.expires_in_ms is None and st.ttl is not None:
+                s.pinned = True  # --ttl says threads expire: one without expiry is pinned
+            yield s
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+    if as_json:
+        first = True
+        sys.stdout.write("[")
+        for s in rows():
+            sys.stdout.write(("\n" if first else ",\n") + json.dumps(s.as_json(), ensure_ascii=False))
+            sys.stdout.flush()
+            first = False
+        sys.stdout.write("\n]\n" if not first else "]\n")
+        return
+
+    def table() -> Table:
+        t = Table(show_edge=False, pad_edge=False)
+        for col, just in (("thread", "left"), ("namespaces", "left"), ("checkpoints", "right"),
+                          ("bytes", "right"), ("ttl", "right"), ("step", "right"), ("latest", "left")):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        return t
+
+    total, page = 0, table()
+    for s in rows():
+        page.add_row(s.thread_id, _ns_text(s.namespaces), str(s.checkpoints), _size(s.bytes), _ttl_text(s, st.ttl),
+                     "" if s.latest_step is None else str(s.latest_step), _ts(s.latest_ts))
+        total += 1
+        if page.row_count >= PAGE:
+            out.print(page)
+            page = table()
+    if page.row_count:
+        out.print(page)
+    err.print(f"{total} thread(s)" + (f" matching {match!r}" if match else ""))
+
+
+def _interrupts(t: Any) -> list[dict[str, Any]]:
+    outl = []
+    for task_id, channel, value in t.pending_writes or ():
+        if channel != "__interrupt__":
+            continue
+        for intr in value if isinstance(value, (list, tuple)) else [value]:
+            outl.append({"task_id": task_id, "id": getattr(intr, "id", None), "value": getattr(intr, "value", intr)})
+    return outl
+
+
+def _next_tasks(cp: dict) -> list[str]:
+    # LangGraph marks a node to run next by updating its "branch:to:<node>" channel
+    return [c[len("branch:to:"):] for c in cp.get("updated_channels") or () if c.startswith("branch:to:")]
+
+
+@cli.command()
+@click.argument("thread")
+@click.option("--ns", metavar="NS", help="Only this checkpoint namespace ('' = the root graph).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="The N newest checkpoints.")
+@click.option("--checkpoint", "checkpoint_id", metavar="ID", help="Show one checkpoint's channel values.")
+@click.option("--raw", is_flag=True, help="With --checkpoint: each value's type and size, not the value.")
+@json_option
+@pass_state
+def show(st: State, thread: str, ns: str | None, limit: int | None, checkpoint_id: str | None,
+         raw: bool, as_json: bool) -> None:
+    """A thread's checkpoint timeline, newest first (or one checkpoint with --checkpoint)."""
+    saver = st.saver()
+    if checkpoint_id is not None:
+        _show_checkpoint(saver, thread, ns, checkpoint_id, raw, as_json)
+        return
+    tuples = list(saver.list(ops.thread_config(thread, ns), limit=limit))
+    if not tuples:
+        raise _fail(f"thread {thread!r} has no checkpoints" + (f" in namespace {ns!r}" if ns is not None else ""))
+    if as_json:
+        items = []
+        for t in tuples:
+            c = t.config["configurable"]
+            items.append({
+                "checkpoint_id": c["checkpoint_id"],
+                "checkpoint_ns": c.get("checkpoint_ns", ""),
+                "parent_checkpoint_id": (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+                "step": (t.metadata or {}).get("step"),
+                "source": (t.metadata or {}).get("source"),
+                "ts": t.checkpoint.get("ts"),
+                "next": _next_tasks(t.checkpoint),
+                "pending_writes": [{"task_id": w[0], "channel": w[1], "value": jsonable(w[2])} for w in t.pending_writes or ()],
+                "interrupts": jsonable(_interrupts(t)),
+                "metadata": jsonable(t.metadata),
+            })
+        click.echo(json.dumps({"thread_id": thread, "checkpoints": items}, ensure_ascii=False, indent=1))
+        return
+    many_ns = len({t.config["configurable"].get("checkpoint_ns", "") for t in tuples}) > 1 or ns
+    out.print(f"thread [bold]{thread}[/]: {len(tuples)} checkpoint(s), newest first", highlight=False)
+    tab = Table(show_edge=False, pad_edge=False)
+    tab.add_column("checkpoint", min_width=ID_WIDTH, overflow="fold")
+    if many_ns:
+        tab.add_column("ns")
+    for col in ("step", "source", "parent", "next", "writes", "interrupts"):
+        tab.add_column(col, justify="right" if col in ("step", "writes") else "left",
+                       **({"min_width": ID_WIDTH, "overflow": "fold"} if col == "parent" else {}))
+    for t in tuples:
+        c = t.config["configurable"]
+        parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id") or "-"
+        intr = "; ".join(_short(i["value"], 60) for i in _interrupts(t))
+        row = [c["checkpoint_id"]] + ([c.get("checkpoint_ns", "") or "''"] if many_ns else [])
+        row += [str((t.metadata or {}).get("step", "")), str((t.metadata or {}).get("source", "")), parent,
+                ", ".join(_next_tasks(t.checkpoint)), str(len(t.pending_writes or ())), intr]
+        tab.add_row(*row)
+    out.print(tab)
+
+
+def _show_checkpoint(saver: Any, thread: str, ns: str | None, cid: str, raw: bool, as_json: bool) -> None:
+    if ns is None:  # find it in any namespace
+        t = next(iter(saver.list(ops.thread_config(thread, None, cid), limit=1)), None)
+    else:
+        t = saver.get_tuple(ops.thread_config(thread, ns, cid))
+    if t is None:
+        raise _fail(f"no checkpoint {cid!r} in thread {thread!r}")
+    values = t.checkpoint.get("channel_values") or {}
+    rows = []
+    for ch in sorted(values):
+        ty, data = saver.serde.dumps_typed(values[ch])
+        rows.append((ch, ty, len(data), values[ch]))
+    if as_json:
+        doc = {
+            "thread_id": thread,
+            "checkpoint_ns": t.config["configurable"].get("checkpoint_ns", ""),
+            "checkpoint_id": cid,
+            "parent_checkpoint_id": (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+            "metadata": jsonable(t.metadata),
+            "channel_versions": jsonable(t.checkpoint.get("channel_versions")),
+            "channels": {ch: ({"type": ty, "bytes": n} if raw else {"type": ty, "bytes": n, "value": jsonable(v)})
+                         for ch, ty, n, v in rows},
+            "pending_writes": [{"task_id": w[0], "channel": w[1], **({} if raw else {"value": jsonable(w[2])})}
+                               for w in t.pending_writes or ()],
+        }
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=1))
+        return
+    out.print(f"thread [bold]{thread}[/] checkpoint [bold]{cid}[/]"
+              f" (ns {t.config['configurable'].get('checkpoint_ns', '')!r})", highlight=False)
+    tab = Table(show_edge=False, pad_edge=False)
+    tab.add_column("channel")
+    tab.add_column("type")
+    tab.add_column("bytes", justify="right")
+    if not raw:
+        tab.add_column("value", overflow="fold")
+    for ch, ty, n, v in rows:
+        tab.add_row(ch, ty, str(n), *([] if raw else [repr(v)]))
+    out.print(tab)
+    if t.pending_writes:
+        wt = Table(show_edge=False, pad_edge=False, title="pending writes", title_justify="left")
+        wt.add_column("task")
+        wt.add_column("channel")
+        if not raw:
+            wt.add_column("value", overflow="fold")
+        for w in t.pending_writes:
+            wt.add_row(w[0], w[1], *([] if raw else [repr(w[2])]))
+        out.print(wt)
+
+
+@cli.command()
+@click.option("--no-count", is_flag=True, help="Skip counting checkpoints (reads every thread).")
+@json_option
+@pass_state
+def stats(st: State, no_count: bool, as_json: bool) -> None:
+    """Threads, checkpoints, bytes by kind of key; server version, memory and eviction policy."""
+    saver, client = st.saver(), st.client
+    by_kind: dict[str, list[int]] = {}
+    batch: list[bytes] = []
+
+    def flush() -> None:
+        pipe = client.pipeline(transaction=False)
+        for k in batch:
+            pipe.execute_command("MEMORY USAGE", k, "SAMPLES", "0")
+        for k, n in zip(batch, pipe.execute()):
+            acc = by_kind.setdefault(ops.key_kind(saver, k), [0, 0])
+            acc[0] += 1
+            acc[1] += int(n or 0)
+        batch.clear()
+
+    with _progress() as prog:
+        task = prog.add_task("keys", total=None, rate="")
+        for k in client.scan_iter(match=saver.keys.scan_pattern(), count=1000):
+            batch.append(k)
+            if len(batch) >= 500:
+                flush()
+                prog.advance(task, 500)
+        if batch:
+            prog.advance(task, len(batch))
+            flush()
+        n_threads, n_cps = 0, 0
+        task2 = prog.add_task("threads", total=None, rate="")
+        for tid in ops.iter_thread_ids(saver):
+            n_threads += 1
+            if not no_count:
+                n_cps += ops.count_checkpoints(saver, tid)
+            prog.advance(task2)
+    server = _server_info(client)
+    doc = {
+        "prefix": st.prefix,
+        "threads": n_threads,
+        "checkpoints": None if no_count else n_cps,
+        "keys": {k: {"count": v[0], "bytes": v[1]} for k, v in sorted(by_kind.items())},
+        "bytes": sum(v[1] for v in by_kind.values()),
+        "server": server,
+    }
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        out.print(f"prefix [bold]{st.prefix}[/]: {n_threads} thread(s)"
+                  + ("" if no_count else f", {n_cps} checkpoint(s)") + f", {_size(doc['bytes'])} in keys")
+        tab = Table(show_edge=False, pad_edge=False)
+        tab.add_column("kind of key")
+        tab.add_column("keys", justify="right")
+        tab.add_column("bytes", justify="right")
+        for k, v in doc["keys"].items():
+            tab.add_row(k, str(v["count"]), _size(v["bytes"]))
+        out.print(tab)
+        for node in server:
+            out.print(f"{node['node']}: {node['server']} {node['version']}, used memory "
+                      f"{node['used_memory_human']}, maxmemory {node['maxmemory']}, "
+                      f"maxmemory-policy {node['maxmemory_policy']}")
+    for node in server:
+        if node["maxmemory_policy"] not in ("noeviction", "unknown") and not str(node["maxmemory_policy"]).startswith("volatile"):
+            err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
+                      "eviction can remove one key of a thread and leave the others; use noeviction")
+        elif node["maxmemory_policy"].startswith("volatile"):
+            err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
+                      "threads with a TTL may be evicted before they expire; noeviction is safest")
+        elif node["maxmemory_policy"] == "unknown":
+            err.print(f"[yellow]warning[/]: {node['node']}: CONFIG GET refused; check that maxmemory-policy is noeviction")
+
+
+def _server_info(client: Any) -> list[dict[str, Any]]:
+    import redis
+
+    def per_node(reply: Any) -> dict[str, Any]:
+        # RedisCluster answers {node: reply} for commands sent to several nodes
+        if isinstance(reply, dict) and reply and all(isinstance(v, dict) for v in reply.values()) and \
+                not any(k in reply for k in ("redis_version", "used_memory", "maxmemory-policy")):
+            return reply
+        return {"": reply}
+
+    try:
+        info = per_node(client.info(section="server", target_nodes="primaries") if _is_cluster(client) else client.info("server"))
+        mem = per_node(client.info(section="memory", target_nodes="primaries") if _is_cluster(client) else client.info("memory"))
+    except redis.exceptions.ResponseError:
+        info, mem = {"": {}}, {"": {}}
+    try:
+        cfg = per_node(client.config_get("maxmemory-policy", target_nodes="primaries") if _is_cluster(client)
+                       else client.config_get("maxmemory-policy"))
+    except redis.exceptions.ResponseError:
+        cfg = {}
+    out_l = []
+    for node, i in info.items():
+        m = mem.get(node, {})
+        c = cfg.get(node, {})
+        policy = c.get("maxmemory-policy") or c.get(b"maxmemory-policy") or "unknown"
+        if isinstance(policy, bytes):
+            policy = policy.decode()
+        server = "valkey" if i.get("valkey_version") or i.get("server_name") == "valkey" else "redis"
+        out_l.append({
+            "node": node or "server",
+            "server": server,
+            "version": str(i.get("valkey_version") or i.get("redis_version") or "?"),
+            "used_memory": m.get("used_memory"),
+            "used_memory_human": m.get("used_memory_human", "?"),
+            "maxmemory": m.get("maxmemory_human", m.get("maxmemory", "?")),
+            "maxmemory_policy": policy,
+        })
+    return out_l
+
+
+def _is_cluster(client: Any) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+# --------------------------------------------------------------------------- write commands
+
+
+@cli.command()
+@click.argument("thread_ids", nargs=-1, required=True, metavar="THREAD...")
+@yes_option
+@dry_option
+@pass_state
+def delete(st: State, thread_ids: tuple[str, ...], yes: bool, dry_run: bool) -> None:
+    """Delete threads: every checkpoint, write and blob of them, in every namespace."""
+    saver = st.saver()
+    found, missing = _threads_arg(saver, thread_ids)
+    for t in missing:
+        err.print(f"thread {t!r}: not found")
+    if not found:
+        raise _fail("nothing to delete")
+    sums = {t: ops.summarize(saver, t) for t in found}
+    for t, s in sums.items():
+        n = s.checkpoints if s else 0
+        click.echo(f"{'would delete' if dry_run else 'to delete:'} thread {t}: {n} checkpoint(s), {_size(s.bytes if s else 0)}")
+    if dry_run:
+        return
+    _confirm(f"Delete {len(found)} thread(s)?", yes)
+    done = []
+    for t in found:
+        try:
+            saver.delete_thread(t)
+        except Exception as exc:
+            left = [x for x in found if x not in done]
+            raise _fail(f"deleting {t!r} failed ({exc}); deleted: {done or 'none'}; left unchanged: {left}") from None
+        done.append(t)
+    click.echo(f"deleted {len(done)} thread(s)")
+    if missing:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("thread_ids", nargs=-1, metavar="[THREAD]...")
+@click.option("--all", "all_threads", is_flag=True, help="Every thread under the prefix.")
+@click.option("--strategy", type=click.Choice(["keep_latest", "delete"]), default="keep_latest", show_default=True,
+              help="keep_latest: per namespace, the latest checkpoint (and the ancestors its DeltaChannels "
+                   "need) with its writes; delete: remove the threads.")
+@yes_option
+@dry_option
+@pass_state
+def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: str, yes: bool, dry_run: bool) -> None:
+    """Prune threads' history (saver.prune), one atomic call per thread."""
+    if bool(thread_ids) == all_threads:
+        raise click.UsageError("give thread ids or --all (not both)")
+    saver = st.saver()
+    missing: list[str] = []
+    if all_threads:
+        targets: Iterable[str] = ops.iter_thread_ids(saver)
+        what = "every thread"
+    else:
+        found, missing = _threads_arg(saver, thread_ids)
+        for t in missing:
+            err.print(f"thread {t!r}: not found")
+        if not found:
+            raise _fail("nothing to prune")
+        targets, what = found, f"{len(found)} thread(s)"
+    if dry_run:
+        n = 0
+        for t in targets:
+            s = ops.summarize(saver, t, with_bytes=False)
+            if s is None:
+                continue
+            n += 1
+            if strategy == "delete":
+                click.echo(f"would delete thread {t}: {s.checkpoints} checkpoint(s)")
+            else:
+                keep = len(s.namespaces)
+                click.echo(f"would prune thread {t}: {s.checkpoints} checkpoint(s) in {keep} namespace(s); keeps the "
+                           f"latest of each (plus ancestors its DeltaChannels need), drops up to {s.checkpoints - keep}")
+        click.echo(f"dry run: {n} thread(s), nothing changed")
+        return
+    _confirm(f"Prune ({strategy}) {what}?", yes)
+    done, removed = 0, 0
+    todo = list(targets) if not all_threads else None
+    with _progress() as prog:
+        task = prog.add_task("prune", total=len(todo) if todo is not None else None, rate="")
+        for t in todo if todo is not None else targets:
+            before = ops.count_checkpoints(saver, t)
+            try:
+                st.writer_for(t).prune([t], strategy=strategy)
+            except Exception as exc:
+                raise _fail(f"pruning {t!r} failed ({exc}); {done} thread(s) pruned before it; "
+                            f"{t!r} and the threads after it were left unchanged") from None
+            removed += before - (0 if strategy == "delete" else ops.count_checkpoints(saver, t))
+            done += 1
+            prog.advance(task)
+    click.echo(f"pruned {done} thread(s) ({strategy}): {removed} checkpoint(s) removed")
+    if not all_threads and missing:
+        raise click.exceptions.Exit(1)
+
+
+def _expiry_now(st: State, thread: str) -> str:
+    s = ops.summarize(st.saver(), thread)
+    if s is None:
+        raise _fail(f"thread {thread!r}: not found")
+    return _ttl_text(s, st.ttl)
+
+
+@cli.command()
+@click.argument("thread")
+@yes_option
+@dry_option
+@pass_state
+def pin(st: State, thread: str, yes: bool, dry_run: bool) -> None:
+    """Pin a thread: it never expires until unpinned."""
+    now = _expiry_now(st, thread)
+    if dry_run:
+        click.echo(f"would pin thread {thread} (expiry now: {now})")
+        return
+    _confirm(f"Pin thread {thread} (expiry now: {now}) so that it never expires?", yes)
+    st.saver().pin(thread)
+    click.echo(f"pinned {thread}")
+
+
+@cli.command()
+@click.argument("thread")
+@yes_option
+@dry_option
+@pass_state
+def unpin(st: State, thread: str, yes: bool, dry_run: bool) -> None:
+    """Unpin a thread: it expires again, --ttl minutes after this call."""
+    now = _expiry_now(st, thread)
+    then = "no expiry until your application's next write" if st.ttl is None else f"expires in {_duration(st.ttl * 60)}"
+    if dry_run:
+        click.echo(f"would unpin thread {thread} (expiry now: {now}; then: {then})")
+        return
+    _confirm(f"Unpin thread {thread} ({then})?", yes)
+    st.saver(st.ttl).unpin(thread)
+    click.echo(f"unpinned {thread}: {then}")
+    if st.ttl is None:
+        err.print("note: pass --ttl MINUTES (your application's default_ttl) to set its expiry now, "
+                  "or run: redis-saver expire THREAD MINUTES")
+
+
+@cli.command()
+@click.argument("thread")
+@click.argument("minutes", type=click.FloatRange(min=0, min_open=True))
+@yes_option
+@dry_option
+@pass_state
+def expire(st: State, thread: str, minutes: float, yes: bool, dry_run: bool) -> None:
+    """Make a whole thread expire MINUTES from now (every key at once; unpins it)."""
+    saver = st.saver()
+    s = ops.summarize(saver, thread)
+    if s is None:
+        raise _fail(f"thread {thread!r}: not found")
+    now = "no expiry" if s.expires_in_ms is None else f"expires in {_duration(s.expires_in_ms / 1000)}"
+    if s.expires_in_ms is None and st.ttl is not None:
+        now = "pinned"
+    if dry_run:
+        click.echo(f"would set thread {thread} to expire in {_duration(minutes * 60)} (now: {now})")
+        return
+    _confirm(f"Thread {thread} ({now}) will expire in {_duration(minutes * 60)}. Continue?", yes)
+    # unpin through a saver whose default_ttl is MINUTES: the pin script sets every key's
+    # expiry (and the slot index) in one atomic call
+    st.saver(minutes).unpin(thread)
+    click.echo(f"thread {thread} expires in {_duration(minutes * 60)}")
+
+
+# --------------------------------------------------------------------------- export / import
+
+
+@cli.command("export")
+@click.argument("thread_ids", nargs=-1, metavar="[THREAD]...")
+@click.option("-o", "--output", "path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="File to write ('-' = stdout).")
+@pass_state
+def export_cmd(st: State, thread_ids: tuple[str, ...], path: str) -> None:
+    """Export threads (all of them by default) as a versioned JSON-lines stream."""
+    saver = st.saver()
+    if thread_ids:
+        found, missing = _threads_arg(saver, thread_ids)
+        if missing:
+            raise click.UsageError(f"not found: {', '.join(missing)}")
+        ids: Iterable[str] = found
+    else:
+        ids = ops.iter_thread_ids(saver)
+    tmp = None if path == "-" else f"{path}.part"
+    f = sys.stdout if tmp is None else open(tmp, "w", encoding="utf-8")
+    n_t = n_c = n_w = 0
+    t0 = time.monotonic()
+    try:
+        stream.write_line(f, stream.header(st.prefix, saver.serde))
+        with _progress() as prog:
+            task = prog.add_task("export", total=len(thread_ids) or None, rate="")
+            for tid in ids:
+                items = ops.items_from_tuples(list(saver.list(ops.thread_config(tid))))
+                for it in items:
+                    stream.write_line(f, stream.encode_item(saver.serde, it))
+                    n_w += len(it.writes)
+                n_t += 1 if items else 0
+                n_c += len(items)
+                prog.update(task, advance=1, rate=_rate(n_c, t0))
+        stream.write_line(f, {"type": "end", "threads": n_t, "checkpoints": n_c, "writes": n_w})
+    except BaseException:
+        if tmp is not None:
+            f.close()
+            os.unlink(tmp)
+        raise
+    if tmp is not None:
+        f.close()
+        os.replace(tmp, path)
+    err.print(f"exported {n_t} thread(s), {n_c} checkpoint(s), {n_w} pending write(s) to {path}")
+
+
+def _rate(n: int, t0: float) -> str:
+    dt = time.monotonic() - t0
+    return f"{n / dt:,.0f} checkpoints/s" if dt > 0 and n else ""
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+@click.option("--replace", is_flag=True, help="Delete threads that already exist before importing them.")
+@click.option("--skip-existing", is_flag=True, help="Leave threads that already exist as they are.")
+@yes_option
+@dry_option
+@pass_state
+def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bool, dry_run: bool) -> None:
+    """Import an export stream (checkpoints with their ids, parents, metadata, pending writes)."""
+    if replace and skip_existing:
+        raise click.UsageError("--replace and --skip-existing exclude each other")
+    saver = st.saver()
+    with open(path, encoding="utf-8") as f:
+        info = stream.check_file(f)
+    existing = [t for t in info["threads"] if ops.thread_exists(saver, t)]
+    if existing and not (replace or skip_existing):
+        raise _fail(f"{len(existing)} thread(s) already exist ({', '.join(existing[:5])}"
+                    f"{'...' if len(existing) > 5 else ''}): pass --replace or --skip-existing; nothing was written")
+    todo = [t for t in info["threads"] if not (skip_existing and t in existing)]
+    verb = "would import" if dry_run else "import"
+    click.echo(f"{verb} {len(todo)} thread(s), {info['checkpoints']} checkpoint(s) in the file"
+               + (f"; {len(existing)} existing thread(s) " + ("replaced" if replace else "skipped") if existing else ""))
+    if dry_run:
+        return
+    if replace and existing:
+        _confirm(f"Replace {len(existing)} existing thread(s)?", yes)
+    todo_set, done = set(todo), []
+    n_c = n_w = 0
+    t0 = time.monotonic()
+    writer = st.saver(st.ttl) if st.ttl is not None else saver
+    with open(path, encoding="utf-8") as f, _progress() as prog:
+        task = prog.add_task("import", total=len(todo), rate="")
+        for tid, items in stream.iter_threads(saver.serde, f):
+            if tid not in todo_set:
+                continue
+            try:
+                if tid in existing:
+                    saver.delete_thread(tid)
+                for it in items:
+                    n_w += ops.write_item(writer, it)
+                    n_c += 1
+            except Exception as exc:
+                left = [t for t in todo if t not in done and t != tid]
+                raise _fail(f"importing thread {tid!r} failed ({type(exc).__name__}: {exc}); it is partly written "
+                            f"(rerun with --replace); imported: {len(done)} thread(s); not touched: {len(left)}") from None
+            done.append(tid)
+            prog.update(task, advance=1, rate=_rate(n_c, t0))
+    click.echo(f"imported {len(done)} thread(s), {n_c} checkpoint(s), {n_w} pending write(s)")
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+@cli.command()
+@click.option("--from", "source", required=True, metavar="SOURCE",
+              help="sqlite:///path/to/file.db (SqliteSaver) or postgresql://... (PostgresSaver).")
+@click.option("--to", "target", metavar="URL", help="Target Redis URL (default: --url / REDIS_URL).")
+@click.option("--threads", "thread_opt", multiple=True, metavar="ID[,ID...]", help="Only these threads (repeatable).")
+@click.option("--verify", is_flag=True, help="Afterwards, compare every migrated thread checkpoint by checkpoint.")
+@dry_option
+@pass_state
+def migrate(st: State, source: str, target: str | None, thread_opt: tuple[str, ...], verify: bool, dry_run: bool) -> None:
+    """Copy threads from SqliteSaver / PostgresSaver into Redis, oldest checkpoint first.
+
+    Ids, parents, metadata and pending writes are preserved. Resumable: checkpoints already
+    copied (same id, same number of pending writes) are skipped, and so are threads already
+    complete. The source is only read.
+    """
+    from ._sources import open_source
+
+    if target:
+        st.url = target
+    st.require_url()
+    wanted = [t for opt in thread_opt for t in opt.split(",") if t]
+    saver = st.saver()
+    writer = st.saver(st.ttl) if st.ttl is not None else saver
+    t0 = time.monotonic()
+    copied = skipped = failed = n_c = n_w = 0
+    failures: list[str] = []
+    with open_source(source) as (src, ids):
+        if wanted:
+            unknown = [t for t in wanted if t not in set(ids)]
+            if unknown:
+                raise click.UsageError(f"not in the source: {', '.join(unknown)}")
+            ids = wanted
+        err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
+        with _progress(transient=False) as prog:
+            task = prog.add_task("migrate", total=len(ids), rate="")
+            for tid in ids:
+                try:
+                    src_items = ops.items_from_tuples(list(src.list(ops.thread_config(tid))))
+                    have = {(t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]):
+                            len(t.pending_writes or ()) for t in saver.list(ops.thread_config(tid))}
+                    todo = [it for it in src_items if have.get((it.ns, it.checkpoint_id)) != len(it.writes)]
+                    if not todo:
+                        skipped += 1
+                    elif dry_run:
+                        click.echo(f"would copy thread {tid}: {len(todo)} of {len(src_items)} checkpoint(s)")
+                        copied += 1
+                    else:
+                        for it in todo:
+                            n_w += ops.write_item(writer, it)
+                            n_c += 1
+                        copied += 1
+                except Exception as exc:  # noqa: BLE001 - report and go on with the next thread
+                    failed += 1
+                    failures.append(f"{tid}: {type(exc).__name__}: {exc}")
+                prog.update(task, advance=1, rate=_rate(n_c, t0))
+        mismatches: list[str] = []
+        notes: list[str] = []
+        if verify and not dry_run:
+            with _progress() as prog:
+                task = prog.add_task("verify", total=len(ids), rate="")
+                for tid in ids:
+                    diffs = ops.diff_threads(list(src.list(ops.thread_config(tid))),
+                                             list(saver.list(ops.thread_config(tid))), notes)
+                    mismatches.extend(f"{tid}: {d}" for d in diffs)
+                    prog.advance(task)
+    dt = time.monotonic() - t0
+    summary = {
+        "threads": len(ids), "copied": copied, "already_copied": skipped, "failed": failed,
+        "checkpoints": n_c, "pending_writes": n_w, "seconds": round(dt, 3),
+        "verified": (len(ids) - len({m.split(':', 1)[0] for m in mismatches})) if verify and not dry_run else None,
+    }
+    click.echo(f"{'dry run: ' if dry_run else ''}{summary['threads']} thread(s): {copied} "
+               f"{'to copy' if dry_run else 'copied'}, {skipped} already copied, {failed} failed; "
+               f"{n_c} checkpoint(s), {n_w} pending write(s) in {dt:.1f}s"
+               + (f" ({n_c / dt:,.0f} checkpoints/s)" if n_c and dt > 0 else ""))
+    for f_ in failures:
+        err.print(f"[red]failed[/] {f_} (its already-written checkpoints stay; rerun to resume)")
+    if verify and not dry_run:
+        if mismatches:
+            for m in mismatches[:50]:
+                err.print(f"[red]mismatch[/] {m}")
+            click.echo(f"verify: {len(mismatches)} difference(s)")
+        else:
+            click.echo(f"verify: {len(ids)} thread(s) identical, checkpoint by checkpoint")
+            if notes:
+                click.echo(f"  ({len(notes)} checkpoint(s) carry a DeltaChannel snapshot that the source keeps only in "
+                           "the checkpoint that took it; values are stored per version here, as PostgresSaver does, "
+                           "and LangGraph reads the same state)")
+    if failures or mismatches:
+        raise click.exceptions.Exit(1)
+
+
+def _redact(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    p = urlsplit(url)
+    return url.replace(":" + p.password + "@", ":***@") if p.password else url
+

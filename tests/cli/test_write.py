@@ -1,0 +1,77 @@
+"""delete / prune / pin / unpin / expire: confirmation, --dry-run, --yes, expiry kept."""
+
+from __future__ import annotations
+
+import json
+
+from redis_saver.cli._ops import count_checkpoints, own_keys
+
+
+def _ids(cli):
+    return sorted(t["thread_id"] for t in json.loads(cli("threads", "--json").stdout))
+
+
+def test_delete(cli, filled):
+    res = cli("delete", "t-0", "--dry-run")
+    assert "would delete thread t-0" in res.stdout
+    assert _ids(cli) == ["t-0", "t-1", "t-2"]
+    res = cli("delete", "t-0", input="n\n", code=1)  # declined at the prompt
+    assert "nothing changed" in res.stderr
+    assert _ids(cli) == ["t-0", "t-1", "t-2"]
+    cli("delete", "t-0", input="y\n")
+    assert _ids(cli) == ["t-1", "t-2"]
+    res = cli("delete", "t-1", "missing", "--yes", code=1)  # t-1 goes, the missing one is reported
+    assert "'missing': not found" in res.stderr
+    assert _ids(cli) == ["t-2"]
+    cli("delete", "missing", "--yes", code=1)
+
+
+def test_prune(cli, filled):
+    cfg = {"configurable": {"thread_id": "t-1"}}
+    before = count_checkpoints(filled, "t-1")
+    res = cli("prune", "t-1", "--dry-run")
+    assert "would prune thread t-1" in res.stdout and count_checkpoints(filled, "t-1") == before
+    latest = filled.get_tuple(cfg)
+    res = cli("prune", "t-1", "--yes")
+    assert f"{before - 2} checkpoint(s) removed" in res.stdout  # the latest of each of 2 namespaces stays
+    after = filled.get_tuple(cfg)
+    assert after.config == latest.config and after.checkpoint == latest.checkpoint
+    cli("prune", "--all", "--strategy", "delete", "--yes")
+    assert _ids(cli) == []
+
+
+def test_prune_keeps_expiry(cli, filled, sync_client):
+    """A prune through the CLI must neither make an expiring thread persistent nor the reverse."""
+    sync_client_keys = own_keys(filled, "t-1")
+    cli("expire", "t-1", "30", "--yes")
+    ttls = [sync_client.pttl(k) for k in sync_client_keys if sync_client.exists(k)]
+    assert ttls and all(25 * 60_000 < t <= 30 * 60_000 for t in ttls)
+    cli("prune", "t-1", "--yes")
+    ttls = [sync_client.pttl(k) for k in sync_client_keys if sync_client.exists(k)]
+    assert ttls and all(25 * 60_000 < t <= 30 * 60_000 for t in ttls)
+    cli("prune", "t-2", "--yes")
+    assert all(sync_client.pttl(k) == -1 for k in own_keys(filled, "t-2") if sync_client.exists(k))
+    row = {r["thread_id"]: r for r in json.loads(cli("threads", "--json").stdout)}
+    assert 25 * 60_000 < row["t-1"]["expires_in_ms"] <= 30 * 60_000 and row["t-2"]["expires_in_ms"] is None
+
+
+def test_pin_unpin_expire(cli, filled, sync_client):
+    keys = [k for k in own_keys(filled, "t-0") if sync_client.exists(k)]
+    assert "would set thread t-0" in cli("expire", "t-0", "10", "--dry-run").stdout
+    assert all(sync_client.pttl(k) == -1 for k in keys)
+    cli("expire", "t-0", "10", input="y\n")
+    assert all(0 < sync_client.pttl(k) <= 600_000 for k in keys)
+    assert "would pin thread t-0" in cli("pin", "t-0", "--dry-run").stdout
+    cli("pin", "t-0", input="n\n", code=1)
+    assert all(0 < sync_client.pttl(k) <= 600_000 for k in keys)
+    cli("pin", "t-0", "--yes")
+    assert all(sync_client.pttl(k) == -1 for k in keys)
+    row = json.loads(cli("--ttl", "5", "threads", "--json", "--match", "t-0").stdout)[0]
+    assert row["pinned"] is True and row["expires_in_ms"] is None
+    assert "pinned" in cli("--ttl", "5", "threads", "--match", "t-0").stdout
+    assert "would unpin thread t-0" in cli("--ttl", "5", "unpin", "t-0", "--dry-run").stdout
+    cli("--ttl", "5", "unpin", "t-0", "--yes")
+    assert all(0 < sync_client.pttl(k) <= 300_000 for k in keys)
+    cli("pin", "nope", "--yes", code=1)
+    cli("expire", "nope", "5", "--yes", code=1)
+    cli("expire", "t-0", "0", "--yes", code=2)
