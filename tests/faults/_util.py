@@ -9,24 +9,9 @@ from typing import Any
 
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from redis_saver import AsyncRedisSaver
-
-
-def is_async(saver: Any) -> bool:
-    return isinstance(saver, AsyncRedisSaver)
-
-
-async def call(saver: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``saver.<name>(...)`` for a sync saver (on this thread), ``await saver.a<name>(...)`` for an async one."""
-    if is_async(saver):
-        return await getattr(saver, "a" + name)(*args, **kwargs)
-    return getattr(saver, name)(*args, **kwargs)
-
-
-async def listed(saver: Any, config: Any, **kwargs: Any) -> list:
-    if is_async(saver):
-        return [t async for t in saver.alist(config, **kwargs)]
-    return list(saver.list(config, **kwargs))
+from tests.lifecycle._util import alist as listed  # noqa: F401 (re-exported for the fault tests)
+from tests.lifecycle._util import call, is_async  # noqa: F401
+from tests.servers import _info
 
 
 def cfg(thread_id: str) -> dict:
@@ -35,15 +20,7 @@ def cfg(thread_id: str) -> dict:
 
 def info(server: Any, section: str) -> dict[str, str]:
     """INFO <section> of a ``tests.servers`` server, as a dict (raw RESP, not redis-py)."""
-    raw = server.command("INFO", section)
-    if isinstance(raw, Exception):
-        raise raw
-    out: dict[str, str] = {}
-    for line in raw.decode().splitlines():
-        if ":" in line and not line.startswith("#"):
-            k, v = line.split(":", 1)
-            out[k] = v
-    return out
+    return _info(server, section)
 
 
 def stat_count(server: Any, section: str, name: str, field: str = "calls") -> int:
