@@ -1056,7 +1056,7 @@ def main() -> None:
                 res["x_pg"] = res["bpc"] / pg["bpc_full"]
                 res["x_pg_wz"] = res["bpc_wz"] / pg["bpc_full"]
         rows.append(res)
-        if R is not None and s.name.startswith("stream") and s.F == 16:
+        if R is not None and isinstance(s, Stream) and s.F == 16 and not s.geo:
             stream16 = (s, hs, mh, mf)
     rep["schemes"] = rows
 
