@@ -121,7 +121,7 @@ class Chat:
     sample_text: str = ""
 
 
-def build_chat(turns: int, seed: int = 7, trim: int = 0) -> Chat:
+def build_chat(turns: int, seed: int = 7, trim: int = 0, fork: int = 0) -> Chat:
     src = TextSource(seed)
     rng = random.Random(seed + 1)
     ids = random.Random(seed + 2)
@@ -157,16 +157,19 @@ def build_chat(turns: int, seed: int = 7, trim: int = 0) -> Chat:
     rec = RecordingSaver()
     graph = g.compile(checkpointer=rec)
     cfg = {"configurable": {"thread_id": "memlab"}}
-    marks = {}
-    for t in range(1, turns + 1):
+    marks, configs = {}, {}
+    for t in range(1, turns + fork + 1):
         n = lengths(rng, 160, 20, 1200)
         user_lens.append(n)
-        graph.invoke({"messages": [HumanMessage(content=src.take(n), id=str(uuid.UUID(int=ids.getrandbits(128))))]}, cfg)
+        # --fork N: after `turns` turns, go back N turns (time travel) and run N turns on that branch
+        at = configs[turns - fork] if fork and t == turns + 1 else cfg
+        graph.invoke({"messages": [HumanMessage(content=src.take(n), id=str(uuid.UUID(int=ids.getrandbits(128))))]}, at)
         marks[t] = len(rec.calls)
+        configs[t] = graph.get_state(cfg).config
     calls = [c for c in rec.calls if c.op in ("put", "put_writes")]
     # re-mark on the filtered list
     kept_marks, j = {}, 0
-    for t in range(1, turns + 1):
+    for t in range(1, turns + fork + 1):
         kept_marks[t] = sum(1 for c in rec.calls[: marks[t]] if c.op in ("put", "put_writes"))
     return Chat(calls, kept_marks, user_lens, ai_lens, sum(map(len, src.paras)), src.wrapped,
                 " ".join(src.paras[: src.i]))
@@ -179,22 +182,26 @@ class Version:
     type: str
     data: bytes
     put_index: int  # index of the put (checkpoint) that stored it
+    base: str | None = None  # the parent checkpoint's version of this channel
 
 
 def blob_versions(chat: Chat, upto_calls: int | None = None) -> list[Version]:
     out = []
     k = 0
+    cv_by_id: dict[str, dict] = {}
     for c in chat.calls[:upto_calls]:
         if c.op != "put":
             continue
         cp, nv = c.args[1], c.args[3]
+        cv_by_id[cp["id"]] = dict(cp.get("channel_versions") or {})
+        parent = cv_by_id.get(c.args[0]["configurable"].get("checkpoint_id") or "", {})
         vals = cp.get("channel_values") or {}
         for ch, ver in nv.items():
             if ch in vals:
                 t, b = SERDE.dumps_typed(vals[ch])
             else:
                 t, b = "empty", b""
-            out.append(Version(ch, str(ver), t, b, k))
+            out.append(Version(ch, str(ver), t, b, k, str(parent[ch]) if ch in parent else None))
         k += 1
     return out
 
@@ -313,9 +320,16 @@ class Scheme:
         self.cache: tuple[str, bytes] | None = None  # writer's cache: (field, raw) of the latest version
         self.decomp = 0
         self.put_times: list[float] = []
+        self.known: dict[str, bytes] = {}
 
     # writer side
-    def put(self, f: str, t: str, raw: bytes) -> None:
+    def put(self, f: str, t: str, raw: bytes, base: str | None = None) -> None:
+        """base: the parent checkpoint's version of the channel. The writer's cache holds it when the
+        client wrote or read it (LangGraph reads the checkpoint it continues from, a fork included);
+        the lab keeps every version, a client an LRU. Without it, the last version written."""
+        if base is not None and base in self.known and not isinstance(self, Reverse):
+            self.cache = (base, self.known[base])
+        self.known[f] = raw
         self.types[f] = t
         self.order.append(f)
         t0 = time.perf_counter()
@@ -849,7 +863,7 @@ def run_schemes(versions: list[Version], half_put: int, reps: int) -> list[dict]
         for v in msgs:
             if v.put_index >= half_put and snap_half is None:
                 snap_half = (list(s.stored_items()), dict(s.types))
-            s.put(v.version, v.type, v.data)
+            s.put(v.version, v.type, v.data, v.base)
         if snap_half is None:
             snap_half = (list(s.stored_items()), dict(s.types))
         # correctness: every version decodes to its serde bytes (cold reader)
@@ -878,7 +892,7 @@ def run_schemes(versions: list[Version], half_put: int, reps: int) -> list[dict]
         for _ in range(2):
             s2 = make()
             for v in msgs:
-                s2.put(v.version, v.type, v.data)
+                s2.put(v.version, v.type, v.data, v.base)
             runs.append(s2.put_times)
         per_put = [statistics.median(x) for x in zip(*runs)]
         tail = [t for t, v in zip(per_put, msgs) if v.put_index >= half_put]
@@ -914,7 +928,7 @@ def _stream_put_cost(make, msgs: list[Version], reps: int) -> dict | float:
     """Steady-state cost of a stream put at the end of the chat: append (frame) and, once every F puts, merge."""
     s = make()
     for v in msgs[:-1]:
-        s.put(v.version, v.type, v.data)
+        s.put(v.version, v.type, v.data, v.base)
     prev, last = msgs[-2], msgs[-1]
 
     F = s.F
@@ -948,11 +962,13 @@ def main() -> None:
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fork", type=int, default=0, help="then go back N turns and run N more turns on that branch")
     ap.add_argument("--trim", type=int, default=0, help="every N turns keep only the last 10 messages (a non-append edit)")
     a = ap.parse_args()
     T0 = time.time()
     turns, half = a.turns, a.turns // 2
-    chat = build_chat(turns, trim=a.trim)
+    chat = build_chat(turns, trim=a.trim, fork=a.fork)
+    turns = max(chat.marks)
     versions = blob_versions(chat)
     calls_half = chat.marks[half]
     half_put = sum(1 for c in chat.calls[:calls_half] if c.op == "put")
@@ -983,7 +999,8 @@ def main() -> None:
           f"literal/skip sizes {sorted(set((d[1], d[2]) for d in diffs))}")
     common_us = median_us(lambda: splice(msgs[-2].data, msgs[-1].data), a.reps)
     loads_us = median_us(lambda: SERDE.loads_typed((msgs[-1].type, msgs[-1].data)), a.reps)
-    dumps_us = median_us(lambda: SERDE.dumps_typed(SERDE.loads_typed((msgs[-1].type, msgs[-1].data))), a.reps) - loads_us
+    obj = SERDE.loads_typed((msgs[-1].type, msgs[-1].data))
+    dumps_us = median_us(lambda: SERDE.dumps_typed(obj), a.reps)
     print(f"for scale: JsonPlusSerializer loads_typed of the latest messages value {loads_us:.0f} us, dumps_typed {dumps_us:.0f} us")
     rep.update(loads_us=loads_us, dumps_us=dumps_us)
     print(f"finding the shared part of the last two versions ({fmt_b(len(msgs[-1].data))}): {common_us:.1f} us\n")
@@ -1175,7 +1192,7 @@ def enc_report(msgs: list[Version], reps: int) -> None:
     # compress-then-encrypt (only if the saver unwraps EncryptedSerializer: es.serde then es.cipher)
     st = Stream(16)
     for v in msgs:
-        st.put(v.version, v.type, v.data)
+        st.put(v.version, v.type, v.data, v.base)
     enc_stream = sum(len(es.cipher.encrypt(v)[1]) for _f, _m, v in st.stored_items())
     plain_stream = sum(len(v) for _f, _m, v in st.stored_items())
     raw_total = sum(len(v.data) for v in msgs)
