@@ -168,7 +168,7 @@ def build_chat(turns: int, seed: int = 7, trim: int = 0, fork: int = 0) -> Chat:
         configs[t] = graph.get_state(cfg).config
     calls = [c for c in rec.calls if c.op in ("put", "put_writes")]
     # re-mark on the filtered list
-    kept_marks, j = {}, 0
+    kept_marks = {}
     for t in range(1, turns + fork + 1):
         kept_marks[t] = sum(1 for c in rec.calls[: marks[t]] if c.op in ("put", "put_writes"))
     return Chat(calls, kept_marks, user_lens, ai_lens, sum(map(len, src.paras)), src.wrapped,
@@ -529,7 +529,6 @@ class Stream(Scheme):
         self.ops: dict[str, tuple[int, list]] = {}  # version field -> (stream, ops)
         self.nsid = 0
         self.c = _zc(level)
-        self.wcache: dict[str, tuple[int, list]] = {}
         self.stream_raw: dict[int, list[bytes]] = {}  # writer cache of the stream's raw bytes (for merges)
         self.merges = 0
 
@@ -709,14 +708,13 @@ def measure_redis(chat: Chat, url: str, half: int, turns: int, reps: int = 3, tr
     try:
         for rep in range(reps):
             tid = f"mem-{rep}"
-            last_put_cfg = None
             for i, c in enumerate(chat.calls):
                 cc = call_for_thread(c, tid)
                 if transform is not None:
                     cc = transform(cc)
                 if cc.op == "put":
                     t0 = time.perf_counter()
-                    last_put_cfg = saver.put(*cc.args)
+                    saver.put(*cc.args)
                     dt = time.perf_counter() - t0
                     if i >= chat.marks[turns - 10]:
                         put_lat.append(dt * 1e6)
