@@ -19,8 +19,8 @@ writes nothing and returns nil, and the client sends the 11-key call (9 keys few
 and no meta read). The full call (no ttl) sets the mark again if it was lost (e.g. wr evicted
 under maxmemory). Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
-Each regular write is one HSETNX: in a crowded A/B this was ~5 us faster per call than one
-HMGET of the fields and one HSET of the winners (fewer Lua tables per call).
+Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
+of fields per call.
 Returns: number of writes stored
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]

@@ -135,6 +135,3 @@ def _expand(d: Path, text: str) -> str:
     """``text`` with each ``@include`` replaced by the library, shaken for ``text``."""
     return _INCLUDE.sub(lambda m: shake((d / m.group(1)).read_text(), _INCLUDE.sub("", text)), text)
 
-
-def script(name: str) -> Script:
-    return load_all()[name]

@@ -108,7 +108,7 @@ def _put(saver: RedisSaver, thread: str, run: str) -> dict:
 
 
 def test_nested_prefixes_share_a_server_without_touching_each_other(sync_client, prefix):
-    """The issue's reproduction, with the nesting a user can still choose (<p> and <p>:x)."""
+    """The reported collision, with the nesting a user can still choose (<p> and <p>:x)."""
     outer = RedisSaver(sync_client, prefix=prefix)
     inner = RedisSaver(sync_client, prefix=prefix + ":x")
     with pytest.raises(ValueError):

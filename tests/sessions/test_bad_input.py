@@ -1,4 +1,4 @@
-"""Requirement 7: invalid ttl / history options fail at construction with ValueError."""
+"""Invalid ttl / history options fail at construction with ValueError."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Requirements 2-4 on a real server in real time (ttl 0.02 min = 1.2 s):
+"""Sessions on a real server in real time (ttl 0.02 min = 1.2 s):
 whole-thread expiry, refresh_on_read, pinning, and the cross-thread index after expiry."""
 
 from __future__ import annotations

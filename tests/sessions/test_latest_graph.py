@@ -1,4 +1,4 @@
-"""Requirement 5: history="latest" under a real graph with interrupt()/Command(resume=...) run for
+"""history="latest" under a real graph with interrupt()/Command(resume=...) run for
 200 turns, against an InMemorySaver reference, with and without a subgraph, combined with a TTL."""
 
 from __future__ import annotations

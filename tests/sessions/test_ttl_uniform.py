@@ -1,4 +1,4 @@
-"""Requirement 1: after every kind of write, every key of the thread carries the same PTTL,
+"""After every kind of write, every key of the thread carries the same PTTL,
 and the thread's slot-index keys expire no earlier than the thread."""
 
 from __future__ import annotations
