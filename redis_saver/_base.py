@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, SerializerProtocol
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._plans import Plans
 from .keys import KeySchema

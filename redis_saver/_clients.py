@@ -64,8 +64,8 @@ def make_sync_client(url: str, **options: Any) -> Any:
     if kind == "sentinel":
         hosts, master, tls = _sentinel_args(url)
         sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout") if k in opts}
-        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)
-        return s.master_for(master)
+        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)  # type: ignore[no-untyped-call]
+        return s.master_for(master)  # type: ignore[no-untyped-call]
     return redis.Redis.from_url(url, **opts)
 
 
@@ -83,6 +83,6 @@ async def make_async_client(url: str, **options: Any) -> Any:
     if kind == "sentinel":
         hosts, master, tls = _sentinel_args(url)
         sentinel_kwargs = {k: opts[k] for k in ("socket_timeout", "socket_connect_timeout") if k in opts}
-        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)
+        s = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, ssl=tls, **opts)  # type: ignore[no-untyped-call]
         return s.master_for(master)
     return aredis.Redis.from_url(url, **opts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import MalformedReplyError
@@ -32,7 +32,7 @@ from .keys import enc
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
-    bs = [p if p.__class__ is bytes else p.encode() for p in parts]
+    bs = [p if isinstance(p, bytes) else p.encode() for p in parts]
     if not bs:
         return b";"
     return b",".join(map(b"%d".__mod__, map(len, bs))) + b";" + b"".join(bs)
@@ -111,7 +111,7 @@ def _canon(v: Any) -> Any:
 
 # one encoder instance: json.dumps() with options builds a new JSONEncoder on every call
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_encode_str = json.encoder.encode_basestring
 
 
 def canonical_json(v: Any) -> bytes | None:
@@ -148,7 +148,7 @@ def filter_value(cj: bytes) -> bytes:
     return DIGEST_MARK + hashlib.sha256(cj).digest()
 
 
-def filter_record(metadata: dict[str, Any]) -> bytes:
+def filter_record(metadata: Mapping[str, Any]) -> bytes:
     parts: list[bytes] = []
     for k, v in metadata.items():
         cj = canonical_json(v)

@@ -14,6 +14,8 @@ fixtures on top of them. Nothing here imports redis-py: readiness is checked wit
 
 from __future__ import annotations
 
+from typing import IO
+
 import atexit
 import contextlib
 import os
@@ -57,13 +59,13 @@ def free_port(host: str = LOOPBACK, avoid: Sequence[int] = ()) -> int:
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
-            port = s.getsockname()[1]
+            port: int = s.getsockname()[1]
         if port not in avoid:
             return port
     raise RuntimeError("could not find a free port")
 
 
-def _read_reply(f) -> object:
+def _read_reply(f: IO[bytes]) -> object:
     line = f.readline()
     if not line:
         raise ConnectionError("connection closed")
@@ -171,7 +173,7 @@ class LocalServer:
 
     host: str
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     dir: str
     scheme: str = "redis"
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import bisect
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     ChannelVersions,
@@ -23,7 +24,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
 )
@@ -61,8 +61,10 @@ class Out:
     items: list[CheckpointTuple]
 
 
+T = TypeVar("T")
 Step = Union[Call, list[Call], Out, IndexSlots]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
-Plan = Generator[Step, Any, Any]
+# a plan yields steps, is sent each step's reply, and returns the operation's result (T)
+Plan = Generator[Step, Any, T]
 
 
 def _thread_id(configurable: dict[str, Any], what: str = "config") -> str:
@@ -85,7 +87,7 @@ def _str(v: Any, what: str) -> str:
     return v
 
 
-def _str_keys(d: dict[Any, Any], what: str) -> None:
+def _str_keys(d: Mapping[Any, Any], what: str) -> None:
     for k in d:
         if not isinstance(k, str):
             raise TypeError(f"{what} keys must be str, got {type(k).__name__} {k!r}")
@@ -135,7 +137,9 @@ class Plans:
     def _load(self, type_: bytes, data: bytes) -> Any:
         return self.serde.loads_typed((type_.decode(), data))
 
-    def _tuple(self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list, writes: list) -> CheckpointTuple:
+    def _tuple(
+        self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list[bytes], writes: list[bytes]
+    ) -> CheckpointTuple:
         parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, 10, 5)
         checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
@@ -167,7 +171,7 @@ class Plans:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Plan:
+    ) -> Plan[RunnableConfig]:
         conf = _configurable(config)
         thread_id = _thread_id(conf)
         ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
@@ -185,7 +189,7 @@ class Plans:
         if not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
         _str_keys(metadata, "metadata")
-        c = dict(checkpoint)
+        c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", None) or {}
         if not isinstance(values, dict):
             raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
@@ -243,7 +247,7 @@ class Plans:
     # ---- put_writes ----------------------------------------------------------------
     def _plan_put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> Plan:
+    ) -> Plan[None]:
         conf = _configurable(config)
         thread_id = _thread_id(conf)
         ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
@@ -282,7 +286,7 @@ class Plans:
         return None
 
     # ---- get_tuple -----------------------------------------------------------------
-    def _plan_get_tuple(self, config: RunnableConfig) -> Plan:
+    def _plan_get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
         conf = _configurable(config)
         thread_id = _thread_id(conf)
         ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
@@ -303,7 +307,7 @@ class Plans:
         filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
-    ) -> Plan:
+    ) -> Plan[None]:
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int):
                 raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
@@ -351,7 +355,7 @@ class Plans:
                 return
             upper = cursor
 
-    def _plan_live_threads(self, runs: Sequence[str] | None = None) -> Plan:
+    def _plan_live_threads(self, runs: Sequence[str] | None = None) -> Plan[list[str]]:
         """Fan out over every slot's index: ids of live threads (optionally holding ``runs``)."""
         args: list[Any] = ["threads"] if runs is None else ["runs", *runs]
         slots = yield IndexSlots()
@@ -361,7 +365,7 @@ class Plans:
             out.extend(t.decode() for t in r)
         return out
 
-    def _plan_list_all(self, fargs: list[bytes], before_id: str | None, limit: int | None) -> Plan:
+    def _plan_list_all(self, fargs: list[bytes], before_id: str | None, limit: int | None) -> Plan[None]:
         threads = yield from self._plan_live_threads()
         if not threads:
             return
@@ -395,11 +399,11 @@ class Plans:
             yield Out(found)
 
     # ---- deletes, prune, copy ------------------------------------------------------
-    def _plan_delete_thread(self, thread_id: Any) -> Plan:
+    def _plan_delete_thread(self, thread_id: Any) -> Plan[None]:
         tid = normalize_thread_id(thread_id)
         yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
 
-    def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan:
+    def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan[int]:
         runs = [str(r) for r in _sequence(run_ids, "run_ids", "run ids")]
         if not runs:
             return 0
@@ -415,7 +419,7 @@ class Plans:
             total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == b"paged" else int(r[0])
         return total
 
-    def _plan_delete_runs_paged(self, thread_id: str, runs: list[str]) -> Plan:
+    def _plan_delete_runs_paged(self, thread_id: str, runs: list[str]) -> Plan[int]:
         """delete_for_runs on a thread too large for one bounded call (see delete_runs.lua)."""
         keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
         deleted, candidates = 0, set()
@@ -430,7 +434,7 @@ class Plans:
             yield from self._plan_gc(thread_id, candidates)
         return deleted
 
-    def _plan_gc(self, thread_id: str, candidates: set[bytes]) -> Plan:
+    def _plan_gc(self, thread_id: str, candidates: set[bytes]) -> Plan[None]:
         """Delete the candidate blob fields that no checkpoint left in their namespace
         references, a bounded page per call (gc.lua)."""
         keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
@@ -448,7 +452,7 @@ class Plans:
             for i in range(0, len(gone), WORK_BUDGET):
                 yield Call("gc", keys, [*head, "hdel", *gone[i : i + WORK_BUDGET]])
 
-    def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan:
+    def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan[int]:
         _sequence(thread_ids, "thread_ids", "thread ids")
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
@@ -463,7 +467,7 @@ class Plans:
             total += (yield from self._plan_prune_paged(t)) if r[0] == b"paged" else int(r[0])
         return total
 
-    def _plan_prune_paged(self, thread_id: str) -> Plan:
+    def _plan_prune_paged(self, thread_id: str) -> Plan[int]:
         """prune(keep_latest) of a thread too large for one bounded call, step by step (see
         prune.lua): every call examines at most WORK_BUDGET checkpoints or writes."""
         keys, head = self.keys.thread_keys(thread_id), self._header(thread_id)
@@ -484,7 +488,8 @@ class Plans:
             # 1. the checkpoints to keep: the latest and its delta chain, a bounded walk per call
             kept: list[bytes] = []
             seen: set[bytes] = set()
-            start, need = b"", []
+            start: bytes = b""
+            need: list[bytes] = []
             while True:
                 latest, page, nxt, need, oldest_parent = yield step("walk", ns_e, start, *need)
                 for k in page:
@@ -525,7 +530,7 @@ class Plans:
             yield from self._plan_gc(thread_id, candidates)
         return deleted
 
-    def _plan_copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Plan:
+    def _plan_copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Plan[None]:
         src = normalize_thread_id(source_thread_id)
         dst = normalize_thread_id(target_thread_id)
         if src == dst:
@@ -544,7 +549,7 @@ class Plans:
         return None
 
     # ---- DeltaChannel history ------------------------------------------------------
-    def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan:
+    def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[dict[str, DeltaChannelHistory]]:
         chans = list(_sequence(channels, "channels", "channel names"))
         if not chans:
             return {}
@@ -556,9 +561,9 @@ class Plans:
             _str(ch, "channel name")
         name, refresh = self._read_script("delta_history")
         keys, header = self.keys.thread_keys(thread_id), self._header(thread_id, refresh)
-        writes: dict[str, list] = {c: [] for c in chans}
+        writes: dict[str, list[tuple[str, str, Any]]] = {c: [] for c in chans}
         result: dict[str, DeltaChannelHistory] = {}
-        pages: list[list] = []  # each call's ancestors, newest first
+        pages: list[list[list[bytes]]] = []  # each call's ancestors, newest first
         walked: set[bytes] = set()
         wanted, cont = dict.fromkeys(chans), "0"
         while True:
@@ -587,7 +592,7 @@ class Plans:
         return {c: result[c] for c in chans}
 
     # ---- pinning -------------------------------------------------------------------
-    def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan:
+    def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan[bool]:
         tid = normalize_thread_id(thread_id)
         reply = yield Call("pin", self.keys.thread_keys(tid), self._header(tid) + ["1" if pinned else "0"])
         return bool(reply)

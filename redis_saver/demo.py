@@ -59,7 +59,7 @@ def assistant(state: ChatState) -> dict[str, Any]:
 
 def approval(state: ChatState) -> dict[str, Any]:
     """Pause the graph until a human answers; ``interrupt`` returns the value given to ``Command(resume=...)``."""
-    item = state.get("pending_order")
+    item = state.get("pending_order") or ""
     answer = interrupt({"question": f"Approve ordering {item}?", "options": ["yes", "no"]})
     if str(answer).strip().lower() in ("yes", "y", "approve", "approved"):
         reply = f"Approved: order for {item} placed (order #{zlib.crc32(item.encode()) % 10000:04d})."
@@ -72,7 +72,7 @@ def route(state: ChatState) -> str:
     return "approval" if state.get("pending_order") else END
 
 
-def build_graph(checkpointer):
+def build_graph(checkpointer: Any) -> Any:
     g = StateGraph(ChatState)
     g.add_node("assistant", assistant)
     g.add_node("approval", approval)
@@ -85,7 +85,7 @@ def build_graph(checkpointer):
 # --------------------------------------------------------------------------- redis selection
 
 
-def _client_for(url: str | None):
+def _client_for(url: str | None) -> tuple[Any, str]:
     """Return (client, description)."""
     if url is None:
         try:
