@@ -8,6 +8,8 @@ from ._base import TTLConfig
 from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,
+    DamagedThreadError,
+    EvictionPolicyWarning,
     MalformedReplyError,
     RedisSaverError,
     ReplicationTimeoutError,
@@ -21,6 +23,8 @@ __all__ = [
     "FORMAT_VERSION",
     "AsyncRedisSaver",
     "ConflictError",
+    "DamagedThreadError",
+    "EvictionPolicyWarning",
     "KeySchema",
     "MalformedReplyError",
     "RedisSaver",
