@@ -12,6 +12,7 @@ seeds = {channel, blob record, ...} for each channel whose nearest stored value 
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
+if check_counts(K_CPNS) then return {{}, {}} end  -- O(1): lost keys (see _lib.lua)
 local ns_e = enc(ns)
 local remaining, left = {}, 0
 for i = 7, #ARGV do
@@ -56,7 +57,10 @@ end
 local cid_e
 if cid == '' then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then return {{}, {}} end
+  if #top == 0 then
+    check_cp_keys()  -- none in this namespace; or its checkpoint keys were lost
+    return {{}, {}}
+  end
   cid_e = string.sub(top[1], #ns_e + 1)
 else
   cid_e = enc(cid)
@@ -90,6 +94,7 @@ end
 
 local NO_PARENT = enc('')
 local parent_e = link(ns_e .. cid_e)
+if not parent_e and check_cp_keys() then return {{}, {}} end
 local wanted = {}
 for ch, _ in pairs(remaining) do wanted[ch] = true end
 
@@ -102,6 +107,8 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 do
   while parent_e and parent_e ~= NO_PARENT and n < 16 do
     local next_e, versions = link(ns_e .. parent_e)
     if not next_e then
+      -- a deleted parent (delete_for_runs), or a lost key (RS_DAMAGED)
+      if check_cp_keys() then return {{}, {}} end
       parent_e = nil
       break
     end
@@ -120,6 +127,7 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 do
   local blobs = hmget(K_BLOB, fields)
   for j = 1, #page do
     local at, ch, b = page[j][1], page[j][2], blobs[j]
+    if not b and check_blob_missing(page[j][3]) then return {{}, {}} end
     if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
       remaining[ch] = nil
       left = left - 1
@@ -189,6 +197,7 @@ for _, m in ipairs(members) do
 end
 local recs = hmget(K_WR, fields)
 for k = 1, #fields do
+  if not recs[k] and damaged('a write indexed in wr_ord is missing from wr') then return {{}, {}} end
   if recs[k] then
     local a = ancestors[owner[k]]
     a[#a + 1] = recs[k]

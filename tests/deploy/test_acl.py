@@ -39,9 +39,9 @@ SAVER_ACL_COMMANDS = (
     "+dbsize +scan "  # cross-thread: find the slot-index keys
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
-    "+time +del +persist +pexpire +pexpireat "
+    "+time +del +persist +pexpire +pexpireat +exists +pttl "
     "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan "
-    "+zadd +zrange +zlexcount +zrem +zscore"
+    "+zadd +zrange +zlexcount +zrem +zscore +zcard"
 )
 
 
