@@ -26,6 +26,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from . import _policy
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
 from .errors import (
@@ -94,6 +95,14 @@ def _backoff(attempt: int) -> float:
 
 
 class _Base:
+    # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
+    eviction_check = "off"
+    _policy_pending = False
+
+    def set_eviction_check(self, mode: str) -> None:
+        self.eviction_check = _policy.check_mode(mode)
+        self._policy_pending = mode != "off"
+
     def __init__(self, client: Any, keys: KeySchema, retries: int = 0) -> None:
         self.keys = keys
         self.retries = retries
@@ -223,6 +232,19 @@ class SyncDriver(_Base):
                 raise self._unsupported(exc) from None
         self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, self.client.get(keys.schema_key()))
+        if self._policy_pending:
+            self.check_policy()
+
+    def check_policy(self) -> None:
+        """Once per saver, at setup() or its first call (one round trip per primary)."""
+        self._policy_pending = False
+        try:
+            _policy.report(_policy.ask_sync(self.client), self.eviction_check)
+        except _policy.UNREACHABLE:
+            self._policy_pending = True  # asked again on the next call, which reports the error
+        except UnsupportedServerError:
+            self._policy_pending = True  # eviction_check="raise": every call refuses until fixed
+            raise
 
     def index_slots(self) -> list[int]:
         if self.client.dbsize() > SCAN_MAX_KEYS:
@@ -248,6 +270,8 @@ class SyncDriver(_Base):
                 time.sleep(_backoff(attempt))
 
     def run(self, plan: Plan) -> Any:
+        if self._policy_pending:
+            self.check_policy()
         reply = None
         while True:
             try:
@@ -260,6 +284,8 @@ class SyncDriver(_Base):
                 reply = None if isinstance(step, Out) else self.step(step)
 
     def iterate(self, plan: Plan) -> Iterator[Any]:
+        if self._policy_pending:
+            self.check_policy()
         reply = None
         while True:
             try:
@@ -354,6 +380,19 @@ class AsyncDriver(_Base):
                 raise self._unsupported(exc) from None
         await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         self._check_schema(keys, await self.client.get(keys.schema_key()))
+        if self._policy_pending:
+            await self.check_policy()
+
+    async def check_policy(self) -> None:
+        """See SyncDriver.check_policy (pending is cleared first: concurrent first calls ask once)."""
+        self._policy_pending = False
+        try:
+            _policy.report(await _policy.ask_async(self.client), self.eviction_check)
+        except _policy.UNREACHABLE:
+            self._policy_pending = True
+        except UnsupportedServerError:
+            self._policy_pending = True
+            raise
 
     async def index_slots(self) -> list[int]:
         if await self.client.dbsize() > SCAN_MAX_KEYS:
@@ -378,6 +417,8 @@ class AsyncDriver(_Base):
                 await asyncio.sleep(_backoff(attempt))
 
     async def run(self, plan: Plan) -> Any:
+        if self._policy_pending:
+            await self.check_policy()
         reply = None
         while True:
             try:
@@ -390,6 +431,8 @@ class AsyncDriver(_Base):
                 reply = None if isinstance(step, Out) else await self.step(step)
 
     async def iterate(self, plan: Plan) -> AsyncIterator[Any]:
+        if self._policy_pending:
+            await self.check_policy()
         reply = None
         while True:
             try:
