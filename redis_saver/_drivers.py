@@ -236,7 +236,9 @@ class SyncDriver(_Base):
             self.check_policy()
 
     def check_policy(self) -> None:
-        """Once per saver, at setup() or its first call (one round trip per primary)."""
+        """Once per saver: setup(), or right after its first call that succeeded (before it, with
+        eviction_check="raise"); one round trip per primary. A server that cannot be reached is
+        asked again at the next call."""
         self._policy_pending = False
         try:
             _policy.report(_policy.ask_sync(self.client), self.eviction_check)
@@ -270,13 +272,15 @@ class SyncDriver(_Base):
                 time.sleep(_backoff(attempt))
 
     def run(self, plan: Plan) -> Any:
-        if self._policy_pending:
-            self.check_policy()
+        if self._policy_pending and self.eviction_check == "raise":
+            self.check_policy()  # refuse before the call; "warn" asks after a call succeeded
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
+                if self._policy_pending:
+                    self.check_policy()
                 return stop.value
             if step.__class__ is Call and not self.retries:
                 reply = self.call(step)  # what step() does for it, without its layers
@@ -284,15 +288,19 @@ class SyncDriver(_Base):
                 reply = None if isinstance(step, Out) else self.step(step)
 
     def iterate(self, plan: Plan) -> Iterator[Any]:
-        if self._policy_pending:
+        if self._policy_pending and self.eviction_check == "raise":
             self.check_policy()
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration:
+                if self._policy_pending:
+                    self.check_policy()
                 return
             if isinstance(step, Out):
+                if self._policy_pending:
+                    self.check_policy()
                 reply = None
                 yield from step.items
             else:
@@ -417,13 +425,15 @@ class AsyncDriver(_Base):
                 await asyncio.sleep(_backoff(attempt))
 
     async def run(self, plan: Plan) -> Any:
-        if self._policy_pending:
-            await self.check_policy()
+        if self._policy_pending and self.eviction_check == "raise":
+            await self.check_policy()  # see SyncDriver.run
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
+                if self._policy_pending:
+                    await self.check_policy()
                 return stop.value
             if step.__class__ is Call and not self.retries:
                 reply = await self.call(step)  # what step() does for it, without its layers
@@ -431,15 +441,19 @@ class AsyncDriver(_Base):
                 reply = None if isinstance(step, Out) else await self.step(step)
 
     async def iterate(self, plan: Plan) -> AsyncIterator[Any]:
-        if self._policy_pending:
+        if self._policy_pending and self.eviction_check == "raise":
             await self.check_policy()
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration:
+                if self._policy_pending:
+                    await self.check_policy()
                 return
             if isinstance(step, Out):
+                if self._policy_pending:
+                    await self.check_policy()
                 reply = None
                 for item in step.items:
                     yield item

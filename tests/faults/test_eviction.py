@@ -451,3 +451,15 @@ def test_policy_warning_cluster(cluster):
     finally:
         rc.config_set("maxmemory-policy", "noeviction", target_nodes=node)
         rc.close()
+
+
+@pytest.mark.sentinel
+def test_policy_warning_sentinel(sentinel):
+    m = sentinel.client().master_for(sentinel.master_name, **client_kwargs())
+    try:
+        m.config_set("maxmemory-policy", "volatile-lfu")
+        with pytest.warns(EvictionPolicyWarning, match="volatile-lfu"):
+            RedisSaver(m, prefix="pol").get_tuple(cfg("x"))
+    finally:
+        m.config_set("maxmemory-policy", "noeviction")
+        m.close()
