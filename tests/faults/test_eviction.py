@@ -137,16 +137,18 @@ def _diff(expected: Any, got: Any) -> str:
 
 @pytest.mark.parametrize(
     "policy,headroom,limit_from",
-    [("allkeys-lru", 700_000, 0), ("allkeys-random", 1_200_000, 0), ("allkeys-lru", 0, 11)],
-    ids=["lru-heavy", "random", "lru-last-round"],
+    [("allkeys-lru", 700_000, 0), ("allkeys-random", 1_200_000, 0), ("allkeys-lru", 0, 11), ("volatile-lru", 700_000, 0)],
+    ids=["lru-heavy", "random", "lru-last-round", "volatile-lru-ttl"],
 )
 def test_eviction_reads_exact_or_damaged(policy, headroom, limit_from):
-    """maxmemory = used memory + headroom, set before round `limit_from` of 12."""
+    """maxmemory = used memory + headroom, set before round `limit_from` of 12 (volatile-*: the
+    threads have a ttl, so their keys can be evicted)."""
     with start_standalone(extra_args=("--maxmemory-policy", policy, "--maxmemory-samples", "10")) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
             with pytest.warns(EvictionPolicyWarning):
-                saver = RedisSaver(r, prefix="ev")
+                ttl = {"default_ttl": 60} if policy.startswith("volatile-") else None
+                saver = RedisSaver(r, prefix="ev", ttl=ttl)
                 saver.setup()
             mem = InMemorySaver()
             w = Writer([saver, mem], seed=7)
