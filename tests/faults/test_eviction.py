@@ -450,6 +450,17 @@ def test_policy_warning_cluster(cluster):
         rc.config_set("maxmemory-policy", "allkeys-random", target_nodes=node)
         with pytest.warns(EvictionPolicyWarning, match=f"allkeys-random on {node.host}:{node.port}"):
             RedisSaver(rc, prefix="pol").get_tuple(cfg("x"))
+
+        async def main() -> None:
+            arc = cluster.async_client()
+            try:
+                await arc.initialize()
+                with pytest.warns(EvictionPolicyWarning, match=f"allkeys-random on {node.host}:{node.port}"):
+                    await AsyncRedisSaver(arc, prefix="pol").aget_tuple(cfg("x"))
+            finally:
+                await arc.aclose()
+
+        asyncio.run(main())
     finally:
         rc.config_set("maxmemory-policy", "noeviction", target_nodes=node)
         rc.close()
