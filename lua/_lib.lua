@@ -144,9 +144,11 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- the thread's meta fields, read once by check_format(): format, index state, pin flag,
--- "1" once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua)
-local META_V, META_IX, META_PIN, META_FH = nil, nil, nil, nil
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what)
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
 -- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
@@ -160,11 +162,134 @@ local WR_MARK = ''
 local OLDER_FORMATS = {['3'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
+  META_B, META_DMG, META_C, META_WM = m[5], m[6], m[7], m[8]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3 and ' .. FORMAT)
   end
+end
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. Reads raise RS_DAMAGED instead of
+-- answering with channels or writes left out, or with None. They notice it where something
+-- came back missing, and with O(1) counts (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps());
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   records the loss in meta.dmg before writing;
+--   meta exists while any other key of the thread does (init_meta() records its loss);
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+local EXPIRY_SLACK_MS = 2000
+
+local function thread_expiring()
+  for _, k in ipairs(THREAD_KEYS) do
+    local t = redis.call('PTTL', k)
+    if t >= 0 and t <= EXPIRY_SLACK_MS then return true end
+  end
+  return false
+end
+
+-- raise RS_DAMAGED naming the thread and what is missing; returns true instead when the
+-- thread is expiring (the caller then answers as if it were absent)
+local function damaged(what)
+  if thread_expiring() then return true end
+  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
+    .. ' under an allkeys-* or volatile-* maxmemory-policy; delete_thread() removes the rest)')
+end
+
+-- a write script found a key lost: remember it in meta (reads raise), or, when the thread is
+-- expiring, finish the expiry (the write then starts the thread afresh)
+local function record_loss(what)
+  if thread_expiring() then
+    redis.call('UNLINK', unpack(THREAD_KEYS))
+    META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+  else
+    redis.call('HSET', K_META, 'dmg', what)
+    META_DMG = what
+  end
+end
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): 5 counts, the checkpoint keys
+-- the read uses (cp and `index`: cp_ns or cp_id) and chain, and the write keys; true = expiring
+local function check_counts(index)
+  if not META_V then
+    -- no meta: a thread that does not exist (one command), or one that lost its meta key
+    if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then return false end
+    return damaged('its meta key is missing')
+  end
+  if META_DMG then
+    local text = ({meta = 'its meta key was lost', wr = 'key wr was lost', parent = 'it was written on after'
+      .. ' all its keys were lost (its first checkpoint names a parent that is not stored)'})[META_DMG]
+    return damaged(text or META_DMG)
+  end
+  local ncp, nix = redis.call('HLEN', K_CP), redis.call('ZCARD', index)
+  if ncp ~= nix then
+    local name = index == K_CPNS and 'cp_ns' or 'cp_id'
+    return damaged(ncp .. ' checkpoint records but ' .. nix .. ' in its index ' .. name)
+  end
+  local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
+  if nchain ~= ncp then return damaged(ncp .. ' checkpoint records but ' .. nchain .. ' in chain') end
+  local nwr, nord = redis.call('HLEN', K_WR), redis.call('ZCARD', K_WORD)
+  local want = (META_IX == 'inf' or META_WM == '1') and 1 or 0  -- the wr mark
+  if nwr - want ~= nord then
+    local mark = redis.call('HEXISTS', K_WR, WR_MARK)
+    if mark < want then return damaged('key wr was lost') end
+    if nwr - mark ~= nord then
+      return damaged((nwr - mark) .. ' write records but ' .. nord .. ' in the write index wr_ord')
+    end
+  end
+  return false
+end
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+local function check_cp_keys()
+  if not META_V then return false end  -- check_counts() found no key of the thread
+  local marks = META_C == '1' and 1 or 0
+  if marks == 1 and redis.call('HEXISTS', K_CHAIN, CHAIN_MARK) == 0 then return damaged('key chain was lost') end
+  local n = {redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID),
+    redis.call('HLEN', K_CHAIN) - marks}
+  local names = {'cp', 'cp_ns', 'cp_id', 'chain'}
+  local most = math.max(n[1], n[2], n[3], n[4])
+  for i = 1, 4 do
+    if n[i] < most then
+      return damaged('key ' .. names[i] .. ' holds ' .. n[i] .. ' of ' .. most .. ' checkpoints')
+    end
+  end
+  -- all 4 gone: a thread that never had a checkpoint (or lost them all to deletes) has no run
+  -- links, and no blobs beside the blob mark (deletes collect the blobs of what they delete)
+  if most == 0 then
+    if redis.call('EXISTS', K_RUNS) == 1 then
+      return damaged('its checkpoint keys were lost')
+    elseif META_B == '1' and redis.call('HLEN', K_BLOB) > 1 then
+      return damaged('its checkpoint keys were lost (blobs remain)')
+    end
+  end
+  return false
+end
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+local function check_blob_missing(field)
+  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+    local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
+    return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
+  end
+  return false
 end
 
 local function now_ms()
@@ -220,12 +345,14 @@ local function touch()
     for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
   end
   if META_IX ~= score then
-    redis.call('HSET', K_META, 'ix', score)
-    META_IX = score
+    redis.call('HSET', K_META, 'ix', score, 'wm', '1')
+    META_IX, META_WM = score, '1'
     if score == 'inf' then
       redis.call('HSET', K_WR, WR_MARK, FORMAT)
     else
-      redis.call('HDEL', K_WR, WR_MARK)
+      -- not the lean mark, but the wr mark all the same (see "Lost keys")
+      redis.call('HSET', K_WR, WR_MARK, 't')
+      redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
   purge_expired(now)
@@ -235,8 +362,31 @@ end
 
 local function init_meta()
   if META_V ~= FORMAT then  -- a new thread, or one an older release wrote: now FORMAT
+    -- the thread's first write, or its meta key was lost while others remain: remember that
+    -- (reads raise RS_DAMAGED); the keys an expiry under way left (see thread_expiring()) go now
+    if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then
+      record_loss('meta')
+    end
     redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
     META_V = FORMAT
+  end
+end
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+local function mark_cps()
+  if META_C ~= '1' then
+    redis.call('HSET', K_CHAIN, CHAIN_MARK, '1')
+    redis.call('HSET', K_META, 'c', '1')
+    META_C = '1'
+  end
+end
+
+local function mark_blobs()
+  if META_B ~= '1' then
+    redis.call('HSET', K_BLOB, BLOB_MARK, '1')
+    redis.call('HSET', K_META, 'b', '1')
+    META_B = '1'
   end
 end
 
@@ -445,6 +595,7 @@ end
 -- when `span` says the items are every checkpoint between the first and the last of their
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
 local function tuple_replies(items, span)
   -- each distinct blob field once (consecutive checkpoints share the versions of the channels
   -- that did not change)
@@ -492,7 +643,7 @@ local function tuple_replies(items, span)
     end
   end
   local writes = hmget(K_WR, wfields)
-  local out = {}
+  local out, checked = {}, false
   for i, it in ipairs(items) do
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
@@ -500,12 +651,18 @@ local function tuple_replies(items, span)
       if b and b ~= '5,0;empty' then
         values[#values + 1] = chans[c]
         values[#values + 1] = b
+      elseif not b and not checked then
+        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        checked = true
       end
     end
     out[i] = {it[3], values, {}}
   end
   for k = 1, #wfields do
     local w = out[owner[k]][3]
+    if not writes[k] then
+      if damaged('a write indexed in wr_ord is missing from wr') then return nil end
+    end
     w[#w + 1] = writes[k]
   end
   return out

@@ -16,11 +16,13 @@ seeds = {channel, blob record, ...} for each channel whose nearest stored value 
 next = the id of the next ancestor to walk when the budget ran out with channels unseeded
 ("" = the walk is complete); ids = the ids of the ancestors walked, when next ~= "" or the
 call is a continuation (the client checks them for a cycle across calls), else empty.
-Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked)
+Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
+of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
 ]]
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
 check_format()
+if check_counts(K_CPNS) then return {{}, {}, '', {}} end  -- O(1): lost keys (see _lib.lua)
 local ns_e = enc(ns)
 local remaining, left = {}, 0
 for i = 9, #ARGV do
@@ -65,7 +67,10 @@ end
 local cid_e
 if cid == '' then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then return {{}, {}, '', {}} end
+  if #top == 0 then
+    check_cp_keys()  -- none in this namespace; or its checkpoint keys were lost
+    return {{}, {}, '', {}}
+  end
   cid_e = string.sub(top[1], #ns_e + 1)
 else
   cid_e = enc(cid)
@@ -100,6 +105,7 @@ end
 local NO_PARENT = enc('')
 local parent_e
 if cont == '1' then parent_e = cid_e else parent_e = link(ns_e .. cid_e) end
+if not parent_e and check_cp_keys() then return {{}, {}, '', {}} end
 local wanted = {}
 for ch, _ in pairs(remaining) do wanted[ch] = true end
 
@@ -118,6 +124,8 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
     end
     local next_e, versions = link(ns_e .. parent_e)
     if not next_e then
+      -- a deleted parent (delete_for_runs), or a lost key (RS_DAMAGED)
+      if check_cp_keys() then return {{}, {}, '', {}} end
       parent_e = nil
       break
     end
@@ -137,6 +145,7 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
   local blobs = hmget(K_BLOB, fields)
   for j = 1, #page do
     local at, ch, b = page[j][1], page[j][2], blobs[j]
+    if not b and check_blob_missing(page[j][3]) then return {{}, {}, '', {}} end
     if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
       remaining[ch] = nil
       left = left - 1
@@ -209,6 +218,7 @@ for _, m in ipairs(members) do
 end
 local recs = hmget(K_WR, fields)
 for k = 1, #fields do
+  if not recs[k] and damaged('a write indexed in wr_ord is missing from wr') then return {{}, {}, '', {}} end
   if recs[k] then
     local a = ancestors[owner[k]]
     a[#a + 1] = recs[k]

@@ -8,21 +8,32 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread'
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
 Returns: nil, or {checkpoint id, record, {channel, blob, ...: the channels that hold a value},
          {write records in writes_sort_key order}}
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
+if check_counts(K_CPNS) then return nil end
 local ns_e = enc(ns)
 local cid_e
 if cid == '' then
   local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then return nil end
+  if #top == 0 then
+    check_cp_keys()  -- none in this namespace; or cp and cp_ns were both lost
+    return nil
+  end
   cid_e = string.sub(top[1], #ns_e + 1)
   cid = dec(cid_e, 1)
 else
   cid_e = enc(cid)
 end
 local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
-if not raw then return nil end
-local reply = tuple_replies({{ns_e, cid_e, raw}}, false)[1]
+if not raw then
+  if ARGV[6] == '' then damaged('the record of its latest checkpoint is missing') return nil end
+  check_cp_keys()
+  return nil
+end
+local reply = tuple_replies({{ns_e, cid_e, raw}}, false)
+if not reply then return nil end
+reply = reply[1]
 if REFRESH == '1' then touch() end
 return {cid, reply[1], reply[2], reply[3]}

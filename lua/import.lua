@@ -22,6 +22,8 @@ for i = 6, #ARGV - 1, 2 do
 end
 check_format()
 init_meta()
+if what == 'blob' and #recs > 0 then mark_blobs() end
+if what == 'cp' and #recs > 0 then mark_cps() end
 local n = 0
 for i = 6, #ARGV - 1, 2 do
   n = n + 1

@@ -13,6 +13,7 @@ ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matc
 Returns: {cursor, item, item, ...}; cursor = last member examined when the page stopped
          early ("" when the range is exhausted); item = {e(ns), e(cid), record, {channel, blob, ...}, writes}
          (as get_tuple's reply)
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA, RS_BADARG
 ]]
 local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
 local limit, budget, nf = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -23,6 +24,7 @@ end
 check_format()
 local key = K_CPNS
 if index == 'id' then key = K_CPID end
+if check_counts(key) then return {''} end  -- the thread is expiring: nothing to list
 
 -- the filters, split once: key, wanted value, and for a long value its full JSON
 local fkey, fwant, fjson = {}, {}, {}
@@ -82,6 +84,7 @@ while #page < limit and examined < budget do
     examined = examined + 1
     cursor = '(' .. m
     local raw = raws[j]
+    if not raw and damaged('the record of an indexed checkpoint is missing') then return {''} end
     if raw and matches(raw) then
       page[#page + 1] = {parts[j][1], parts[j][2], raw}
       if #page >= limit then break end
@@ -91,9 +94,12 @@ while #page < limit and examined < budget do
   if #members < want and examined_all(members, cursor) then cursor = nil break end
 end
 local out = {cursor or ''}
+if #page == 0 and check_cp_keys() then return out end  -- nothing: or lost checkpoint keys
 if #page > 0 then
   -- without a filter, the page is every checkpoint of the range it covers
-  for i, r in ipairs(tuple_replies(page, nf == 0)) do
+  local replies = tuple_replies(page, nf == 0)
+  if not replies then return {''} end
+  for i, r in ipairs(replies) do
     out[i + 1] = {page[i][1], page[i][2], r[1], r[2], r[3]}
   end
 end

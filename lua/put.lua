@@ -60,8 +60,14 @@ if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
 end
 
 -- validation done: writes start here
+local fresh = not META_V
 init_meta()
+-- a new thread whose first checkpoint names a parent: the keys of the thread were lost (or
+-- expired) while a run went on; its checkpoints name blobs that are gone (see "Lost keys")
+if fresh and parent ~= '' then record_loss('parent') end
+mark_cps()
 if nblobs > 0 then
+  mark_blobs()
   local args = {}
   for i = 1, nblobs do
     args[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]

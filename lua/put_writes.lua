@@ -17,7 +17,8 @@ the same ARGV. It reads the lean mark (see _lib.lua: field "" of wr = FORMAT whi
 is indexed without expiry) with one HGET; when the saver has a ttl or the mark is missing, it
 writes nothing and returns nil, and the client sends the 11-key call (9 keys fewer per call,
 and no meta read). The full call (no ttl) sets the mark again if it was lost (e.g. wr evicted
-under maxmemory). Lines marked @full-only are not in put_writes+lean: what they do has no work
+under maxmemory), after recording the loss in meta (see "Lost keys" in _lib.lua: reads of the
+thread then raise RS_DAMAGED). Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
 of fields per call.
@@ -44,6 +45,7 @@ if LEAN and (TTL_MS ~= 0 or redis.call('HGET', K_WR, WR_MARK) ~= FORMAT) then
   return false  -- touch() has work to do: the client sends the full call
 end
 check_format()  -- @full-only
+if (META_IX == 'inf' or META_WM == '1') and redis.call('HEXISTS', K_WR, WR_MARK) == 0 then record_loss('wr') end  -- @full-only: wr lost
 init_meta()  -- @full-only
 local stored, members = 0, {}
 for i = 10, last, 2 do

@@ -8,6 +8,8 @@ from ._base import TTLConfig
 from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,
+    DamagedThreadError,
+    EvictionPolicyWarning,
     MalformedReplyError,
     ParentCycleError,
     RedisSaverError,
@@ -23,6 +25,8 @@ __all__ = [
     "READ_FORMATS",
     "AsyncRedisSaver",
     "ConflictError",
+    "DamagedThreadError",
+    "EvictionPolicyWarning",
     "KeySchema",
     "MalformedReplyError",
     "ParentCycleError",

@@ -62,6 +62,7 @@ SAVER_OPTIONS = (
     "wait_for_replicas",
     "wait_timeout_ms",
     "retries",
+    "eviction_check",
 )
 
 
@@ -88,6 +89,11 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         retries: how many times to retry a call that failed with ``ConnectionError``
             (short exponential backoff; safe, as every script is idempotent). Timeouts are
             never retried. ``from_conn_string`` defaults to 3.
+        eviction_check: what ``setup()`` or the saver's first call does when the server's
+            ``maxmemory-policy`` may evict single keys of a thread (``allkeys-*``; ``volatile-*``
+            for threads with a ttl): ``"warn"`` (an ``EvictionPolicyWarning`` and a log
+            record, once per saver), ``"raise"`` (``UnsupportedServerError`` on every call
+            until the policy is changed) or ``"off"`` (not asked: no extra round trip).
     """
 
     _driver_cls: type
@@ -104,6 +110,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         wait_for_replicas: int = 0,
         wait_timeout_ms: int = 1000,
         retries: int = 0,
+        eviction_check: Literal["warn", "raise", "off"] = "warn",
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -127,6 +134,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         check_client(client)
         self.client = client
         self._driver = self._driver_cls(client, self.keys, self.retries)
+        self._driver.set_eviction_check(eviction_check)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions ``"<counter:032>.<random>"``, as InMemorySaver / PostgresSaver."""

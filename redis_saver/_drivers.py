@@ -29,6 +29,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from . import _policy
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
 from .errors import (
@@ -97,6 +98,14 @@ def _backoff(attempt: int) -> float:
 
 
 class _Base:
+    # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
+    eviction_check = "off"
+    _policy_pending = False
+
+    def set_eviction_check(self, mode: str) -> None:
+        self.eviction_check = _policy.check_mode(mode)
+        self._policy_pending = mode != "off"
+
     def __init__(self, client: Any, keys: KeySchema, retries: int = 0) -> None:
         self.keys = keys
         self.retries = retries
@@ -264,6 +273,21 @@ class SyncDriver(_Base):
         self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         if self._check_schema(keys, self.client.get(keys.schema_key())):
             self.client.set(keys.schema_key(), FORMAT_VERSION)
+        if self._policy_pending:
+            self.check_policy()
+
+    def check_policy(self) -> None:
+        """Once per saver: setup(), or right after its first call that succeeded (before it, with
+        eviction_check="raise"); one round trip per primary. A server that cannot be reached is
+        asked again at the next call."""
+        self._policy_pending = False
+        try:
+            _policy.report(_policy.ask_sync(self.client), self.eviction_check)
+        except _policy.UNREACHABLE:
+            self._policy_pending = True  # asked again on the next call, which reports the error
+        except UnsupportedServerError:
+            self._policy_pending = True  # eviction_check="raise": every call refuses until fixed
+            raise
 
     def index_slots(self) -> list[int]:
         if self.client.dbsize() > SCAN_MAX_KEYS:
@@ -289,11 +313,15 @@ class SyncDriver(_Base):
                 time.sleep(_backoff(attempt))
 
     def run(self, plan: Plan) -> Any:
+        if self._policy_pending and self.eviction_check == "raise":
+            self.check_policy()  # refuse before the call; "warn" asks after a call succeeded
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
+                if self._policy_pending:
+                    self.check_policy()
                 return stop.value
             if step.__class__ is Call and not self.retries:
                 reply = self.call(step)  # what step() does for it, without its layers
@@ -301,13 +329,19 @@ class SyncDriver(_Base):
                 reply = None if isinstance(step, Out) else self.step(step)
 
     def iterate(self, plan: Plan) -> Iterator[Any]:
+        if self._policy_pending and self.eviction_check == "raise":
+            self.check_policy()
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration:
+                if self._policy_pending:
+                    self.check_policy()
                 return
             if isinstance(step, Out):
+                if self._policy_pending:
+                    self.check_policy()
                 reply = None
                 yield from step.items
             else:
@@ -394,6 +428,19 @@ class AsyncDriver(_Base):
         await self.client.set(keys.schema_key(), FORMAT_VERSION, nx=True)
         if self._check_schema(keys, await self.client.get(keys.schema_key())):
             await self.client.set(keys.schema_key(), FORMAT_VERSION)
+        if self._policy_pending:
+            await self.check_policy()
+
+    async def check_policy(self) -> None:
+        """See SyncDriver.check_policy (pending is cleared first: concurrent first calls ask once)."""
+        self._policy_pending = False
+        try:
+            _policy.report(await _policy.ask_async(self.client), self.eviction_check)
+        except _policy.UNREACHABLE:
+            self._policy_pending = True
+        except UnsupportedServerError:
+            self._policy_pending = True
+            raise
 
     async def index_slots(self) -> list[int]:
         if await self.client.dbsize() > SCAN_MAX_KEYS:
@@ -418,11 +465,15 @@ class AsyncDriver(_Base):
                 await asyncio.sleep(_backoff(attempt))
 
     async def run(self, plan: Plan) -> Any:
+        if self._policy_pending and self.eviction_check == "raise":
+            await self.check_policy()  # see SyncDriver.run
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration as stop:
+                if self._policy_pending:
+                    await self.check_policy()
                 return stop.value
             if step.__class__ is Call and not self.retries:
                 reply = await self.call(step)  # what step() does for it, without its layers
@@ -430,13 +481,19 @@ class AsyncDriver(_Base):
                 reply = None if isinstance(step, Out) else await self.step(step)
 
     async def iterate(self, plan: Plan) -> AsyncIterator[Any]:
+        if self._policy_pending and self.eviction_check == "raise":
+            await self.check_policy()
         reply = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration:
+                if self._policy_pending:
+                    await self.check_policy()
                 return
             if isinstance(step, Out):
+                if self._policy_pending:
+                    await self.check_policy()
                 reply = None
                 for item in step.items:
                     yield item

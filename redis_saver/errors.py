@@ -40,7 +40,22 @@ class ReplicationTimeoutError(RedisSaverError):
 
 
 class UnsupportedServerError(RedisSaverError):
-    """The server lacks a feature redis_saver needs (Redis >= 7.0 / Valkey >= 7.2)."""
+    """The server lacks a feature redis_saver needs (Redis >= 7.0 / Valkey >= 7.2), or (with
+    ``eviction_check="raise"``) its ``maxmemory-policy`` may evict single keys of a thread."""
+
+
+class DamagedThreadError(RedisSaverError):
+    """A read found that a key of the thread was lost while the rest of it remains (Redis
+    evicts whole keys: under an ``allkeys-*`` or ``volatile-*`` ``maxmemory-policy`` one key of
+    a thread can go while the others stay). The message names the thread and what is missing.
+    Rather than return a state with channels or writes dropped, or report the thread as
+    absent, the read fails; ``delete_thread`` removes what is left of the thread."""
+
+
+class EvictionPolicyWarning(UserWarning):
+    """The server's ``maxmemory-policy`` may evict single keys of a thread (``allkeys-*``, or
+    ``volatile-*`` for threads with a ttl): reads of such a thread then raise
+    :class:`DamagedThreadError`. Use ``noeviction`` (and size ``maxmemory`` for the data)."""
 
 
 # Error codes raised by the Lua scripts (``redis.error_reply('RS_<CODE> ...')``).
@@ -49,4 +64,5 @@ LUA_ERROR_CLASSES: dict[str, type[Exception]] = {
     "RS_CONFLICT": ConflictError,
     "RS_BADARG": ValueError,
     "RS_CYCLE": ParentCycleError,
+    "RS_DAMAGED": DamagedThreadError,
 }

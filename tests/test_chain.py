@@ -2,8 +2,8 @@
 
 ``put`` stores the entry the client builds (redis_saver/_codec.py chain_entry); copy_thread
 and prune build it inside Lua from the checkpoint record (lua/_lib.lua chain_entry). The two
-must be the same bytes, and delta history must give the same answer from the records alone
-(as when the chain key alone was lost, e.g. evicted).
+must be the same bytes, and delta history must give InMemorySaver's answer (when the chain key
+was lost, e.g. evicted, the read raises DamagedThreadError: tests/faults/test_eviction.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 
-from redis_saver import RedisSaver
+import pytest
+
+from redis_saver import DamagedThreadError, RedisSaver
 from redis_saver import _codec as codec
 from redis_saver.keys import enc
 
@@ -37,7 +39,7 @@ def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int =
 def _chain(client, saver, tid: str) -> dict:
     key = saver.keys.thread_keys(tid)[8]
     assert key.endswith(b":chain")
-    return client.hgetall(key)
+    return {k: v for k, v in client.hgetall(key).items() if k != b""}  # without the chain mark
 
 
 def test_client_and_script_build_the_same_entries(sync_client, prefix):
@@ -53,7 +55,7 @@ def test_client_and_script_build_the_same_entries(sync_client, prefix):
         assert _chain(sync_client, saver, src + "-copy") == mine
 
 
-def test_delta_history_is_the_same_from_records_alone(sync_client, prefix):
+def test_delta_history_matches_in_memory_and_a_lost_chain_is_reported(sync_client, prefix):
     saver = RedisSaver(sync_client, prefix=prefix)
     saver.setup()
     ref = InMemorySaver()
@@ -61,14 +63,15 @@ def test_delta_history_is_the_same_from_records_alone(sync_client, prefix):
     _fill(ref, "t")
     chans = ["messages", "a\x00b", "\x01x\x02", "", "ünï", "missing"]
     with_chain = saver.get_delta_channel_history(config=last, channels=chans)
-    sync_client.delete(saver.keys.thread_keys("t")[8])  # the chain key alone lost (eviction)
-    from_records = saver.get_delta_channel_history(config=last, channels=chans)
-    assert with_chain == from_records
     assert len(with_chain["messages"]["writes"]) == 1 and "seed" in with_chain["messages"]
     # same answer as InMemorySaver's (ids differ, so compare the values)
     ref_last = next(iter(ref.list({"configurable": {"thread_id": "t"}}, limit=1))).config
     expected = ref.get_delta_channel_history(config=ref_last, channels=chans)
     assert with_chain == expected
+    # the chain key alone lost (eviction): reported, as every lost key (tests/faults)
+    sync_client.delete(saver.keys.thread_keys("t")[8])
+    with pytest.raises(DamagedThreadError, match="chain"):
+        saver.get_delta_channel_history(config=last, channels=chans)
 
 
 def test_prune_detaches_the_oldest_kept_entry(sync_client, prefix):

@@ -2,17 +2,22 @@
 
 put_writes+lean trusts the mark instead of reading the meta hash: it must hold the format
 exactly while the thread is indexed without expiry (meta.ix == "inf"), through every
-change of the thread's expiry, and a lost mark must only cost a second call.
+change of the thread's expiry ("t" while the thread expires: the field is also the wr mark
+that tells a lost wr key, see "Lost keys" in lua/_lib.lua), and a lost mark must only cost a
+second call (and is reported as a lost wr key).
 """
 
 from __future__ import annotations
 
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from redis_saver import FORMAT_VERSION, RedisSaver
+import pytest
+
+from redis_saver import FORMAT_VERSION, DamagedThreadError, RedisSaver
 from redis_saver._plans import Call
 
 MARK = FORMAT_VERSION.encode()
+EXPIRING = b"t"  # the wr mark of a thread with an expiry: not the lean mark
 
 
 def _put(saver, tid, n=1):
@@ -50,7 +55,7 @@ def test_mark_follows_the_threads_expiry_through_savers_with_and_without_ttl(syn
 
     ttl.put_writes(cfg, [("x", 2)], "k2", "p")  # a saver with a ttl: the thread expires again
     mark, ix, pttl = _state(sync_client, plain, "t")
-    assert mark is None and ix != b"inf" and 0 < pttl <= 600_000
+    assert mark == EXPIRING and ix != b"inf" and 0 < pttl <= 600_000
 
     # the plain saver's lean call sees no mark, writes nothing; the full call persists the thread
     assert _scripts_sent(plain, cfg, [("x", 3)], "k3") == ["put_writes+lean", "put_writes"]
@@ -61,18 +66,18 @@ def test_mark_follows_the_threads_expiry_through_savers_with_and_without_ttl(syn
 
     # pinned under a ttl: no expiry, so marked; unpinned: expiring, so not
     ttl.put(cfg, generate_checkpoint(), generate_metadata(step=9), {})
-    assert _state(sync_client, plain, "t")[0] is None
+    assert _state(sync_client, plain, "t")[0] == EXPIRING
     ttl.pin("t")
     assert _state(sync_client, plain, "t") == (MARK, b"inf", -1)
     ttl.unpin("t")
-    assert _state(sync_client, plain, "t")[0] is None
+    assert _state(sync_client, plain, "t")[0] == EXPIRING
 
 
 def test_a_ttl_saver_never_takes_the_lean_path(sync_client, prefix):
     ttl = RedisSaver(sync_client, prefix=prefix, ttl={"default_ttl": 10})
     cfg = _put(ttl, "t")
     assert _scripts_sent(ttl, cfg, [("x", 1)], "k") == ["put_writes"]
-    assert _state(sync_client, ttl, "t")[0] is None
+    assert _state(sync_client, ttl, "t")[0] == EXPIRING
 
 
 def test_a_lost_mark_costs_one_more_call_once(sync_client, prefix):
@@ -82,7 +87,8 @@ def test_a_lost_mark_costs_one_more_call_once(sync_client, prefix):
     assert _scripts_sent(saver, cfg, [("x", 1)], "k1") == ["put_writes+lean", "put_writes"]
     assert _state(saver._driver.client, saver, "t")[0] == MARK
     assert _scripts_sent(saver, cfg, [("x", 2)], "k2") == ["put_writes+lean"]
-    assert [w[2] for w in saver.get_tuple(cfg).pending_writes] == [1, 2]
+    with pytest.raises(DamagedThreadError, match="key wr was lost"):  # the full call recorded it
+        saver.get_tuple(cfg)
 
 
 def test_the_mark_is_never_a_write_and_is_not_copied(sync_client, prefix):
@@ -96,11 +102,11 @@ def test_the_mark_is_never_a_write_and_is_not_copied(sync_client, prefix):
     dcfg = {"configurable": {**cfg["configurable"], "thread_id": "dst"}}
     assert saver.get_tuple(dcfg).pending_writes == saver.get_tuple(cfg).pending_writes
     assert len(list(saver.list(None))) == 6
-    # a ttl saver copies into an expiring target: no mark there
+    # a ttl saver copies into an expiring target: no lean mark there
     ttl = RedisSaver(sync_client, prefix=prefix, ttl={"default_ttl": 10})
     ttl.copy_thread("src", "dst2")
-    assert sync_client.hget(saver.keys.thread_keys("dst2")[5], "") is None
-    assert sync_client.hlen(saver.keys.thread_keys("dst2")[5]) == 2
+    assert sync_client.hget(saver.keys.thread_keys("dst2")[5], "") == EXPIRING
+    assert sync_client.hlen(saver.keys.thread_keys("dst2")[5]) == 3
 
 
 def test_regular_writes_repeated_within_one_call_keep_the_first(sync_client, prefix):

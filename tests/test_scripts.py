@@ -212,7 +212,9 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     # lean = full with the lean keys block, without the @full-only lines and the helpers that
     # only they called; nothing else differs
     full_only = [line for line in full.splitlines() if "-- @full-only" in line]
-    assert [line.split("(")[0] for line in full_only] == ["check_format", "init_meta", "touch", "if TTL_MS == 0 then redis.call"]
+    assert [line.split("(")[0] for line in full_only] == [
+        "check_format", "if ", "init_meta", "touch", "if TTL_MS == 0 then redis.call"
+    ]
     assert "-- @full-only" not in lean
     dropped = set(definitions(full)) - set(definitions(lean))
     assert {"touch", "purge_expired", "check_format", "init_meta"} <= dropped and "write_channel" not in dropped

@@ -75,10 +75,12 @@ def test_self_parent_record_is_refused_by_the_script(sync_client, prefix):
 async def test_stored_cycle_ends_every_walk_with_an_error(saver, sync_client, monkeypatch, budgets, length):
     for name, value in (budgets or {}).items():
         monkeypatch.setattr(plans, name, value)
-    ids = sorted(str(uuid6(clock_seq=i)) for i in range(length))
-    # each names the next as its parent, and the last names the first: a cycle of `length`
+    root, *ids = sorted(str(uuid6(clock_seq=i)) for i in range(length + 1))
+    # a root first (a new thread whose first checkpoint names a parent reads as damaged: its
+    # keys were lost), then each names the next as its parent and the last names the first
+    await _put(saver, "t", root, None, 0)
     for i, cid in enumerate(ids):
-        await _put(saver, "t", cid, ids[(i + 1) % length], i)
+        await _put(saver, "t", cid, ids[(i + 1) % length], i + 1)
     with pytest.raises(ParentCycleError, match="returns to"):
         await call(saver, "get_delta_channel_history", config=_cfg("t"), channels=["d"])
     with pytest.raises(ParentCycleError):

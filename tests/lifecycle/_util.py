@@ -100,6 +100,11 @@ def write_count(client: Any, wr_key: bytes) -> int:
     return client.hlen(wr_key) - client.hexists(wr_key, "")
 
 
+def blob_fields(client: Any, blob_key: bytes) -> set[bytes]:
+    """The fields of a thread's blob hash that hold blobs (field "" is the blob mark)."""
+    return set(client.hkeys(blob_key)) - {b""}
+
+
 def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     """Blob fields named by the channel versions of the thread's stored checkpoints
     (``tp`` = the thread's key prefix); decodes the records as the scripts do."""

@@ -1,0 +1,127 @@
+"""The server's ``maxmemory-policy``: warn (or refuse) when it may evict single keys of a thread.
+
+Redis evicts whole keys. Under ``allkeys-*`` any key may go, under ``volatile-*`` any key
+with a ttl (the keys of threads saved with a ttl): one key of a thread can then vanish
+while the others remain, and reads of that thread raise ``DamagedThreadError``. The drivers
+ask once per saver (``setup()`` or the first call: one round trip per primary), with
+``CONFIG GET maxmemory-policy``, else ``INFO memory`` (managed services often disable
+CONFIG); when neither answers, nothing is said.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from redis.exceptions import ConnectionError, TimeoutError
+
+from .errors import EvictionPolicyWarning, UnsupportedServerError
+
+logger = logging.getLogger("redis_saver")
+
+MODES = ("warn", "raise", "off")
+# errors that mean "the server is not reachable now": the check is tried again on the next call
+UNREACHABLE = (ConnectionError, TimeoutError)
+
+
+def check_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(f"eviction_check must be 'warn', 'raise' or 'off', got {mode!r}")
+    return mode
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _find(reply: Any, name: str) -> str | None:
+    """The value of ``name`` in a CONFIG GET / INFO reply (also when nested per node)."""
+    if not isinstance(reply, dict):
+        return None
+    for k, v in reply.items():
+        if _text(k) == name and not isinstance(v, dict):
+            return _text(v)
+    for v in reply.values():
+        found = _find(v, name)
+        if found is not None:
+            return found
+    return None
+
+
+def targets(client: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(name, command kwargs) per server to ask: every primary of a cluster, else the client's."""
+    if hasattr(client, "get_primaries"):
+        return [(f"{n.host}:{n.port}", {"target_nodes": n}) for n in client.get_primaries()]
+    return [("", {})]
+
+
+def from_config(reply: Any) -> str | None:
+    return _find(reply, "maxmemory-policy")
+
+
+def from_info(reply: Any) -> str | None:
+    return _find(reply, "maxmemory_policy")
+
+
+def evicts_keys(policy: str) -> bool:
+    return policy.startswith(("allkeys-", "volatile-"))
+
+
+def report(policies: dict[str, str | None], mode: str) -> None:
+    """Warn (mode "warn") or raise ``UnsupportedServerError`` (mode "raise") when a server's
+    policy may evict single keys of a thread; ``policies``: server name -> policy (None = unknown)."""
+    bad = {node: p for node, p in policies.items() if p is not None and evicts_keys(p)}
+    if not bad:
+        return
+    where = ", ".join(f"{p} on {node}" if node else p for node, p in sorted(bad.items()))
+    volatile = all(p.startswith("volatile-") for p in bad.values())
+    msg = (
+        f"redis_saver: maxmemory-policy {where} lets Redis evict single keys of a thread "
+        + ("that has a ttl " if volatile else "")
+        + "under memory pressure; the rest of the thread stays, and reads of it then raise "
+        "DamagedThreadError. Use maxmemory-policy noeviction (writes then fail with an OOM error "
+        "and nothing is lost) and size maxmemory for the data (a ttl or prune() bounds it)."
+    )
+    if mode == "raise":
+        raise UnsupportedServerError(msg + " (eviction_check='raise')")
+    logger.warning(msg)
+    warnings.warn(msg, EvictionPolicyWarning, stacklevel=4)
+
+
+# the questions, in order: CONFIG GET, then INFO memory (when CONFIG is disabled or denied)
+QUESTIONS = (("config_get", "maxmemory-policy", from_config), ("info", "memory", from_info))
+
+
+def ask_sync(client: Any) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, kw in targets(client):
+        policy = None
+        for method, arg, parse in QUESTIONS:
+            try:
+                policy = parse(getattr(client, method)(arg, **kw))
+            except UNREACHABLE:
+                raise
+            except Exception:  # CONFIG disabled or denied (managed services, ACL), or unparsable
+                policy = None
+            if policy is not None:
+                break
+        out[name] = policy
+    return out
+
+
+async def ask_async(client: Any) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, kw in targets(client):
+        policy = None
+        for method, arg, parse in QUESTIONS:
+            try:
+                policy = parse(await getattr(client, method)(arg, **kw))
+            except UNREACHABLE:
+                raise
+            except Exception:  # see ask_sync
+                policy = None
+            if policy is not None:
+                break
+        out[name] = policy
+    return out
