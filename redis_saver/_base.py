@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -27,6 +27,14 @@ class TTLConfig:
 
     default_ttl: float | None = None
     refresh_on_read: bool = False
+    # derived once: what every script call sends (0 = no expiry)
+    ttl_ms: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        ms = 0
+        if isinstance(self.default_ttl, (int, float)) and not isinstance(self.default_ttl, bool) and self.default_ttl > 0:
+            ms = max(1, round(self.default_ttl * 60_000))
+        object.__setattr__(self, "ttl_ms", ms)
 
     @classmethod
     def coerce(cls, ttl: TTLConfig | Mapping[str, Any] | None) -> TTLConfig:
@@ -47,10 +55,6 @@ class TTLConfig:
             if not cfg.default_ttl > 0:
                 raise ValueError("default_ttl must be > 0 minutes (use None for no expiry)")
         return cfg
-
-    @property
-    def ttl_ms(self) -> int:
-        return 0 if self.default_ttl is None else max(1, round(self.default_ttl * 60_000))
 
 
 SAVER_OPTIONS = (
@@ -127,14 +131,14 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
         self.history = history
         self.fencing = bool(fencing)
-        self._ttl_ms = self.ttl.ttl_ms
-        self._refresh = self.ttl.refresh_on_read
-        self._history = history
-        self._fencing = self.fencing
         check_client(client)
         self.client = client
         self._driver = self._driver_cls(client, self.keys, self.retries)
         self._driver.set_eviction_check(eviction_check)
+        self._bound()
+
+    def _bound(self) -> None:
+        """Called at the end of ``__init__`` (AsyncRedisSaver binds to a running loop)."""
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions ``"<counter:032>.<random>"``, as InMemorySaver / PostgresSaver."""

@@ -13,7 +13,7 @@ import bisect
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -31,6 +31,9 @@ from langgraph.checkpoint.base import (
 from . import _codec as codec
 from .errors import ParentCycleError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
+
+if TYPE_CHECKING:
+    from ._base import TTLConfig
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 20_000  # members one list call may examine while filtering
@@ -120,18 +123,17 @@ class Plans:
 
     serde: SerializerProtocol
     keys: KeySchema
-    _ttl_ms: int
-    _refresh: bool
-    _history: str
-    _fencing: bool
+    ttl: TTLConfig
+    history: str
+    fencing: bool
     _wait: tuple[int, int] | None
 
     # ---- helpers -------------------------------------------------------------------
     def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
-        return [FORMAT_VERSION, thread_id, self._ttl_ms, "1" if refresh else "0"]
+        return [FORMAT_VERSION, thread_id, self.ttl.ttl_ms, "1" if refresh else "0"]
 
     def _read_script(self, name: str) -> tuple[str, bool]:
-        refresh = self._refresh and self._ttl_ms > 0
+        refresh = self.ttl.refresh_on_read and self.ttl.ttl_ms > 0
         return (name + "+rw" if refresh else name), refresh
 
     def _load(self, type_: bytes, data: bytes) -> Any:
@@ -231,8 +233,8 @@ class Plans:
             cid,
             parent,
             record,
-            self._history,
-            "1" if self._fencing else "0",
+            self.history,
+            "1" if self.fencing else "0",
             codec.chain_entry(parent, versions),
             len(new_versions),
             *blob_args,
@@ -276,7 +278,7 @@ class Plans:
         if len(argv) == fixed:
             return None
         argv[fixed - 1] = (len(argv) - fixed) // 2
-        if self._ttl_ms == 0:
+        if self.ttl.ttl_ms == 0:
             # the steady state: 2 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
             stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self._wait)
@@ -355,10 +357,19 @@ class Plans:
                 return
             upper = cursor
 
-    def _plan_live_threads(self, runs: Sequence[str] | None = None) -> Plan[list[str]]:
-        """Fan out over every slot's index: ids of live threads (optionally holding ``runs``)."""
+    def _plan_index_slots(self) -> Plan[list[int]]:
+        """The slots that may hold a cross-thread index key of this prefix."""
+        slots: list[int] = yield IndexSlots()
+        return slots
+
+    def _plan_live_threads(
+        self, runs: Sequence[str] | None = None, slots: Sequence[int] | None = None
+    ) -> Plan[list[str]]:
+        """Fan out over every slot's index (or over ``slots``, from ``_plan_index_slots``): ids
+        of live threads (optionally holding ``runs``)."""
         args: list[Any] = ["threads"] if runs is None else ["runs", *runs]
-        slots = yield IndexSlots()
+        if slots is None:
+            slots = yield from self._plan_index_slots()
         replies = yield [Call("ix_query", self.keys.index_keys(slot), args) for slot in slots]
         out: list[str] = []
         for r in replies:

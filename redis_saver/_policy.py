@@ -11,6 +11,8 @@ CONFIG); when neither answers, nothing is said.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -28,7 +30,7 @@ UNREACHABLE = (ConnectionError, TimeoutError)
 def check_mode(mode: Any) -> str:
     if mode not in MODES:
         raise ValueError(f"eviction_check must be 'warn', 'raise' or 'off', got {mode!r}")
-    return mode
+    return str(mode)
 
 
 def _text(v: Any) -> str:
@@ -86,42 +88,18 @@ def report(policies: dict[str, str | None], mode: str) -> None:
     if mode == "raise":
         raise UnsupportedServerError(msg + " (eviction_check='raise')")
     logger.warning(msg)
-    warnings.warn(msg, EvictionPolicyWarning, stacklevel=4)
+    warnings.warn(msg, EvictionPolicyWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside this package: the warning points at the
+    application's call, however deep the saver's own frames are."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # the questions, in order: CONFIG GET, then INFO memory (when CONFIG is disabled or denied)
 QUESTIONS = (("config_get", "maxmemory-policy", from_config), ("info", "memory", from_info))
-
-
-def ask_sync(client: Any) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name, kw in targets(client):
-        policy = None
-        for method, arg, parse in QUESTIONS:
-            try:
-                policy = parse(getattr(client, method)(arg, **kw))
-            except UNREACHABLE:
-                raise
-            except Exception:  # CONFIG disabled or denied (managed services, ACL), or unparsable
-                policy = None
-            if policy is not None:
-                break
-        out[name] = policy
-    return out
-
-
-async def ask_async(client: Any) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name, kw in targets(client):
-        policy = None
-        for method, arg, parse in QUESTIONS:
-            try:
-                policy = parse(await getattr(client, method)(arg, **kw))
-            except UNREACHABLE:
-                raise
-            except Exception:  # see ask_sync
-                policy = None
-            if policy is not None:
-                break
-        out[name] = policy
-    return out

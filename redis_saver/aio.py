@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
 from ._base import SAVER_OPTIONS, RedisSaverBase
 from ._clients import make_async_client
 from ._drivers import AsyncDriver
+from ._plans import Plan
 
 T = TypeVar("T")
 
@@ -33,11 +34,12 @@ class AsyncRedisSaver(RedisSaverBase):
     """
 
     _driver_cls = AsyncDriver
+    _driver: AsyncDriver
+    loop: asyncio.AbstractEventLoop | None
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        super().__init__(client, **options)
+    def _bound(self) -> None:
         try:  # bound now when built inside a running loop (as AsyncPostgresSaver), else lazily
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            self.loop = asyncio.get_running_loop()
         except RuntimeError:
             self.loop = None
 
@@ -57,7 +59,7 @@ class AsyncRedisSaver(RedisSaverBase):
         if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.get_running_loop()
 
-    async def _run(self, plan: Any) -> Any:
+    async def _run(self, plan: Plan[T]) -> T:
         self._bind()
         return await self._driver.run(plan)
 
@@ -84,7 +86,7 @@ class AsyncRedisSaver(RedisSaverBase):
     async def asetup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""
         self._bind()
-        await self._driver.setup(self.keys)
+        await self._driver.setup()
 
     # ---- async API -------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

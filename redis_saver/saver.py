@@ -36,6 +36,7 @@ class RedisSaver(RedisSaverBase):
     """
 
     _driver_cls = SyncDriver
+    _driver: SyncDriver
 
     @classmethod
     @contextmanager
@@ -56,7 +57,7 @@ class RedisSaver(RedisSaverBase):
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""
-        self._driver.setup(self.keys)
+        self._driver.setup()
 
     # ---- sync API --------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -124,8 +125,7 @@ class RedisSaver(RedisSaverBase):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         it = self.list(config, filter=filter, before=before, limit=limit)
-        done = object()
-        while (item := await asyncio.to_thread(next, it, done)) is not done:
+        while (item := await asyncio.to_thread(next, it, None)) is not None:
             yield item
 
     async def aput(

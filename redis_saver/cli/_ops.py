@@ -25,31 +25,14 @@ SLOT_BATCH = 512  # slots queried per pipeline while streaming thread ids
 def iter_thread_ids(saver: Any, match: str | None = None, batch: int = SLOT_BATCH) -> Iterator[str]:
     """Live thread ids, streamed slot batch by slot batch (never all ids in memory at once).
 
-    Runs the saver's own ``_plan_live_threads`` plan, handing it a few hundred slots at a
-    time instead of all of them; ids come out sorted within each batch of slots. ``match``
+    Runs the saver's own ``_plan_live_threads`` plan over a few hundred slots at a time
+    (``_plan_index_slots`` says which); ids come out sorted within each batch of slots. ``match``
     is a glob (``fnmatch``, case-sensitive) on the thread id.
     """
     drv = saver._driver
-    plan = saver._plan_live_threads()
-    first = next(plan)
-    if type(first).__name__ != "IndexSlots":  # the plan changed shape: run it whole
-        plan.close()
-        ids: Iterable[str] = sorted(drv.run(saver._plan_live_threads()))
-        yield from (t for t in ids if match is None or fnmatch.fnmatchcase(t, match))
-        return
-    slots = list(drv.step(first))
-    plan.close()
+    slots = drv.run(saver._plan_index_slots())
     for i in range(0, len(slots), batch):
-        p = saver._plan_live_threads()
-        next(p)
-        step = p.send(slots[i : i + batch])
-        try:
-            p.send(drv.step(step))
-        except StopIteration as stop:
-            found = stop.value or []
-        else:  # pragma: no cover - the plan yielded more than we know how to feed
-            p.close()
-            raise RuntimeError("unexpected step from _plan_live_threads")
+        found = drv.run(saver._plan_live_threads(slots=slots[i : i + batch]))
         for t in sorted(found):
             if match is None or fnmatch.fnmatchcase(t, match):
                 yield t

@@ -274,7 +274,7 @@ def test_differential_small_pages(
     budget exhaustion, paged prune and blob collection, chunked fan-out) is exercised."""
     if contract_kind == "memory":
         return
-    import redis_saver._drivers as drivers
+    import redis_saver._engine as engine
     import redis_saver._plans as plans
 
     for mod, name, value in [
@@ -283,7 +283,7 @@ def test_differential_small_pages(
         (plans, "EXPORT_COUNT", 1),
         (plans, "WALK_BUDGET", 1),
         (plans, "WORK_BUDGET", 2),
-        (drivers, "PIPELINE_CHUNK", 1),
+        (engine, "PIPELINE_CHUNK", 1),
     ]:
         if hasattr(mod, name):
             monkeypatch.setattr(mod, name, value)

@@ -1,0 +1,389 @@
+"""Every decision about talking to Redis, without doing any I/O (sans-IO).
+
+The engine runs a plan (``_plans.py``) and turns its steps into *operations*: a client method
+call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
+(``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
+or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
+the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
+EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
+cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
+maxmemory-policy check runs. ``_drivers.py`` has the two drivers (sync and asyncio) that only
+perform operations, so nothing here is written twice.
+
+A NOSCRIPT reply (the server lost its script cache: restart, failover to a replica that never
+loaded the scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the
+script's body, which cannot get NOSCRIPT (and caches the script again), so it never reaches
+the caller; the hot path (EVALSHA succeeds) costs nothing more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
+
+from . import _policy
+from ._plans import Call, IndexSlots, Out, Plan
+from ._scripts import Script, load_all
+from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
+from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
+
+T = TypeVar("T")
+
+PIPELINE_CHUNK = 2000  # calls per pipeline of a fan-out
+# Cross-thread operations find the slot-index keys with SCAN while the keyspace is small,
+# and query all 16384 slots (a fixed cost, independent of the number of threads) beyond.
+SCAN_MAX_KEYS = 200_000
+CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: tries in all
+_SUFFIX = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
+
+
+# ---- operations ------------------------------------------------------------------------
+@dataclass(slots=True)
+class Cmd:
+    """``client.<name>(*args, **kwargs)``: its reply."""
+
+    name: str
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Pipe:
+    """One non-transactional pipeline (replies and errors in order, nothing raised), on the
+    client, or on one connection to the cluster node serving ``node_key``."""
+
+    commands: list[tuple[Any, ...]]
+    node_key: bytes | None = None
+
+
+@dataclass(slots=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(slots=True)
+class Refresh:
+    """Refresh a cluster client's slot map."""
+
+
+@dataclass(slots=True)
+class Scan:
+    """The names of the keys matching ``pattern`` (every node of a cluster)."""
+
+    pattern: bytes
+
+
+@dataclass(slots=True)
+class Targets:
+    """``_policy.targets(client)``: the nodes to ask about the maxmemory policy."""
+
+
+@dataclass(slots=True)
+class Emit:
+    """Items for the caller of ``iterate`` (``run`` drops them)."""
+
+    items: list[Any]
+
+
+Op = Cmd | Pipe | Sleep | Refresh | Scan | Targets | Emit
+Io = Generator[Op, Any, T]  # an engine generator: yields operations, returns T
+
+
+# ---- errors and replies ----------------------------------------------------------------
+def map_error(exc: ResponseError) -> Exception:
+    """The saver's own error for a script's ``RS_<CODE>`` reply, else ``exc`` itself."""
+    msg = str(exc)
+    code = msg.split(" ", 1)[0]
+    cls = LUA_ERROR_CLASSES.get(code)
+    if cls is None:
+        # fakeredis wraps script errors: "Error running script (...): ... RS_X msg"
+        for c, k in LUA_ERROR_CLASSES.items():
+            if c + " " in msg:
+                code, cls = c, k
+                msg = msg[msg.index(c) :]
+                break
+    if cls is None:
+        return exc
+    err = cls(_SUFFIX.sub("", msg[len(code) :].strip()))
+    err.__cause__ = exc
+    return err
+
+
+def _redirected(reply: Any) -> bool:
+    """A node's reply saying the slot is served elsewhere (or not at all) right now."""
+    return isinstance(reply, (MovedError, AskError, TryAgainError, ClusterDownError))
+
+
+def _raise_first(res: list[Any]) -> list[Any]:
+    for r in res:
+        if isinstance(r, ResponseError):
+            raise map_error(r) from None
+        if isinstance(r, Exception):
+            raise r
+    return res
+
+
+def _check_acks(call: Call, acked: Any) -> None:
+    assert call.wait is not None
+    if isinstance(acked, Exception):
+        raise acked
+    if int(acked) < call.wait[0]:
+        raise ReplicationTimeoutError(
+            f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
+            int(acked),
+        )
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.5, 0.05 * 2.0**attempt)
+
+
+def _unsupported(exc: ResponseError) -> Exception:
+    text = str(exc)
+    if "near '#'" not in text and "shebang" not in text.lower():
+        return exc  # e.g. NOPERM: not a server-version problem
+    return UnsupportedServerError(
+        "redis_saver needs Redis >= 7.0 or Valkey >= 7.2 (Lua scripts with #!lua flags); "
+        f"loading its scripts failed: {exc}"
+    )
+
+
+def check_schema(keys: KeySchema, stored: Any) -> bool:
+    """True when ``<prefix>:schema`` holds an older format this version reads (setup() then
+    records FORMAT_VERSION: from then on a release that reads only the older format refuses
+    the prefix); raises for a format it does not read."""
+    if stored is None:
+        return False
+    fmt = stored.decode() if isinstance(stored, bytes) else str(stored)
+    if fmt not in READ_FORMATS:
+        raise SchemaMismatchError(
+            f"keys under prefix {keys.prefix!r} use storage format {fmt!r}; this redis_saver "
+            f"reads formats {', '.join(READ_FORMATS)} and writes {FORMAT_VERSION}: use another prefix"
+        )
+    return fmt != FORMAT_VERSION
+
+
+Command = tuple[Script | None, tuple[Any, ...]]  # a pipelined command, with its script if any
+
+
+def _resend(commands: Sequence[Command], res: list[Any], last: bool) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """What to send again after a pipeline's NOSCRIPT replies: (positions, commands).
+
+    Only the commands answered NOSCRIPT, as EVAL of the script body, plus the commands that
+    are not scripts (WAIT) after the first of them: WAIT counts the replicas that caught up
+    with the writes before it on the connection. Unless ``last``, only the first command of
+    each script is sent as EVAL and the rest stay EVALSHA behind it (a fan-out of 2000 calls
+    does not send 2000 bodies); the ``last`` round sends EVAL only, which cannot fail so.
+    """
+    positions: list[int] = []
+    again: list[tuple[Any, ...]] = []
+    evaled: set[str] = set()
+    for i, ((script, cmd), r) in enumerate(zip(commands, res, strict=True)):
+        if script is None:
+            if positions:
+                positions.append(i)
+                again.append(cmd)
+        elif isinstance(r, NoScriptError):
+            positions.append(i)
+            if last or script.name not in evaled:
+                evaled.add(script.name)
+                again.append(("EVAL", script.source, *cmd[2:]))
+            else:
+                again.append(cmd)
+    return positions, again
+
+
+# ---- the engine ------------------------------------------------------------------------
+class Engine:
+    """One saver's connection logic: its key schema, scripts, retry and policy-check state.
+
+    Args:
+        keys: the saver's key schema.
+        retries: retries of a step that failed with ``ConnectionError``.
+        cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
+        plain_scripts: send the scripts without their ``#!lua`` line (fakeredis).
+    """
+
+    def __init__(self, keys: KeySchema, retries: int = 0, *, cluster: bool = False, plain_scripts: bool = False):
+        self.keys = keys
+        self.retries = retries
+        self.cluster = cluster
+        scripts = dict(load_all())  # a copy: the loaded scripts are shared by every engine
+        if plain_scripts:
+            scripts = {k: v.without_shebang() for k, v in scripts.items()}
+        self.scripts: dict[str, Script] = scripts
+        # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
+        self.eviction_check = "off"
+        self.policy_pending = False
+
+    def set_eviction_check(self, mode: str) -> None:
+        self.eviction_check = _policy.check_mode(mode)
+        self.policy_pending = mode != "off"
+
+    # a plan, run to its end: the caller gets Emit operations for its items
+    def drive(self, plan: Plan[T]) -> Io[T]:
+        if self.policy_pending and self.eviction_check == "raise":
+            yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
+        reply: Any = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                if self.policy_pending:
+                    yield from self.check_policy()
+                return stop.value  # type: ignore[no-any-return]
+            if isinstance(step, Out):
+                if self.policy_pending:
+                    yield from self.check_policy()
+                yield Emit(step.items)
+                reply = None
+            elif isinstance(step, Call) and not self.retries:
+                reply = yield from self.call(step)
+            else:
+                reply = yield from self.step(step)
+
+    def step(self, step: Any) -> Io[Any]:
+        """One plan step, retried on ``ConnectionError`` (every script is idempotent)."""
+        for attempt in range(self.retries + 1):
+            try:
+                if isinstance(step, IndexSlots):
+                    return (yield from self.index_slots())
+                if isinstance(step, list):
+                    return (yield from self.batch(step))
+                return (yield from self.call(step))
+            except ConnectionError:
+                if attempt == self.retries:
+                    raise
+                yield Sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def _evalsha(self, call: Call) -> Command:
+        s = self.scripts[call.script]
+        return s, ("EVALSHA", s.sha, len(call.keys), *call.keys, *call.args)
+
+    def call(self, call: Call) -> Io[Any]:
+        """One script call: EVALSHA, or EVAL of its body after NOSCRIPT."""
+        if call.wait is not None:
+            return (yield from self._call_and_wait(call))
+        s = self.scripts[call.script]
+        try:
+            try:
+                return (yield Cmd("evalsha", (s.sha, len(call.keys), *call.keys, *call.args)))
+            except NoScriptError:  # EVAL cannot get NOSCRIPT, even if the cache is flushed again
+                return (yield Cmd("eval", (s.source, len(call.keys), *call.keys, *call.args)))
+        except ResponseError as exc:
+            raise map_error(exc) from None
+
+    def pipeline(self, commands: Sequence[Command], node_key: bytes | None = None) -> Io[list[Any]]:
+        """One pipeline; the commands answered NOSCRIPT go again (see ``_resend``)."""
+        res: list[Any] = yield Pipe([cmd for _, cmd in commands], node_key)
+        for last in (False, True):
+            positions, again = _resend(commands, res, last)
+            if not positions:
+                break
+            for i, r in zip(positions, (yield Pipe(again, node_key)), strict=True):
+                res[i] = r
+        return res
+
+    def _call_and_wait(self, call: Call) -> Io[Any]:
+        # WAIT counts the replicas that caught up with the writes of *its own connection*, so
+        # the script and WAIT go in one pipeline on one connection (one round trip); in a
+        # cluster, on a connection to the primary that serves the thread's slot
+        assert call.wait is not None
+        commands = [self._evalsha(call), (None, ("WAIT", *call.wait))]
+        if not self.cluster:
+            reply, acked = yield from self.pipeline(commands)
+        else:
+            for attempt in range(CLUSTER_ATTEMPTS):
+                try:
+                    reply, acked = yield from self.pipeline(commands, call.keys[0])
+                except (ConnectionError, TimeoutError):
+                    if attempt == CLUSTER_ATTEMPTS - 1:
+                        raise
+                    reply = None
+                if reply is not None and not _redirected(reply):
+                    break
+                if attempt == CLUSTER_ATTEMPTS - 1:
+                    break
+                try:  # the node failed or the slot moved: refresh the slot map, try again
+                    yield Refresh()
+                except RedisError:
+                    yield Sleep(_backoff(attempt))
+        _raise_first([reply])
+        _check_acks(call, acked)
+        return reply
+
+    def batch(self, calls: Sequence[Call]) -> Io[list[Any]]:
+        """A fan-out: pipelines of up to PIPELINE_CHUNK calls (in a cluster, split by node)."""
+        out: list[Any] = []
+        for i in range(0, len(calls), PIPELINE_CHUNK):
+            res = yield from self.pipeline([self._evalsha(c) for c in calls[i : i + PIPELINE_CHUNK]])
+            out.extend(_raise_first(res))
+        return out
+
+    def index_slots(self) -> Io[list[int]]:
+        """The slots that may hold a cross-thread index key of this prefix."""
+        if (yield Cmd("dbsize")) > SCAN_MAX_KEYS:
+            return list(range(SLOTS))
+        found = yield Scan(self.keys.index_pattern())
+        return sorted({self.keys.slot_of_index_key(k) for k in found})
+
+    def setup(self) -> Io[None]:
+        """Load every script (where the server refuses ``#!lua``: UnsupportedServerError),
+        record or check the prefix's storage format, and check the memory policy."""
+        for s in self.scripts.values():
+            try:
+                yield Cmd("script_load", (s.source,))
+            except ResponseError as exc:
+                raise _unsupported(exc) from None
+        key = self.keys.schema_key()
+        yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
+        if check_schema(self.keys, (yield Cmd("get", (key,)))):
+            yield Cmd("set", (key, FORMAT_VERSION))
+        if self.policy_pending:
+            yield from self.check_policy()
+
+    def check_policy(self) -> Io[None]:
+        """Once per saver: setup(), or right after its first call that succeeded (before it, with
+        eviction_check="raise"); one round trip per primary. A server that cannot be reached is
+        asked again at the next call; pending is cleared first, so concurrent calls ask once."""
+        self.policy_pending = False
+        try:
+            _policy.report((yield from self._ask_policies()), self.eviction_check)
+        except _policy.UNREACHABLE:
+            self.policy_pending = True  # asked again on the next call, which reports the error
+        except UnsupportedServerError:
+            self.policy_pending = True  # eviction_check="raise": every call refuses until fixed
+            raise
+
+    def _ask_policies(self) -> Io[dict[str, str | None]]:
+        """Each server's maxmemory-policy: CONFIG GET, else INFO memory (CONFIG is often
+        disabled or denied on managed services and for ACL users); None when neither answers."""
+        out: dict[str, str | None] = {}
+        for name, kw in (yield Targets()):
+            policy = None
+            for method, arg, parse in _policy.QUESTIONS:
+                try:
+                    policy = parse((yield Cmd(method, (arg,), kw)))
+                except _policy.UNREACHABLE:
+                    raise
+                except Exception:  # disabled, denied or unparsable: the next question
+                    policy = None
+                if policy is not None:
+                    break
+            out[name] = policy
+        return out
