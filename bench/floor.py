@@ -10,9 +10,9 @@ No TTL, no cluster handling, no delete, no metadata filter server-side: this is 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.memory import InMemorySaver
 
 PUT = """
 redis.call('HSET', KEYS[1], unpack(ARGV, 2, 1 + 2 * tonumber(ARGV[1])))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import gc
 import json
 import os

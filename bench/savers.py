@@ -10,8 +10,9 @@ import asyncio
 import os
 import sqlite3
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis

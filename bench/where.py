@@ -35,15 +35,16 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
 from bench.floor import FloorSaver  # noqa: E402
-from bench.workload import capture, call_for_thread  # noqa: E402
+from bench.workload import call_for_thread, capture  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
 from tests.servers import client_kwargs, start_standalone  # noqa: E402
 

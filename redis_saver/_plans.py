@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     ChannelVersions,
@@ -27,6 +26,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
 from .errors import ParentCycleError

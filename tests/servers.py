@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 try:  # normal case: the package is importable
     from redis_saver import _embedded as _emb
@@ -228,7 +229,7 @@ class Cluster:
         for n in self.nodes:
             n.stop()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -375,7 +376,7 @@ class Sentinel:
         for s in [*self.sentinel_servers, self.replica, self.primary]:
             s.stop()
 
-    def __enter__(self) -> "Sentinel":
+    def __enter__(self) -> Sentinel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -466,7 +467,7 @@ class TLSServer:
         self.server.stop()
         shutil.rmtree(self.certs_dir, ignore_errors=True)
 
-    def __enter__(self) -> "TLSServer":
+    def __enter__(self) -> TLSServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

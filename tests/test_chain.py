@@ -16,7 +16,6 @@ from redis_saver import RedisSaver
 from redis_saver import _codec as codec
 from redis_saver.keys import enc
 
-
 AWKWARD = ["messages", "a\x00b", "\x01x\x02", "", "ünï"]  # NUL, \x01, \x02, empty, unicode
 PLAIN = ["messages", "branch:to:chat", "__start__", "ünï"]
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-import redis_saver
 from redis_saver import AsyncRedisSaver, ConflictError
 
 # ids as uuid6 strings would be; only their order matters here

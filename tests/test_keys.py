@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.crc import key_slot
 
-from redis_saver.keys import KeySchema, dec_first, enc, thread_tag, dec_str
+from redis_saver.keys import KeySchema, dec_first, dec_str, enc, thread_tag
+
 
 def generate_config(thread_id: str, checkpoint_ns: str = "") -> dict:
     # (the conformance helper replaces an empty thread id with a random one)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["CountingProxy", "RespRequestParser", "SETUP_COMMANDS"]
 
@@ -211,7 +211,7 @@ class CountingProxy:
                 pass
             s.close()
 
-    def __enter__(self) -> "CountingProxy":
+    def __enter__(self) -> CountingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

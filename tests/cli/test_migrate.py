@@ -84,7 +84,6 @@ def test_migrate_errors(cli, tmp_path, sqlite_file):
 def test_migrate_postgres(cli, rsaver, postgres_url, prefix):
     pytest.importorskip("langgraph.checkpoint.postgres", reason="migrate needs the 'migrate' extra")
     from langgraph.checkpoint.postgres import PostgresSaver
-
     from langgraph.types import Command
 
     from tests.lifecycle.graphs import build, turn_input

@@ -89,7 +89,7 @@ def view(s: Any) -> tuple:
     return (
         s.values,
         s.next,
-        tuple((i.value for i in s.interrupts)),
+        tuple(i.value for i in s.interrupts),
         s.metadata.get("step") if s.metadata else None,
         s.metadata.get("source") if s.metadata else None,
     )
