@@ -237,7 +237,9 @@ def _wait_ready(server: LocalServer, timeout: float) -> None:
         except (OSError, ConnectionError, ssl.SSLError) as e:
             last = e
         time.sleep(0.005)
-    raise ServerStartError(f"server on port {server.port} not ready after {timeout}s (last: {last!r})\n{server.log[-2000:]}")
+    raise ServerStartError(
+        f"server on port {server.port} not ready after {timeout}s (last: {last!r})\n{server.log[-2000:]}"
+    )
 
 
 def start_server(
