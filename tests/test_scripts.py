@@ -179,7 +179,7 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
     for name, s in load_all().items():
         src = _COMMENT.sub("", s.source.decode())
         have = set(re.findall(r"^local function (\w+)\(", src, re.M))
-        called = {f for f in defined if re.search(r"\b%s\(" % f, src.replace("local function %s(" % f, ""))}
+        called = {f for f in defined if re.search(rf"\b{f}\(", src.replace(f"local function {f}(", ""))}
         assert called <= have, f"{name}: calls {called - have} but the include dropped them"
         assert len(have) < len(defined), f"{name}: nothing was dropped"
 
@@ -225,7 +225,7 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     assert lean == rebuilt
     code = _COMMENT.sub("", lean)
     for name in dropped:  # what lean dropped, lean never calls
-        assert not re.search(r"\b%s\(" % name, code)
+        assert not re.search(rf"\b{name}\(", code)
 
 
 def _reference_pack(parts) -> bytes:

@@ -113,7 +113,7 @@ async def _verify(saver: Any, log: Log) -> tuple[int, int]:
             assert fl and fl[0] == "put" and fl[1] == tid and extra == [fl[2]["id"]], (tid, extra, fl)
             _same_checkpoint(got[0], fl[2], fl[3])
             assert got[0].pending_writes == []
-        for tup, (conf, cp, md) in zip(got[len(extra) :], reversed(acked)):
+        for tup, (conf, cp, md) in zip(got[len(extra) :], reversed(acked), strict=True):
             assert tup.config == conf
             _same_checkpoint(tup, cp, md)
             cid = cp["id"]

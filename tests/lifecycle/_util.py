@@ -110,6 +110,6 @@ def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     for field, raw in client.hgetall(tp + b"cp").items():
         ns, _ = dec_first(field)
         versions = unpack(unpack(raw)[5])
-        for ch, ver in zip(versions[0::2], versions[1::2]):
+        for ch, ver in zip(versions[0::2], versions[1::2], strict=True):  # a flat list of pairs
             out.add(enc(ns) + enc(ch) + ver)
     return out

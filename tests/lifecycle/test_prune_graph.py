@@ -50,7 +50,7 @@ def expected_kept_steps(mem: InMemorySaver, thread_id: str) -> tuple[list[int], 
     on the unpruned reference: (root chain, sorted list of the subgraph namespaces' chains)."""
     root: list[int] = []
     subs: list[list[int]] = []
-    for ns, tuples in _by_ns(mem.list(cfg(thread_id))).items():
+    for ns in _by_ns(mem.list(cfg(thread_id))):
         latest = mem.get_tuple(cfg(thread_id, checkpoint_ns=ns))
         cp = latest.checkpoint
         counters = latest.metadata.get("counters_since_delta_snapshot") or {}
