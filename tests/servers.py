@@ -7,7 +7,8 @@ with ``--save '' --appendonly no``; readiness = PING answered; teardown = SIGKIL
 
     with start_standalone() as s:                 # Server: host, port, url, proc, dir, stop()
         r = redis.Redis.from_url(s.url, **client_kwargs())
-    c = start_cluster(masters=3, replicas_per_master=1)   # Cluster: nodes, startup_nodes, url, kill_node, primary_for_slot
+    # Cluster: nodes, startup_nodes, url, kill_node, primary_for_slot
+    c = start_cluster(masters=3, replicas_per_master=1)
     rc = c.client()                               # redis.cluster.RedisCluster with test timeouts / no retry
     sen = start_sentinel()                        # Sentinel: sentinels [(host, port)], master_name, primary, replica
     m = sen.client().master_for(sen.master_name, **client_kwargs())

@@ -94,7 +94,8 @@ class RespRequestParser:
 
 def _name(cmd: list[bytes]) -> str:
     first = cmd[0].decode(errors="replace").upper()
-    if first in ("CLIENT", "CONFIG", "SCRIPT", "CLUSTER", "FUNCTION", "OBJECT", "MEMORY", "XINFO", "XGROUP") and len(cmd) > 1:
+    two_word = ("CLIENT", "CONFIG", "SCRIPT", "CLUSTER", "FUNCTION", "OBJECT", "MEMORY", "XINFO", "XGROUP")
+    if first in two_word and len(cmd) > 1:
         return f"{first} {cmd[1].decode(errors='replace').upper()}"
     return first
 

@@ -134,7 +134,10 @@ def explain(exp: Any, got: Any) -> str:
         out = []
         for k in sorted(set(exp) | set(got), key=str):
             if exp.get(k, "<absent>") != got.get(k, "<absent>"):
-                out.append(f"  [{k!r}] expected {exp.get(k, '<absent>')!r}\n  {' ' * len(repr(k))}   got      {got.get(k, '<absent>')!r}")
+                out.append(
+                    f"  [{k!r}] expected {exp.get(k, '<absent>')!r}\n"
+                    f"  {' ' * len(repr(k))}   got      {got.get(k, '<absent>')!r}"
+                )
         return "\n".join(out)
     return f"expected {exp!r}\ngot      {got!r}"
 

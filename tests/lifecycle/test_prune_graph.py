@@ -130,7 +130,8 @@ async def test_prune_keep_latest_many_turns_with_subgraph(saver, sync_client, pr
         # a second prune right away deletes nothing
         keys_now = {k: sync_client.dump(k) for k in thread_keys(sync_client, prefix, tid) if not k.endswith(b":meta")}
         await call(saver, "prune", [tid])
-        assert {k: sync_client.dump(k) for k in thread_keys(sync_client, prefix, tid) if not k.endswith(b":meta")} == keys_now
+        keys_after = {k: sync_client.dump(k) for k in thread_keys(sync_client, prefix, tid) if not k.endswith(b":meta")}
+        assert keys_after == keys_now
 
     # the walk was exercised beyond the trivial "latest is a snapshot" case
     assert max(root_lengths) > 1, root_lengths
