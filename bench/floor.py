@@ -163,7 +163,8 @@ class _FloorBase(BaseCheckpointSaver):
         for i in range(0, len(flat), 2):
             task_id, _, widx = flat[i].partition(b"\0")
             path, ch, rest = flat[i + 1].split(b"\0", 2)
-            ws.append((writes_sort_key(path.decode(), task_id.decode(), int(widx)), task_id.decode(), ch.decode(), rest))
+            tid = task_id.decode()
+            ws.append((writes_sort_key(path.decode(), tid, int(widx)), tid, ch.decode(), rest))
         ws.sort(key=lambda w: w[0])
         return ws
 
