@@ -63,16 +63,19 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
     print(f"\n### Failover of a primary under load, 3+3 cluster, node-timeout 1000 ms, {args.threads} writers\n")
-    print("| run | fault | wait_for_replicas | promoted (s) | recovery (s) | longest ack gap (s) | acked puts | lost puts | acked writes | lost writes "
+    print("| run | fault | wait_for_replicas | promoted (s) | recovery (s) | longest ack gap (s) "
+          "| acked puts | lost puts | acked writes | lost writes "
           "| errors seen by workers (retried) | other primaries stalled |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['run']} | {r['fault']} | {r['wait_for_replicas']} | {r['promoted_s']:.2f} | {r['recovery_s']:.2f} | {r['max_gap_s']:.2f} "
+            f"| {r['run']} | {r['fault']} | {r['wait_for_replicas']} "
+            f"| {r['promoted_s']:.2f} | {r['recovery_s']:.2f} | {r['max_gap_s']:.2f} "
             f"| {r['acked_puts']} | {r['lost_puts']} | {r['acked_writes']} | {r['lost_writes']} "
             f"| {fmt_errors(r['errors'])} | {len(r['others_stalled'])} |"
         )
-    print("\n| fault | wait_for_replicas | runs | recovery median (s) | recovery max (s) | acked puts/run | lost puts (total) "
+    print("\n| fault | wait_for_replicas | runs | recovery median (s) | recovery max (s) "
+          "| acked puts/run | lost puts (total) "
           "| lost writes (total) | integrity problems |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for fault, wait in [(f, w) for f in faults for w in (0, 1)]:

@@ -10,9 +10,9 @@ No TTL, no cluster handling, no delete, no metadata filter server-side: this is 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.memory import InMemorySaver
 
 PUT = """
 redis.call('HSET', KEYS[1], unpack(ARGV, 2, 1 + 2 * tonumber(ARGV[1])))
@@ -162,7 +163,8 @@ class _FloorBase(BaseCheckpointSaver):
         for i in range(0, len(flat), 2):
             task_id, _, widx = flat[i].partition(b"\0")
             path, ch, rest = flat[i + 1].split(b"\0", 2)
-            ws.append((writes_sort_key(path.decode(), task_id.decode(), int(widx)), task_id.decode(), ch.decode(), rest))
+            tid = task_id.decode()
+            ws.append((writes_sort_key(path.decode(), tid, int(widx)), tid, ch.decode(), rest))
         ws.sort(key=lambda w: w[0])
         return ws
 

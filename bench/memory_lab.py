@@ -25,6 +25,7 @@ changed; this file only measures.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -34,8 +35,9 @@ import struct
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, TypedDict
+from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -879,12 +881,13 @@ def run_schemes(versions: list[Version], half_put: int, reps: int) -> list[dict]
         res["worst_fields"] = s.chain(worst)
         s.read(old)
         res["old_decomp"] = s.decomp
-        res["read_latest_us"] = median_us(lambda: s.read(latest), reps)
-        res["read_worst_us"] = median_us(lambda: s.read(worst), reps)
-        res["read_old_us"] = median_us(lambda: s.read(old), reps)
+        # (the loop's s and versions bound as defaults; each lambda is timed here, in this iteration)
+        res["read_latest_us"] = median_us(lambda s=s, latest=latest: s.read(latest), reps)
+        res["read_worst_us"] = median_us(lambda s=s, worst=worst: s.read(worst), reps)
+        res["read_old_us"] = median_us(lambda s=s, old=old: s.read(old), reps)
         # put: encode the last version again with the writer's cache holding its predecessor
         res["put_us"] = _stream_put_cost(make, msgs, reps) if isinstance(s, Stream) else median_us(
-            lambda: _encode_last(s, msgs), reps)
+            lambda s=s: _encode_last(s, msgs), reps)
         # the whole sequence again (3 runs, per-put median): mean and max over the second half, merges included
         runs = [s.put_times]
         for _ in range(2):
@@ -892,8 +895,8 @@ def run_schemes(versions: list[Version], half_put: int, reps: int) -> list[dict]
             for v in msgs:
                 s2.put(v.version, v.type, v.data, v.base)
             runs.append(s2.put_times)
-        per_put = [statistics.median(x) for x in zip(*runs)]
-        tail = [t for t, v in zip(per_put, msgs) if v.put_index >= half_put]
+        per_put = [statistics.median(x) for x in zip(*runs, strict=True)]  # one time per put of msgs, each run
+        tail = [t for t, v in zip(per_put, msgs, strict=True) if v.put_index >= half_put]
         res["seq_put_mean_us"], res["seq_put_max_us"] = statistics.mean(tail), max(tail)
         if isinstance(s, Stream):
             res["frames_max"] = max(len(x) for x in s.streams.values())
@@ -988,7 +991,7 @@ def main() -> None:
           f"{fmt_b(raw_full / puts_full)} at {turns}\n")
     # where consecutive versions differ
     diffs = []
-    for x, y in zip(msgs, msgs[1:]):
+    for x, y in itertools.pairwise(msgs):
         p, q, r_, s_ = splice(x.data, y.data)
         diffs.append((p, q - p, r_ - p, len(y.data) - s_, s_ - q == len(x.data) - r_ and p + s_ - q >= len(x.data) - 8))
     pure = sum(1 for d in diffs if d[4])

@@ -111,7 +111,8 @@ def markdown(res: dict) -> str:
             if not tp:
                 continue
             L.append(f"| {n} | " + " | ".join(
-                f"{tp[c]['steps_per_s']:,.0f} ({tp[c]['client_cpu_pct']:.0f}%)" if c in tp else "–" for c in cols) + " |")
+                f"{tp[c]['steps_per_s']:,.0f} ({tp[c]['client_cpu_pct']:.0f}%)" if c in tp else "–" for c in cols
+            ) + " |")
         L.append("")
 
     L.append("## Bytes stored per checkpoint, and wire cost per operation")
@@ -220,7 +221,7 @@ def chart(res: dict, path) -> None:
                              "Scaling: list(before=middle), limit=10 solid / limit=5 dashed")):
         for n in names:
             sc = res["scaling"].get(n, {})
-            for key, style in zip(keys, ("-", "--")):
+            for key, style in zip(keys, ("-", "--"), strict=False):  # one or two keys: solid, then dashed
                 xs = [int(s) for s, d in sc.items() if d.get(key)]
                 if xs:
                     ax.plot(xs, [sc[str(x)][key] for x in xs], marker="o", ls=style, color=color[n],

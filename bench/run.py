@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import gc
 import json
 import os
@@ -130,7 +129,7 @@ def compare_list(label, got, exp, fails, warns):
     if gi != ei:
         fails.append(f"{label}: ids differ (got {len(gi)}, expected {len(ei)}; first {gi[:1]} vs {ei[:1]})")
         return
-    for g, e in zip(got, exp):
+    for g, e in zip(got, exp, strict=True):  # the same ids, checked above
         compare_tuple(label, g, e, fails, warns)
 
 
@@ -449,8 +448,8 @@ def main(argv=None) -> int:
             skipped[name] = f"setup failed: {type(ex).__name__}: {str(ex)[:200]}"
             log(f"  skipped: {skipped[name]}")
     names = [e.name for e in entries]
-    ref = Entry("reference", "sync", "memory", __import__("langgraph.checkpoint.memory", fromlist=["x"]).InMemorySaver(),
-                loop)
+    memory = __import__("langgraph.checkpoint.memory", fromlist=["x"])
+    ref = Entry("reference", "sync", "memory", memory.InMemorySaver(), loop)
 
     timer = Timer()
     errors: dict[str, list] = defaultdict(list)
@@ -521,9 +520,10 @@ def main(argv=None) -> int:
             base = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
             byid = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": mid_id}}
             reads = [
-                ("get_tuple latest", lambda e: e.get_tuple(base)),
-                ("get_tuple by id", lambda e: e.get_tuple(byid)),
-                ("list limit=10", lambda e: e.list(base, limit=10)),
+                # (this rep's configs bound as defaults; the reads run below, in this iteration)
+                ("get_tuple latest", lambda e, base=base: e.get_tuple(base)),
+                ("get_tuple by id", lambda e, byid=byid: e.get_tuple(byid)),
+                ("list limit=10", lambda e, base=base: e.list(base, limit=10)),
                 ("delta history", lambda e: e.delta(delta_cfg, ["messages"])),
             ]
             for op, fn in reads:
@@ -615,7 +615,8 @@ def main(argv=None) -> int:
                             for op, lim in ((("list", 10), ("list5", 5)) if i % 2 == 0 else
                                             (("list5", 5), ("list", 10))):
                                 guarded(e, f"scale {op} {size}", st.time, e.name, f"{op}{size}", r,
-                                        lambda e=e, lim=lim: e.list(base, before=before, limit=lim))
+                                        lambda e=e, lim=lim, base=base, before=before: e.list(
+                                            base, before=before, limit=lim))
             for size in sizes:
                 base, before = cfgs[size]
                 for e in live[size]:

@@ -10,8 +10,9 @@ import asyncio
 import os
 import sqlite3
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -161,7 +162,7 @@ def _import_redis_saver():
     try:
         from redis_saver import AsyncRedisSaver, RedisSaver
     except Exception as e:  # the package is being written concurrently
-        raise Unavailable(f"redis_saver import failed: {type(e).__name__}: {e}")
+        raise Unavailable(f"redis_saver import failed: {type(e).__name__}: {e}") from e
     return RedisSaver, AsyncRedisSaver
 
 
@@ -195,7 +196,7 @@ def make_sqlite(ctx):
     try:
         from langgraph.checkpoint.sqlite import SqliteSaver
     except ImportError as e:
-        raise Unavailable(f"langgraph-checkpoint-sqlite not installed: {e}")
+        raise Unavailable(f"langgraph-checkpoint-sqlite not installed: {e}") from e
     path = os.path.join(ctx["tmp"], "bench.sqlite")
     conn = sqlite3.connect(path, check_same_thread=False)
     saver = SqliteSaver(conn)
@@ -214,7 +215,7 @@ def _pg(ctx):
         from langgraph.checkpoint.postgres import PostgresSaver  # noqa: F401
         from psycopg_pool import ConnectionPool  # noqa: F401
     except ImportError as e:
-        raise Unavailable(f"langgraph-checkpoint-postgres / psycopg[binary,pool] not installed: {e}")
+        raise Unavailable(f"langgraph-checkpoint-postgres / psycopg[binary,pool] not installed: {e}") from e
 
 
 def _pg_schema(ctx, tag):
@@ -305,7 +306,7 @@ def _official():
         from langgraph.checkpoint.redis import RedisSaver
         from langgraph.checkpoint.redis.aio import AsyncRedisSaver
     except ImportError as e:
-        raise Unavailable(f"langgraph-checkpoint-redis not installed: {e}")
+        raise Unavailable(f"langgraph-checkpoint-redis not installed: {e}") from e
     return RedisSaver, AsyncRedisSaver
 
 
@@ -341,7 +342,7 @@ def _plain():
     try:
         from langgraph_checkpoint_plainredis import AsyncRedisSaver, RedisSaver
     except ImportError as e:
-        raise Unavailable(f"langgraph-checkpoint-plainredis not installed: {e}")
+        raise Unavailable(f"langgraph-checkpoint-plainredis not installed: {e}") from e
     return RedisSaver, AsyncRedisSaver
 
 

@@ -97,7 +97,9 @@ def server_usec(client: redis.Redis) -> tuple[float, int]:
     return usec, calls
 
 
-def measure_server(client: redis.Redis, pairs: list[tuple[Thread, Thread]], samples: int, block: int = 50) -> tuple[float, float]:
+def measure_server(
+    client: redis.Redis, pairs: list[tuple[Thread, Thread]], samples: int, block: int = 50
+) -> tuple[float, float]:
     """Server-side us per put (INFO commandstats), no client/network noise: alternating blocks of
     ``block`` puts per variant, stats reset before each block. Returns (no-TTL, TTL) us/call."""
     tot = {0: [0.0, 0], 1: [0.0, 0]}
@@ -156,13 +158,15 @@ def main() -> None:
 
         print(f"redis {info['redis_version']} (local, loopback), redis-py {redis.__version__}, "
               f"{args.samples} interleaved samples per cell, {elapsed:.0f}s\n")
-        print("| checkpoints in thread | p50 no TTL (us) | p50 TTL (us) | p50 ratio | p99 no TTL (us) | p99 TTL (us) | p99 ratio |")
+        print("| checkpoints in thread | p50 no TTL (us) | p50 TTL (us) | p50 ratio "
+              "| p99 no TTL (us) | p99 TTL (us) | p99 ratio |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
         p50s = []
         for name, p, t in rows:
             p50p, p50t, p99p, p99t = pct(p, 50), pct(t, 50), pct(p, 99), pct(t, 99)
             p50s.append((p50p, p50t))
-            print(f"| {name} | {p50p:.0f} | {p50t:.0f} | {p50t / p50p:.2f}x | {p99p:.0f} | {p99t:.0f} | {p99t / p99p:.2f}x |")
+            print(f"| {name} | {p50p:.0f} | {p50t:.0f} | {p50t / p50p:.2f}x "
+                  f"| {p99p:.0f} | {p99t:.0f} | {p99t / p99p:.2f}x |")
         (sp, st), (bp, bt) = p50s
         print(f"\nhistory growth (p50 at {rows[1][0]} / p50 at 10): no TTL {bp / sp:.2f}x, TTL {bt / st:.2f}x")
         print("\nServer-side time per put (INFO commandstats, EVALSHA usec/call; alternating blocks):\n")
@@ -172,7 +176,8 @@ def main() -> None:
             print(f"| {name} | {p_us:.1f} | {t_us:.1f} | {t_us / p_us:.2f}x |")
         print()
         print("median of per-pair ratios (TTL put / the no-TTL put next to it): "
-              + ", ".join(f"{n}: {statistics.median(x / y for x, y in zip(t, p)):.2f}x" for n, p, t in rows))
+              + ", ".join(f"{n}: {statistics.median(x / y for x, y in zip(t, p, strict=True)):.2f}x"
+                          for n, p, t in rows))
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
    small checkpoints (the benchmark's scaling fill, a 2-write put_writes on every third),
    redis_saver and the floor alternating: server time and wall time per call (p50).
 
-Nothing here asserts anything beyond sanity checks (a page of 10): it measures. Numbers move with the machine's load; compare rows
-within one run.
+Nothing here asserts anything beyond sanity checks (a page of 10): it measures. Numbers move with the
+machine's load; compare rows within one run.
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
 from bench.floor import FloorSaver  # noqa: E402
-from bench.workload import capture, call_for_thread  # noqa: E402
+from bench.workload import call_for_thread, capture  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
 from tests.servers import client_kwargs, start_standalone  # noqa: E402
 
@@ -132,7 +133,7 @@ def client_cpu(savers: dict[str, Any], calls: list, rounds: int) -> dict[str, di
     out: dict[str, dict[str, float]] = {}
     for label, fn in cases.items():
         cs = pw if "put_writes" in label else pu
-        best = min(_cpu(lambda: fn(cs)) for _ in range(rounds)) / len(cs)
+        best = min(_cpu(lambda fn=fn, cs=cs: fn(cs)) for _ in range(rounds)) / len(cs)
         out[label] = {"us": best * 1e6}
     for name, s in savers.items():
         for op, cs in (("put_writes", pw), ("put", pu)):
@@ -168,8 +169,11 @@ def crowded(calls: list, rounds: int, extra: int = 6) -> list[tuple[str, dict[st
     name = "put_writes+lean"
     full = _scripts.load_all()[name].source.decode()
     body_at = full.index(BODY_START)
-    variants = [("empty script", "#!lua\nreturn 1"), ("helpers only", full[:body_at] + "do return 1 end\n" + full[body_at:]),
-                ("whole script", full)]
+    variants = [
+        ("empty script", "#!lua\nreturn 1"),
+        ("helpers only", full[:body_at] + "do return 1 end\n" + full[body_at:]),
+        ("whole script", full),
+    ]
     out = []
     with ExitStack() as stack:
         servers = [stack.enter_context(start_standalone()) for _ in range(2 + extra)]

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import _messages_delta_reducer, add_messages
 
 WORDS = ("checkpoint redis latency graph channel replay thread message saver state token cluster "

@@ -14,8 +14,6 @@ fixtures on top of them. Nothing here imports redis-py: readiness is checked wit
 
 from __future__ import annotations
 
-from typing import IO
-
 import atexit
 import contextlib
 import os
@@ -31,6 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "LocalServer",
@@ -238,7 +237,9 @@ def _wait_ready(server: LocalServer, timeout: float) -> None:
         except (OSError, ConnectionError, ssl.SSLError) as e:
             last = e
         time.sleep(0.005)
-    raise ServerStartError(f"server on port {server.port} not ready after {timeout}s (last: {last!r})\n{server.log[-2000:]}")
+    raise ServerStartError(
+        f"server on port {server.port} not ready after {timeout}s (last: {last!r})\n{server.log[-2000:]}"
+    )
 
 
 def start_server(

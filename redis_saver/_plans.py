@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     ChannelVersions,
@@ -27,6 +26,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
 from .errors import ParentCycleError
@@ -185,7 +185,9 @@ class Plans:
         if not cid:
             raise ValueError("checkpoint['id'] must not be empty")
         if cid == parent:
-            raise ValueError(f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)")
+            raise ValueError(
+                f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)"
+            )
         if not isinstance(new_versions, dict):
             raise TypeError("new_versions must be a dict")
         if not isinstance(metadata, dict):
@@ -202,7 +204,9 @@ class Plans:
         try:
             md = get_checkpoint_metadata(config, metadata)
         except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
-            raise TypeError(f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}") from None
+            raise TypeError(
+                f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
+            ) from None
         cp_type, cp_bytes = self.serde.dumps_typed(c)
         md_type, md_bytes = self.serde.dumps_typed(md)
         blob_args: list[bytes] = []
@@ -274,7 +278,8 @@ class Plans:
             if widx is None:
                 widx = idx
             ty, data = dumps(value)
-            argv += [tag + _idx8(widx), codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)]
+            record = codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)
+            argv += [tag + _idx8(widx), record]
         if len(argv) == fixed:
             return None
         argv[fixed - 1] = (len(argv) - fixed) // 2
@@ -389,12 +394,16 @@ class Plans:
         pending = [(t, upper, 0) for t in threads]
         while pending:
             calls = [
-                Call(name, self.keys.thread_keys(t), self._header(t, refresh) + [index, up, lower, page, SCAN_BUDGET, *fargs])
+                Call(
+                    name,
+                    self.keys.thread_keys(t),
+                    self._header(t, refresh) + [index, up, lower, page, SCAN_BUDGET, *fargs],
+                )
                 for t, up, _ in pending
             ]
             replies = yield calls
             nxt = []
-            for (t, _, n), reply in zip(pending, replies):
+            for (t, _, n), reply in zip(pending, replies, strict=True):
                 cursor, items = reply[0], reply[1:]
                 got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4]) for i in items]
                 found.extend(got)
@@ -426,7 +435,7 @@ class Plans:
             for t in threads
         ]
         total = 0
-        for t, r in zip(threads, replies):
+        for t, r in zip(threads, replies, strict=True):
             total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == b"paged" else int(r[0])
         return total
 
@@ -474,7 +483,7 @@ class Plans:
             Call("prune", self.keys.thread_keys(t), [*self._header(t), strategy, "all", WORK_BUDGET]) for t in tids
         ]
         total = 0
-        for t, r in zip(tids, replies):
+        for t, r in zip(tids, replies, strict=True):
             total += (yield from self._plan_prune_paged(t)) if r[0] == b"paged" else int(r[0])
         return total
 
@@ -560,7 +569,9 @@ class Plans:
         return None
 
     # ---- DeltaChannel history ------------------------------------------------------
-    def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Plan[dict[str, DeltaChannelHistory]]:
+    def _plan_delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[dict[str, DeltaChannelHistory]]:
         chans = list(_sequence(channels, "channels", "channel names"))
         if not chans:
             return {}
@@ -588,10 +599,16 @@ class Plans:
                 break
             for i in ids:  # a cycle longer than one call's walk: the script cannot see it
                 if i in walked:
-                    raise ParentCycleError(f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} returns to {i.decode()}")
+                    raise ParentCycleError(
+                        f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} "
+                        f"returns to {i.decode()}"
+                    )
                 walked.add(i)
             if nxt in walked:
-                raise ParentCycleError(f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} returns to {nxt.decode()}")
+                raise ParentCycleError(
+                    f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} "
+                    f"returns to {nxt.decode()}"
+                )
             cid, cont = nxt.decode(), "1"
         for ancestors in reversed(pages):  # oldest first; each in writes_sort_key order
             for anc in reversed(ancestors):

@@ -124,7 +124,8 @@ def load_all() -> dict[str, Script]:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
         if "--- @lean-variant" in raw:
             # without its @full-only lines, so the helpers only they use are shaken out too
-            lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), _expand(d, _FULL_ONLY.sub("", raw)))
+            full_only_dropped = _expand(d, _FULL_ONLY.sub("", raw))
+            lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), full_only_dropped)
             if n != 1:
                 raise ValueError(f"{path.name}: @lean-variant needs exactly one @keys block")
             out[name + "+lean"] = _make(name + "+lean", lean)

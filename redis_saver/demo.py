@@ -140,7 +140,8 @@ def run(url: str | None, source: str) -> None:
             print(_short(out["messages"][-1]))
             if "__interrupt__" in out:
                 intr = out["__interrupt__"][0]
-                print(f"  -- graph paused by interrupt(): {intr.value['question']} (next: {graph.get_state(config).next})")
+                nxt = graph.get_state(config).next
+                print(f"  -- graph paused by interrupt(): {intr.value['question']} (next: {nxt})")
 
         answer = "yes"
         print(f"  -- human answers {answer!r}; resuming with Command(resume={answer!r})")

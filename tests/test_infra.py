@@ -138,7 +138,10 @@ def test_cluster_fixture_and_hash_tags(cluster):
     rc = cluster.client()
     try:
         assert rc.ping()
-        lua = "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); redis.call('SET', KEYS[3], ARGV[1]); return 3"
+        lua = (
+            "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); "
+            "redis.call('SET', KEYS[3], ARGV[1]); return 3"
+        )
         sha = rc.script_load(lua)
         keys = ["cp:{t1}:h", "cp:{t1}:z", "cp:{t1}:s"]
         assert rc.evalsha(sha, 3, *keys, "v") == 3

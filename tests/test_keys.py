@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from redis.crc import key_slot
 
-from redis_saver.keys import KeySchema, dec_first, enc, thread_tag, dec_str
+from redis_saver.keys import KeySchema, dec_first, dec_str, enc, thread_tag
+
 
 def generate_config(thread_id: str, checkpoint_ns: str = "") -> dict:
     # (the conformance helper replaces an empty thread id with a random one)
@@ -89,11 +90,11 @@ async def test_hostile_ids_round_trip_and_stay_apart(saver, sync_client, prefix)
         assert tup.config["configurable"]["thread_id"] == tid
         assert tup.config["configurable"]["checkpoint_ns"] == ns
         assert tup.checkpoint["channel_values"]["who"] == [tid, ns]
-        assert tup.pending_writes == [("task", "w", [tid, ns])]  # msgpack: tuples come back as lists, as in InMemorySaver
+        # msgpack: tuples come back as lists, as in InMemorySaver
+        assert tup.pending_writes == [("task", "w", [tid, ns])]
     all_tuples = [t async for t in saver.alist(None)]
-    assert sorted((t.config["configurable"]["thread_id"], t.config["configurable"]["checkpoint_ns"]) for t in all_tuples) == sorted(
-        itertools.product(tids, namespaces)
-    )
+    confs = [t.config["configurable"] for t in all_tuples]
+    assert sorted((c["thread_id"], c["checkpoint_ns"]) for c in confs) == sorted(itertools.product(tids, namespaces))
     # deleting one hostile thread leaves every other one intact
     await saver.adelete_thread("{")
     assert await saver.aget_tuple(generate_config("{")) is None

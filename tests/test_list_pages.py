@@ -41,8 +41,8 @@ def _fill(saver, ids, subs):
         if i in (2, 5):
             sub = subs[i]
             scfg = {"configurable": {"thread_id": "t", "checkpoint_ns": "sub"}}
-            saver.put(scfg, generate_checkpoint(checkpoint_id=sub, channel_values={"s": i}, channel_versions={"s": "1"}),
-                      generate_metadata(step=100 + i), {"s": "1"})
+            scp = generate_checkpoint(checkpoint_id=sub, channel_values={"s": i}, channel_versions={"s": "1"})
+            saver.put(scfg, scp, generate_metadata(step=100 + i), {"s": "1"})
             saver.put_writes({"configurable": {"thread_id": "t", "checkpoint_ns": "sub", "checkpoint_id": sub}},
                              [("s", f"sub{i}")], "sub-task", "")
 

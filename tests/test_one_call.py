@@ -22,7 +22,8 @@ async def _chain(saver, tid: str, n: int) -> list[dict]:
     cfgs, parent = [], generate_config(tid)
     for i in range(n):
         cp = generate_checkpoint(channel_values={"x": i, "y": "same"}, channel_versions={"x": str(i + 1), "y": "1"})
-        parent = await saver.aput(parent, cp, generate_metadata(step=i, run_id=f"run-{i % 2}"), {"x": str(i + 1), "y": "1"})
+        md = generate_metadata(step=i, run_id=f"run-{i % 2}")
+        parent = await saver.aput(parent, cp, md, {"x": str(i + 1), "y": "1"})
         await saver.aput_writes(parent, [("x", i), ("y", "w")], f"task-{i}", "path")
         cfgs.append(parent)
     return cfgs

@@ -66,7 +66,9 @@ def test_every_script_has_a_header_and_right_flags():
         assert first.startswith("#!lua"), path.name
         writes = scripts[path.stem].writes
         # a script that calls a write command must not claim no-writes, and vice versa
-        calls_writes = bool(re.search(r"'(HSET|HSETNX|HDEL|ZADD|ZREM|DEL|UNLINK|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text))
+        calls_writes = bool(
+            re.search(r"'(HSET|HSETNX|HDEL|ZADD|ZREM|DEL|UNLINK|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text)
+        )
         uses_touch = "touch()" in text or "drop_thread()" in text
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
         if "--- @include" in text:
@@ -77,7 +79,8 @@ def test_only_the_deleting_scripts_run_out_of_memory():
     # allow-oom lets an operator free memory under noeviction; put / put_writes must stay refused
     scripts = load_all()
     allow = {n for n, s in scripts.items() if b"allow-oom" in s.source.split(b"\n", 1)[0]}
-    assert allow == {"delete_thread", "delete_runs", "prune", "gc"}  # gc: the blob collection of a paged prune / delete_for_runs
+    # gc: the blob collection of a paged prune / delete_for_runs
+    assert allow == {"delete_thread", "delete_runs", "prune", "gc"}
     assert all(scripts[n].writes for n in allow)
 
 
@@ -96,7 +99,8 @@ def test_lua_reads_the_formats_python_says_it_reads():
 
 def test_put_sends_what_put_lua_reads(offline_saver):
     cp = generate_checkpoint(channel_values={"a": 1, "b": 2}, channel_versions={"a": "1", "b": "2"})
-    call = first_call(offline_saver._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"}))
+    plan = offline_saver._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"})
+    call = first_call(plan)
     _thread_call_checks(call, "put")
     n = call.args[11]
     assert n == 3 and len(call.args) == fixed_argv("put") + 2 * n
@@ -179,7 +183,7 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
     for name, s in load_all().items():
         src = _COMMENT.sub("", s.source.decode())
         have = set(re.findall(r"^local function (\w+)\(", src, re.M))
-        called = {f for f in defined if re.search(r"\b%s\(" % f, src.replace("local function %s(" % f, ""))}
+        called = {f for f in defined if re.search(rf"\b{f}\(", src.replace(f"local function {f}(", ""))}
         assert called <= have, f"{name}: calls {called - have} but the include dropped them"
         assert len(have) < len(defined), f"{name}: nothing was dropped"
 
@@ -213,7 +217,11 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     # only they called; nothing else differs
     full_only = [line for line in full.splitlines() if "-- @full-only" in line]
     assert [line.split("(")[0] for line in full_only] == [
-        "check_format", "if ", "init_meta", "touch", "if TTL_MS == 0 then redis.call"
+        "check_format",
+        "if ",
+        "init_meta",
+        "touch",
+        "if TTL_MS == 0 then redis.call",
     ]
     assert "-- @full-only" not in lean
     dropped = set(definitions(full)) - set(definitions(lean))
@@ -227,7 +235,7 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     assert lean == rebuilt
     code = _COMMENT.sub("", lean)
     for name in dropped:  # what lean dropped, lean never calls
-        assert not re.search(r"\b%s\(" % name, code)
+        assert not re.search(rf"\b{name}\(", code)
 
 
 def _reference_pack(parts) -> bytes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["CountingProxy", "RespRequestParser", "SETUP_COMMANDS"]
 
@@ -94,7 +94,8 @@ class RespRequestParser:
 
 def _name(cmd: list[bytes]) -> str:
     first = cmd[0].decode(errors="replace").upper()
-    if first in ("CLIENT", "CONFIG", "SCRIPT", "CLUSTER", "FUNCTION", "OBJECT", "MEMORY", "XINFO", "XGROUP") and len(cmd) > 1:
+    two_word = ("CLIENT", "CONFIG", "SCRIPT", "CLUSTER", "FUNCTION", "OBJECT", "MEMORY", "XINFO", "XGROUP")
+    if first in two_word and len(cmd) > 1:
         return f"{first} {cmd[1].decode(errors='replace').upper()}"
     return first
 
@@ -211,7 +212,7 @@ class CountingProxy:
                 pass
             s.close()
 
-    def __enter__(self) -> "CountingProxy":
+    def __enter__(self) -> CountingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import click
@@ -58,7 +58,9 @@ class State:
             if self._saver is None:
                 self._saver = RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde)
             return self._saver
-        return RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde, ttl={"default_ttl": ttl_minutes})
+        return RedisSaver(
+            self.client, prefix=self.prefix, retries=3, serde=self.serde, ttl={"default_ttl": ttl_minutes}
+        )
 
     def writer_for(self, thread_id: str) -> Any:
         """A saver whose writes keep the thread's expiry: ``--ttl`` if given, else the
@@ -262,7 +264,8 @@ def _confirm(what: str, yes: bool) -> None:
 
 
 def _threads_arg(saver: Any, threads: Iterable[str]) -> tuple[list[str], list[str]]:
-    found, missing = [], []
+    found: list[str] = []
+    missing: list[str] = []
     for t in threads:
         (found if ops.thread_exists(saver, t) else missing).append(t)
     return found, missing
@@ -337,7 +340,7 @@ def _interrupts(t: Any) -> list[dict[str, Any]]:
     return outl
 
 
-def _next_tasks(cp: dict) -> list[str]:
+def _next_tasks(cp: Mapping[str, Any]) -> list[str]:
     # LangGraph marks a node to run next by updating its "branch:to:<node>" channel
     return [c[len("branch:to:"):] for c in cp.get("updated_channels") or () if c.startswith("branch:to:")]
 
@@ -372,7 +375,9 @@ def show(st: State, thread: str, ns: str | None, limit: int | None, checkpoint_i
                 "source": (t.metadata or {}).get("source"),
                 "ts": t.checkpoint.get("ts"),
                 "next": _next_tasks(t.checkpoint),
-                "pending_writes": [{"task_id": w[0], "channel": w[1], "value": jsonable(w[2])} for w in t.pending_writes or ()],
+                "pending_writes": [
+                    {"task_id": w[0], "channel": w[1], "value": jsonable(w[2])} for w in t.pending_writes or ()
+                ],
                 "interrupts": jsonable(_interrupts(t)),
                 "metadata": jsonable(t.metadata),
             })
@@ -385,8 +390,10 @@ def show(st: State, thread: str, ns: str | None, limit: int | None, checkpoint_i
     if many_ns:
         tab.add_column("ns")
     for col in ("step", "source", "parent", "next", "writes", "interrupts"):
-        tab.add_column(col, justify="right" if col in ("step", "writes") else "left",
-                       **({"min_width": ID_WIDTH, "overflow": "fold"} if col == "parent" else {}))
+        if col == "parent":
+            tab.add_column(col, justify="left", min_width=ID_WIDTH, overflow="fold")
+        else:
+            tab.add_column(col, justify="right" if col in ("step", "writes") else "left")
     for t in tuples:
         c = t.config["configurable"]
         parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id") or "-"
@@ -461,7 +468,7 @@ def stats(st: State, no_count: bool, as_json: bool) -> None:
         pipe = client.pipeline(transaction=False)
         for k in batch:
             pipe.execute_command("MEMORY USAGE", k, "SAMPLES", "0")
-        for k, n in zip(batch, pipe.execute()):
+        for k, n in zip(batch, pipe.execute(), strict=True):  # one reply per command
             acc = by_kind.setdefault(ops.key_kind(saver, k), [0, 0])
             acc[0] += 1
             acc[1] += int(n or 0)
@@ -485,7 +492,7 @@ def stats(st: State, no_count: bool, as_json: bool) -> None:
                 n_cps += ops.count_checkpoints(saver, tid)
             prog.advance(task2)
     server = _server_info(client)
-    doc = {
+    doc: dict[str, Any] = {
         "prefix": st.prefix,
         "threads": n_threads,
         "checkpoints": None if no_count else n_cps,
@@ -510,14 +517,16 @@ def stats(st: State, no_count: bool, as_json: bool) -> None:
                       f"{node['used_memory_human']}, maxmemory {node['maxmemory']}, "
                       f"maxmemory-policy {node['maxmemory_policy']}")
     for node in server:
-        if node["maxmemory_policy"] not in ("noeviction", "unknown") and not str(node["maxmemory_policy"]).startswith("volatile"):
+        policy = node["maxmemory_policy"]
+        if policy not in ("noeviction", "unknown") and not str(policy).startswith("volatile"):
             err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
                       "eviction can remove one key of a thread and leave the others; use noeviction")
-        elif node["maxmemory_policy"].startswith("volatile"):
+        elif policy.startswith("volatile"):
             err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
                       "threads with a TTL may be evicted before they expire; noeviction is safest")
-        elif node["maxmemory_policy"] == "unknown":
-            err.print(f"[yellow]warning[/]: {node['node']}: CONFIG GET refused; check that maxmemory-policy is noeviction")
+        elif policy == "unknown":
+            err.print(f"[yellow]warning[/]: {node['node']}: CONFIG GET refused; "
+                      "check that maxmemory-policy is noeviction")
 
 
 def _server_info(client: Any) -> list[dict[str, Any]]:
@@ -531,8 +540,9 @@ def _server_info(client: Any) -> list[dict[str, Any]]:
         return {"": reply}
 
     try:
-        info = per_node(client.info(section="server", target_nodes="primaries") if _is_cluster(client) else client.info("server"))
-        mem = per_node(client.info(section="memory", target_nodes="primaries") if _is_cluster(client) else client.info("memory"))
+        cluster = _is_cluster(client)
+        info = per_node(client.info(section="server", target_nodes="primaries") if cluster else client.info("server"))
+        mem = per_node(client.info(section="memory", target_nodes="primaries") if cluster else client.info("memory"))
     except redis.exceptions.ResponseError:
         info, mem = {"": {}}, {"": {}}
     try:
@@ -585,11 +595,12 @@ def delete(st: State, thread_ids: tuple[str, ...], yes: bool, dry_run: bool) -> 
     sums = {t: ops.summarize(saver, t) for t in found}
     for t, s in sums.items():
         n = s.checkpoints if s else 0
-        click.echo(f"{'would delete' if dry_run else 'to delete:'} thread {t}: {n} checkpoint(s), {_size(s.bytes if s else 0)}")
+        click.echo(f"{'would delete' if dry_run else 'to delete:'} thread {t}: {n} checkpoint(s), "
+                   f"{_size(s.bytes if s else 0)}")
     if dry_run:
         return
     _confirm(f"Delete {len(found)} thread(s)?", yes)
-    done = []
+    done: list[str] = []
     for t in found:
         try:
             saver.delete_thread(t)
@@ -638,8 +649,9 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
                 click.echo(f"would delete thread {t}: {s.checkpoints} checkpoint(s)")
             else:
                 keep = len(s.namespaces)
-                click.echo(f"would prune thread {t}: {s.checkpoints} checkpoint(s) in {keep} namespace(s); keeps the "
-                           f"latest of each (plus ancestors its DeltaChannels need), drops up to {s.checkpoints - keep}")
+                click.echo(f"would prune thread {t}: {s.checkpoints} checkpoint(s) in {keep} namespace(s); "
+                           f"keeps the latest of each (plus ancestors its DeltaChannels need), "
+                           f"drops up to {s.checkpoints - keep}")
         click.echo(f"dry run: {n} thread(s), nothing changed")
         return
     _confirm(f"Prune ({strategy}) {what}?", yes)
@@ -802,12 +814,14 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
     todo = [t for t in info["threads"] if not (skip_existing and t in existing)]
     verb = "would import" if dry_run else "import"
     click.echo(f"{verb} {len(todo)} thread(s), {info['checkpoints']} checkpoint(s) in the file"
-               + (f"; {len(existing)} existing thread(s) " + ("replaced" if replace else "skipped") if existing else ""))
+               + (f"; {len(existing)} existing thread(s) " + ("replaced" if replace else "skipped")
+                  if existing else ""))
     if dry_run:
         return
     if replace and existing:
         _confirm(f"Replace {len(existing)} existing thread(s)?", yes)
-    todo_set, done = set(todo), []
+    todo_set = set(todo)
+    done: list[str] = []
     n_c = n_w = 0
     t0 = time.monotonic()
     writer = st.saver(st.ttl) if st.ttl is not None else saver
@@ -825,7 +839,8 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
             except Exception as exc:
                 left = [t for t in todo if t not in done and t != tid]
                 raise _fail(f"importing thread {tid!r} failed ({type(exc).__name__}: {exc}); it is partly written "
-                            f"(rerun with --replace); imported: {len(done)} thread(s); not touched: {len(left)}") from None
+                            f"(rerun with --replace); imported: {len(done)} thread(s); "
+                            f"not touched: {len(left)}") from None
             done.append(tid)
             prog.update(task, advance=1, rate=_rate(n_c, t0))
     click.echo(f"imported {len(done)} thread(s), {n_c} checkpoint(s), {n_w} pending write(s)")
@@ -842,7 +857,9 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
 @click.option("--verify", is_flag=True, help="Afterwards, compare every migrated thread checkpoint by checkpoint.")
 @dry_option
 @pass_state
-def migrate(st: State, source: str, target: str | None, thread_opt: tuple[str, ...], verify: bool, dry_run: bool) -> None:
+def migrate(
+    st: State, source: str, target: str | None, thread_opt: tuple[str, ...], verify: bool, dry_run: bool
+) -> None:
     """Copy threads from SqliteSaver / PostgresSaver into Redis, oldest checkpoint first.
 
     Ids, parents, metadata and pending writes are preserved. Resumable: checkpoints already

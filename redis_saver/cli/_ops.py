@@ -38,7 +38,7 @@ def iter_thread_ids(saver: Any, match: str | None = None, batch: int = SLOT_BATC
                 yield t
 
 
-def thread_config(thread_id: str, ns: str | None = None, checkpoint_id: str | None = None) -> dict:
+def thread_config(thread_id: str, ns: str | None = None, checkpoint_id: str | None = None) -> dict[str, Any]:
     conf: dict[str, Any] = {"thread_id": thread_id}
     if ns is not None:
         conf["checkpoint_ns"] = ns
@@ -165,9 +165,9 @@ class Item:
     ns: str
     checkpoint_id: str
     parent_id: str | None
-    checkpoint: dict  # with channel_values limited to the channels in new_versions
-    metadata: dict
-    new_versions: dict
+    checkpoint: dict[str, Any]  # with channel_values limited to the channels in new_versions
+    metadata: dict[str, Any]
+    new_versions: dict[str, Any]
     writes: list[tuple[str, str, Any]]  # (task_id, channel, value), in the order list() gives
 
 
@@ -179,7 +179,7 @@ def items_from_tuples(tuples: Sequence[CheckpointTuple]) -> list[Item]:
     LangGraph itself calls ``put``.
     """
     ordered = sorted(tuples, key=lambda t: t.config["configurable"]["checkpoint_id"])
-    versions: dict[tuple[str, str], dict] = {}
+    versions: dict[tuple[str, str], dict[str, Any]] = {}
     out: list[Item] = []
     for t in ordered:
         conf = t.config["configurable"]
@@ -218,7 +218,7 @@ def write_item(saver: Any, item: Item) -> int:
     return len(item.writes)
 
 
-def write_pending(saver: Any, config: dict, writes: Sequence[tuple[str, str, Any]]) -> None:
+def write_pending(saver: Any, config: dict[str, Any], writes: Sequence[tuple[str, str, Any]]) -> None:
     """Store pending writes so that they read back in the same order.
 
     Reads return writes in ``(task_path, task_id, idx)`` order but do not expose the task
@@ -245,7 +245,7 @@ def write_pending(saver: Any, config: dict, writes: Sequence[tuple[str, str, Any
                 saver.put_writes(config, [(c, v)], task_id, path)
 
 
-def tuple_view(t: CheckpointTuple) -> tuple:
+def tuple_view(t: CheckpointTuple) -> tuple[Any, ...]:
     """What two savers must agree on for one checkpoint."""
     return (
         t.config["configurable"].get("thread_id"),
@@ -262,7 +262,7 @@ def _is_delta_snapshot(v: Any) -> bool:
     return type(v).__name__ == "_DeltaSnapshot"  # langgraph.channels.delta (private class)
 
 
-def _delta_only_diff(x: dict, y: dict) -> bool:
+def _delta_only_diff(x: dict[str, Any], y: dict[str, Any]) -> bool:
     """Checkpoints equal but for DeltaChannel snapshots present on one side only.
 
     Savers that store a whole checkpoint per row (SqliteSaver) keep a DeltaChannel snapshot
@@ -276,19 +276,26 @@ def _delta_only_diff(x: dict, y: dict) -> bool:
         return False
     if {c: v for c, v in vx.items() if c not in extra} != {c: v for c, v in vy.items() if c not in extra}:
         return False
-    rest = lambda cp: {k: v for k, v in cp.items() if k != "channel_values"}  # noqa: E731
+    def rest(cp: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in cp.items() if k != "channel_values"}
+
     return rest(x) == rest(y)
 
 
-def diff_threads(a: Sequence[CheckpointTuple], b: Sequence[CheckpointTuple], notes: list[str] | None = None) -> list[str]:
+def diff_threads(
+    a: Sequence[CheckpointTuple], b: Sequence[CheckpointTuple], notes: list[str] | None = None
+) -> list[str]:
     """Differences between two reads of one thread, checkpoint by checkpoint ([] = equal).
 
     A checkpoint that differs only by a DeltaChannel snapshot present on one side (see
     ``_delta_only_diff``) counts as equal; it is reported in ``notes``.
     """
-    key = lambda t: (t.config["configurable"].get("checkpoint_ns", "") or "", t.config["configurable"]["checkpoint_id"])  # noqa: E731
+    def key(t: CheckpointTuple) -> tuple[str, str]:
+        conf = t.config["configurable"]
+        return (conf.get("checkpoint_ns", "") or "", conf["checkpoint_id"])
+
     da, db = {key(t): t for t in a}, {key(t): t for t in b}
-    out = []
+    out: list[str] = []
     for k in sorted(set(da) | set(db)):
         if k not in db:
             out.append(f"checkpoint {k[1]} (ns {k[0]!r}) missing in the target")
@@ -297,7 +304,7 @@ def diff_threads(a: Sequence[CheckpointTuple], b: Sequence[CheckpointTuple], not
         else:
             va, vb = tuple_view(da[k]), tuple_view(db[k])
             names = ("thread", "ns", "id", "parent", "checkpoint", "metadata", "pending writes")
-            bad = [n for n, x, y in zip(names, va, vb) if x != y]
+            bad = [n for n, x, y in zip(names, va, vb, strict=True) if x != y]
             if bad == ["checkpoint"] and _delta_only_diff(va[4], vb[4]):
                 if notes is not None:
                     notes.append(f"checkpoint {k[1]} (ns {k[0]!r}): a DeltaChannel snapshot on one side only")

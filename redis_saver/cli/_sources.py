@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 INSTALL_HINT = "pip install 'redis-saver[migrate]'"
@@ -41,7 +41,9 @@ def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
 
             from langgraph.checkpoint.sqlite import SqliteSaver
         except ImportError as exc:
-            raise SourceError(f"migrating from SQLite needs langgraph-checkpoint-sqlite ({INSTALL_HINT}): {exc}") from None
+            raise SourceError(
+                f"migrating from SQLite needs langgraph-checkpoint-sqlite ({INSTALL_HINT}): {exc}"
+            ) from None
         conn = sqlite3.connect(path, check_same_thread=False)
         try:
             try:
@@ -67,7 +69,9 @@ def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
             raise SourceError(f"cannot connect to PostgreSQL: {exc}") from None
         try:
             try:
-                rows = saver.conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id").fetchall()
+                # from_conn_string opens one Connection (PostgresSaver.conn is typed Connection | ConnectionPool)
+                pg = cast("psycopg.Connection[dict[str, Any]]", saver.conn)
+                rows = pg.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id").fetchall()
             except psycopg.Error as exc:
                 raise SourceError(f"no PostgresSaver tables there: {exc}") from None
             yield saver, [str(r["thread_id"]) for r in rows]

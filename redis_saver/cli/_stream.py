@@ -116,7 +116,9 @@ def check_file(f: IO[str]) -> dict[str, Any]:
                     raise StreamError(f"line {lineno}: checkpoint record without {k!r}")
             tid = rec["thread_id"]
             if tid in threads and tid != last:
-                raise StreamError(f"line {lineno}: thread {tid!r} continues after another thread (lines must be grouped)")
+                raise StreamError(
+                    f"line {lineno}: thread {tid!r} continues after another thread (lines must be grouped)"
+                )
             threads[tid] = None
             last = tid
             n += 1

@@ -74,7 +74,9 @@ def cli(redis_url, prefix):
         res = runner.invoke(app, ["--url", redis_url, "--prefix", prefix, *args], input=input,
                             env={"COLUMNS": "200", **(env or {})}, catch_exceptions=False)
         if code is not None:
-            assert res.exit_code == code, f"exit {res.exit_code}, expected {code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+            assert res.exit_code == code, (
+                f"exit {res.exit_code}, expected {code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+            )
         return res
 
     return run

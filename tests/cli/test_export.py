@@ -141,7 +141,8 @@ def test_custom_serde(cli, redis_url, prefix, tmp_path, monkeypatch):
 
     with RedisSaver.from_conn_string(redis_url, prefix=prefix, serde=toy_serde_mod.Scrambled()) as saver:
         run_threads(saver, ["e-0"])
-        before = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list({"configurable": {"thread_id": "e-0"}})]
+        e0 = {"configurable": {"thread_id": "e-0"}}
+        before = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list(e0)]
         res = cli("show", "e-0", code=1)  # the default serializer cannot read these bytes
         assert "Error" in res.stderr and "Traceback" not in res.stderr
         opt = ["--serde", "toy_serde_mod:Scrambled"]
@@ -151,7 +152,7 @@ def test_custom_serde(cli, redis_url, prefix, tmp_path, monkeypatch):
         assert '"x+msgpack"' in path.read_text()
         cli(*opt, "delete", "e-0", "--yes")
         cli(*opt, "import", str(path))
-        after = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list({"configurable": {"thread_id": "e-0"}})]
+        after = [(t.config, t.checkpoint, t.metadata, t.pending_writes) for t in saver.list(e0)]
         assert after == before
     cli("--serde", "nope_module:x", "threads", code=2)
     sys.modules.pop("toy_serde_mod", None)

@@ -48,7 +48,8 @@ def test_migrate_sqlite(cli, rsaver, sqlite_file):
     with sqlite3.connect(str(sqlite_file), check_same_thread=False) as conn:
         _same(SqliteSaver(conn), rsaver, ["s-0", "s-1", "s-2"])
     # the interrupted thread resumes on Redis
-    out = build_graph().compile(checkpointer=rsaver).invoke(Command(resume="ok"), {"configurable": {"thread_id": "s-0"}})
+    graph = build_graph().compile(checkpointer=rsaver)
+    out = graph.invoke(Command(resume="ok"), {"configurable": {"thread_id": "s-0"}})
     assert out["msgs"][-2:] == ["answer:ok", "b"]
 
 
@@ -84,7 +85,6 @@ def test_migrate_errors(cli, tmp_path, sqlite_file):
 def test_migrate_postgres(cli, rsaver, postgres_url, prefix):
     pytest.importorskip("langgraph.checkpoint.postgres", reason="migrate needs the 'migrate' extra")
     from langgraph.checkpoint.postgres import PostgresSaver
-
     from langgraph.types import Command
 
     from tests.lifecycle.graphs import build, turn_input

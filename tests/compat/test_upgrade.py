@@ -151,7 +151,8 @@ def test_the_previous_release_data_is_read_and_continued_in_place(old_release, r
         latest = RedisSaver(c, prefix=prefix, history="latest")
         build(latest).invoke({"messages": [("user", "four")]}, {"configurable": {"thread_id": "latest"}})
         lst = list(latest.list({"configurable": {"thread_id": "latest"}}))
-        assert len(lst) == 1 and [m.content for m in lst[0].checkpoint["channel_values"]["messages"]][-1] == "echo: four"
+        assert len(lst) == 1
+        assert [m.content for m in lst[0].checkpoint["channel_values"]["messages"]][-1] == "echo: four"
         # the threads this version wrote are format 4 now; the untouched one is still format 3
         assert {t: meta(t) for t in old} == {
             "full": b"4", "ttl": b"4", "pinned": b"4", "latest": b"4", "untouched": b"3"

@@ -52,7 +52,7 @@ DEPLOYMENTS = [d for d in os.environ.get("CONTRACT_DEPLOYMENTS", "standalone,clu
 def contract_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "cluster":
         cluster = request.getfixturevalue("cluster")
-        yield "redis+cluster://127.0.0.1:%d" % cluster.nodes[0].port
+        yield f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"
         return
     try:
         url = request.getfixturevalue("redis_url")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 
 import pytest
 from langgraph.checkpoint.conformance import validate
@@ -107,7 +108,7 @@ def test_get_next_version_monotonic(kind: str) -> None:
         v = saver.get_next_version(v, None)
         seen.append(v)
     assert all(type(x) is type(seen[0]) for x in seen)
-    assert all(a < b for a, b in zip(seen, seen[1:])), seen
+    assert all(a < b for a, b in itertools.pairwise(seen)), seen
     # accepts what other savers stored
     nxt = saver.get_next_version(5, None)
     assert int(str(nxt).split(".")[0]) == 6

@@ -124,7 +124,7 @@ def explain(exp: Any, got: Any) -> str:
             f"expected {len(exp)} items: {[e and e.get('config') for e in exp]}",
             f"got      {len(got)} items: {[g and g.get('config') for g in got]}",
         ]
-        for i, (e, g) in enumerate(zip(exp, got)):
+        for i, (e, g) in enumerate(zip(exp, got, strict=False)):  # the lengths may differ: that is reported above
             if e != g:
                 lines.append(f"first difference at index {i}:")
                 lines.append(explain(e, g))
@@ -134,7 +134,10 @@ def explain(exp: Any, got: Any) -> str:
         out = []
         for k in sorted(set(exp) | set(got), key=str):
             if exp.get(k, "<absent>") != got.get(k, "<absent>"):
-                out.append(f"  [{k!r}] expected {exp.get(k, '<absent>')!r}\n  {' ' * len(repr(k))}   got      {got.get(k, '<absent>')!r}")
+                out.append(
+                    f"  [{k!r}] expected {exp.get(k, '<absent>')!r}\n"
+                    f"  {' ' * len(repr(k))}   got      {got.get(k, '<absent>')!r}"
+                )
         return "\n".join(out)
     return f"expected {exp!r}\ngot      {got!r}"
 

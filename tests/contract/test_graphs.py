@@ -355,7 +355,9 @@ async def test_subgraphs(pair_factory: Any) -> None:
     # history of the subgraph namespace compares too
     e_sub = await p._call(p.ref_graph, "get_state", cfg(), subgraphs=True)
     e_ns = e_sub.tasks[0].state.config["configurable"]["checkpoint_ns"]
-    e_h = await p._call(p.ref_graph, "get_state_history", {"configurable": {"thread_id": THREAD, "checkpoint_ns": e_ns}})
+    e_h = await p._call(
+        p.ref_graph, "get_state_history", {"configurable": {"thread_id": THREAD, "checkpoint_ns": e_ns}}
+    )
     g_h = await p._call(p.graph, "get_state_history", {"configurable": {"thread_id": THREAD, "checkpoint_ns": ns}})
     assert [norm_snapshot(s) for s in g_h] == [norm_snapshot(s) for s in e_h]
     await p.both("invoke", Command(resume=5), cfg())

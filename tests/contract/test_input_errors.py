@@ -86,7 +86,9 @@ class Ctx:
         with pytest.raises(exc) as info:
             await self.call(name, *args, **kwargs)
         after = self.snapshot()
-        assert after == before, f"{name} raised {info.value!r} but changed keys: {sorted(set(after) ^ set(before)) or 'values'}"
+        assert after == before, (
+            f"{name} raised {info.value!r} but changed keys: {sorted(set(after) ^ set(before)) or 'values'}"
+        )
         assert str(info.value), "exception without a message"
         return info.value
 
@@ -116,7 +118,8 @@ async def test_missing_thread_id(ctx: Ctx) -> None:
     for bad in ({"configurable": {"checkpoint_ns": ""}}, {"configurable": {"thread_id": None, "checkpoint_ns": ""}}):
         e = await ctx.fails(ValueError, "put", bad, c, {}, {})
         assert "thread_id" in str(e)
-        await ctx.fails(ValueError, "put_writes", {**bad, "configurable": {**bad["configurable"], "checkpoint_id": c["id"]}}, [("a", 1)], "task")
+        wbad = {**bad, "configurable": {**bad["configurable"], "checkpoint_id": c["id"]}}
+        await ctx.fails(ValueError, "put_writes", wbad, [("a", 1)], "task")
         await ctx.fails(ValueError, "get_tuple", bad)
         await ctx.fails(ValueError, "list", bad)
     assert ctx.snapshot() == {}
@@ -192,7 +195,9 @@ async def test_unserializable_channel_value_writes_nothing(ctx: Ctx) -> None:
 
 
 async def test_unserializable_metadata_writes_nothing(ctx: Ctx) -> None:
-    await ctx.fails(TypeError, "put", cfg(), ckpt(values={"a": 1}, versions={"a": "1"}), {"bad": Unserializable()}, {"a": "1"})
+    await ctx.fails(
+        TypeError, "put", cfg(), ckpt(values={"a": 1}, versions={"a": "1"}), {"bad": Unserializable()}, {"a": "1"}
+    )
     assert ctx.snapshot() == {}
 
 
@@ -302,7 +307,7 @@ async def test_harmless_edge_inputs(ctx: Ctx) -> None:
     assert len(await ctx.call("list", None, filter={})) == 1
 
 
-# --------------------------------------------------------------------------- malformed put / put_writes / read arguments
+# ------------------------------------------------------------------ malformed put / put_writes / read arguments
 # Each must raise TypeError before anything is sent (AttributeError from deep inside the
 # saver, or a str iterated character by character, used to be the result).
 async def test_put_bad_metadata(ctx: Ctx) -> None:
@@ -364,7 +369,9 @@ async def test_put_writes_bad_writes(ctx: Ctx) -> None:
 
 
 async def test_delta_history_channels_must_be_a_sequence(ctx: Ctx) -> None:
-    stored = await ctx.call("put", cfg(), ckpt(values={"messages": [1]}, versions={"messages": "1"}), {}, {"messages": "1"})
+    stored = await ctx.call(
+        "put", cfg(), ckpt(values={"messages": [1]}, versions={"messages": "1"}), {}, {"messages": "1"}
+    )
     before = ctx.snapshot()
     for bad in ("messages", b"messages", None, 5, {"messages": 1}):
         with pytest.raises(TypeError, match="channels must be a sequence"):

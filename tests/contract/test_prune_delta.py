@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base.id import uuid6
 
-from tests.contract.test_differential import Driver, list_matches, norm, norm_history, explain
+from tests.contract.test_differential import Driver, explain, list_matches, norm, norm_history
 from tests.reference import ReferenceSaver
 
 THREADS = ["d:{1} ü", "d*?[2]"]

@@ -351,4 +351,5 @@ def test_wait_for_replicas_on_cluster(cluster, cluster_client, cprefix):
         cfgs = put_chain(s, tid, 2)
         assert s.get_tuple(cfg(tid)).config == cfgs[-1]
     with pytest.raises(redis_saver.ReplicationTimeoutError):
-        put_chain(redis_saver.RedisSaver(cluster_client, prefix=cprefix, wait_for_replicas=2, wait_timeout_ms=50), "w2", 1)
+        saver = redis_saver.RedisSaver(cluster_client, prefix=cprefix, wait_for_replicas=2, wait_timeout_ms=50)
+        put_chain(saver, "w2", 1)

@@ -37,9 +37,11 @@ class Log:
     """What one writer sent and what was acknowledged."""
 
     name: str
-    puts: list[tuple[str, dict, dict, dict]] = field(default_factory=list)  # (thread, config, checkpoint, metadata), acked
+    # (thread, config, checkpoint, metadata), acked
+    puts: list[tuple[str, dict, dict, dict]] = field(default_factory=list)
     writes: dict[str, list[tuple[str, str, Any]]] = field(default_factory=dict)  # checkpoint id -> acked writes
-    in_flight: tuple | None = None  # the call that got no reply: ("put", thread, checkpoint, metadata) or ("writes", id, writes)
+    # the call that got no reply: ("put", thread, checkpoint, metadata) or ("writes", id, writes)
+    in_flight: tuple | None = None
     error: BaseException | None = None
 
 
@@ -113,7 +115,7 @@ async def _verify(saver: Any, log: Log) -> tuple[int, int]:
             assert fl and fl[0] == "put" and fl[1] == tid and extra == [fl[2]["id"]], (tid, extra, fl)
             _same_checkpoint(got[0], fl[2], fl[3])
             assert got[0].pending_writes == []
-        for tup, (conf, cp, md) in zip(got[len(extra) :], reversed(acked)):
+        for tup, (conf, cp, md) in zip(got[len(extra) :], reversed(acked), strict=True):
             assert tup.config == conf
             _same_checkpoint(tup, cp, md)
             cid = cp["id"]
@@ -185,7 +187,8 @@ def test_sigkill_with_appendfsync_always_loses_nothing_acknowledged():
         counts = asyncio.run(verify_all())
         in_flight = [log.in_flight[0] if log.in_flight else None for log in logs]
         print(
-            f"\ncrash: sync {counts[0][0]} puts / {counts[0][1]} put_writes acked, async {counts[1][0]} / {counts[1][1]}, "
+            f"\ncrash: sync {counts[0][0]} puts / {counts[0][1]} put_writes acked, "
+            f"async {counts[1][0]} / {counts[1][1]}, "
             f"all read back; in flight at the kill: {in_flight}; restart to ready {ready:.2f} s"
         )
     finally:

@@ -50,7 +50,8 @@ async def fill(saver, name: str, state: dict) -> list[str]:
         conf = cfg(tid)
         for k in range(4):
             try:
-                conf = await call(saver, "put", conf, *checkpoint(value + str(k), version(k + 1), step=k, run_id=f"run-{tid}"))
+                args = checkpoint(value + str(k), version(k + 1), step=k, run_id=f"run-{tid}")
+                conf = await call(saver, "put", conf, *args)
             except redis.exceptions.OutOfMemoryError:
                 if value == "s":
                     return threads

@@ -138,7 +138,8 @@ def test_acl_patterns_of_a_prefix_do_not_reach_a_nested_one(sync_client, redis_u
     pats = " ".join("~" + p.decode() for p in KeySchema(prefix).scan_patterns())
     sync_client.execute_command("ACL", "SETUSER", user, *f"reset on >{password} {pats} resetchannels +@all".split())
     try:
-        host, port = sync_client.connection_pool.connection_kwargs["host"], sync_client.connection_pool.connection_kwargs["port"]
+        kw = sync_client.connection_pool.connection_kwargs
+        host, port = kw["host"], kw["port"]
         c = redis.Redis(host=host, port=port, username=user, password=password)
         mine = RedisSaver(c, prefix=prefix)
         _put(mine, "t", "r1")

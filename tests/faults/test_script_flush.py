@@ -88,7 +88,8 @@ def storm(
     storms = [_storm(s) for s in servers]
     try:
         threads = [
-            threading.Thread(target=_sync_worker, args=(make_sync, f"s{i}", seconds, sync_ops)) for i in range(SYNC_THREADS)
+            threading.Thread(target=_sync_worker, args=(make_sync, f"s{i}", seconds, sync_ops))
+            for i in range(SYNC_THREADS)
         ]
         for t in threads:
             t.start()
@@ -110,7 +111,9 @@ def storm(
             errors.update(ops.errors)
             samples += ops.samples
         n, e = sum(calls.values()), sum(errors.values())
-        print(f"{label} {kind}: {n} calls, {e} errors ({100 * e / max(1, n):.1f}%); {dict(calls)}; errors {dict(errors)}")
+        print(
+            f"{label} {kind}: {n} calls, {e} errors ({100 * e / max(1, n):.1f}%); {dict(calls)}; errors {dict(errors)}"
+        )
         results.append((kind, calls, errors, samples))
     # the storm really hit, and every kind of call ran, for both kinds of saver
     # (counts, not rates: on a loaded machine fewer flushes and calls fit in the same time; what
@@ -151,7 +154,8 @@ def test_script_flush_storm_with_wait_for_replicas_then_failover():
             raise AssertionError("the replica never synced")
         make_sync, make_async = _plain(primary, prefix="flushwait", wait_for_replicas=1, wait_timeout_ms=2000)
         storm([primary], make_sync, make_async, seconds=1.5, label="standalone+WAIT")
-        assert stat_count(primary, "commandstats", "cmdstat_wait") > 20  # WAIT went with the writes (a count, not a rate: the machine may be loaded)
+        # WAIT went with the writes (a count, not a rate: the machine may be loaded)
+        assert stat_count(primary, "commandstats", "cmdstat_wait") > 20
 
         # failover to the replica, which never loaded a script: every call still works
         saver, close = make_sync()

@@ -89,7 +89,7 @@ def view(s: Any) -> tuple:
     return (
         s.values,
         s.next,
-        tuple((i.value for i in s.interrupts)),
+        tuple(i.value for i in s.interrupts),
         s.metadata.get("step") if s.metadata else None,
         s.metadata.get("source") if s.metadata else None,
     )
@@ -115,6 +115,6 @@ def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     for field, raw in client.hgetall(tp + b"cp").items():
         ns, _ = dec_first(field)
         versions = unpack(unpack(raw)[5])
-        for ch, ver in zip(versions[0::2], versions[1::2]):
+        for ch, ver in zip(versions[0::2], versions[1::2], strict=True):  # a flat list of pairs
             out.add(enc(ns) + enc(ch) + ver)
     return out

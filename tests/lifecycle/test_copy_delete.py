@@ -12,13 +12,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from redis_saver.keys import dec_first, enc
 from tests.lifecycle._util import (
-    referenced_blob_fields,
     alist,
     call,
     cfg,
     dump_prefix,
     get_state,
     invoke,
+    referenced_blob_fields,
     state_history,
     thread_key_prefix,
     view,

@@ -68,7 +68,8 @@ class Tree:
                     for k in range(rng.randrange(1, 4))
                 ]
                 # task paths deliberately unrelated to task ids
-                tasks.append((str(uuid.UUID(int=rng.getrandbits(128))), f"~__pregel_pull, n{rng.randrange(100)}", writes))
+                task_id = str(uuid.UUID(int=rng.getrandbits(128)))
+                tasks.append((task_id, f"~__pregel_pull, n{rng.randrange(100)}", writes))
             counters = {ch: [1, 1] for ch in CHANNELS if rng.random() < 0.7}
             self.nodes.append(
                 {
@@ -125,10 +126,10 @@ async def test_delta_history_matches_default_walk(saver, seed):
             unseeded += "items" in got and "seed" not in got["items"]
     assert with_writes and seeded and unseeded  # the trees are not degenerate
     # unknown checkpoint / thread: nothing to walk
-    assert await call(
-        saver, "get_delta_channel_history", config=cfg(tree.thread_id, checkpoint_ns=tree.ns, checkpoint_id=str(uuid6())), channels=["items"]
-    ) == {"items": {"writes": []}}
-    assert await call(saver, "get_delta_channel_history", config=cfg("nobody"), channels=["items"]) == {"items": {"writes": []}}
+    unknown = cfg(tree.thread_id, checkpoint_ns=tree.ns, checkpoint_id=str(uuid6()))
+    empty = {"items": {"writes": []}}
+    assert await call(saver, "get_delta_channel_history", config=unknown, channels=["items"]) == empty
+    assert await call(saver, "get_delta_channel_history", config=cfg("nobody"), channels=["items"]) == empty
     assert await call(saver, "get_delta_channel_history", config=tree.config(None), channels=[]) == {}
 
 
@@ -158,7 +159,11 @@ async def test_prune_preserves_needed_delta_history(saver, seed):
         need, hist, tup = before[tree.ns]
         assert await call(saver, "get_delta_channel_history", config=tree.config(None), channels=need) == hist
         after = await call(saver, "get_tuple", tree.config(None))
-        assert (after.checkpoint, after.metadata, after.pending_writes) == (tup.checkpoint, tup.metadata, tup.pending_writes)
+        assert (after.checkpoint, after.metadata, after.pending_writes) == (
+            tup.checkpoint,
+            tup.metadata,
+            tup.pending_writes,
+        )
         # survivors: a prefix of the latest's parent chain, as long as the walk needs
         chain, i = [], len(tree.nodes) - 1
         while i is not None:

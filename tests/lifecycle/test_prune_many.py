@@ -7,7 +7,20 @@ import uuid
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tests.lifecycle._util import blob_fields, referenced_blob_fields, alist, call, cfg, dump_prefix, get_state, invoke, thread_key_prefix, thread_keys, view, write_count
+from tests.lifecycle._util import (
+    alist,
+    blob_fields,
+    call,
+    cfg,
+    dump_prefix,
+    get_state,
+    invoke,
+    referenced_blob_fields,
+    thread_key_prefix,
+    thread_keys,
+    view,
+    write_count,
+)
 from tests.lifecycle.graphs import build, turn_input
 from tests.lifecycle.test_prune_graph import expected_kept_steps, redis_kept_steps
 

@@ -7,6 +7,8 @@ import it. Checkpoints are synthetic: channel ``ch`` at version ``v`` always hol
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 import time
 import uuid
@@ -102,7 +104,7 @@ def check_thread(saver: Any, thread: str, acked_puts: list[tuple[str, str, str]]
     problems: list[str] = []
     tuples = list(saver.list(cfg(thread)))
     ids = [t.config["configurable"]["checkpoint_id"] for t in tuples]
-    if any(a <= b for a, b in zip(ids, ids[1:])):
+    if any(a <= b for a, b in itertools.pairwise(ids)):
         problems.append(f"{thread}: list() not strictly descending by id")
     present = set(ids)
     for t in tuples:
@@ -110,7 +112,7 @@ def check_thread(saver: Any, thread: str, acked_puts: list[tuple[str, str, str]]
             p = t.parent_config["configurable"]["checkpoint_id"]
             if p not in present:
                 problems.append(f"{thread}: {t.config['configurable']['checkpoint_id']} has missing parent {p}")
-    for _, cid, parent in acked_puts:
+    for _, cid, _parent in acked_puts:
         if cid not in present:
             problems.append(f"{thread}: acknowledged put {cid} not listed")
     by_cid: dict[str, Any] = {}
@@ -210,20 +212,24 @@ def failover_worker(
 
     from redis_saver import RedisSaver
 
-    cm = contextlib.nullcontext(shared) if shared is not None else RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw)
+    cm = (
+        contextlib.nullcontext(shared)
+        if shared is not None
+        else RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw)
+    )
     with cm as saver:
         parent_id, versions, step = None, {}, 0
         try:
             while not stop.is_set():
                 cp, md, nv = make_child(saver, versions, thread, step)
                 c = cfg(thread, parent_id)
-                _retrying(lambda: saver.put(c, cp, md, nv), thread, stats, stop, lock)
+                _retrying(functools.partial(saver.put, c, cp, md, nv), thread, stats, stop, lock)
                 with lock:
                     stats.acked_puts.setdefault(thread, []).append((cp["id"], time.monotonic()))
                 task = uuid.uuid4().hex
                 writes = [(ch, f"{thread}:{step}:{ch}") for ch in random.sample(CHANNELS, 2)]
                 wc = cfg(thread, cp["id"])
-                _retrying(lambda: saver.put_writes(wc, writes, task), thread, stats, stop, lock)
+                _retrying(functools.partial(saver.put_writes, wc, writes, task), thread, stats, stop, lock)
                 with lock:
                     stats.acked_writes.setdefault(thread, []).extend(
                         (cp["id"], task, i, ch, v) for i, (ch, v) in enumerate(writes)
@@ -330,7 +336,7 @@ def run_failover(
         after_kill = [ts for _, ts in stats.acked_puts.get(t, []) if ts > since]
         rec.append(min(after_kill) - t_kill if after_kill else float("inf"))
         times = [t_kill] + sorted(ts for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
-        gaps.append(max(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else float("inf"))
+        gaps.append(max(b - a for a, b in itertools.pairwise(times)) if len(times) > 1 else float("inf"))
     recovery = max(rec) if rec else float("nan")
     max_gap = max(gaps) if gaps else float("nan")
     # acks on the victim's slots once that worker saw its first error after the fault (a put answered
@@ -368,7 +374,7 @@ def run_failover(
                 if tup is not None and (task, ch, v) not in tup.pending_writes:
                     lost_writes += 1
             ids = [x.config["configurable"]["checkpoint_id"] for x in checker.list(cfg(t))]
-            if any(a <= b for a, b in zip(ids, ids[1:])):
+            if any(a <= b for a, b in itertools.pairwise(ids)):
                 problems.append(f"{t}: list() not strictly descending")
     finally:
         checker.client.close()

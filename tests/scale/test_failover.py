@@ -10,7 +10,8 @@ each (put a child, then put_writes), retrying only safe-to-retry errors on the *
 idempotent by checkpoint id, put_writes by (task_id, idx)). After 1 s the primary of ``fo-0``'s slot is
 SIGKILLed; once the replica is promoted the dead node is restarted (it rejoins as a replica) and writing
 goes on for 1.5 s. The ``sigstop`` variants pause the primary instead (calls time out rather than being
-refused) and SIGCONT it after the promotion (it briefly still believes it is the primary). Then every acknowledged put / write is read back by id on a fresh client.
+refused) and SIGCONT it after the promotion (it briefly still believes it is the primary). Then every
+acknowledged put / write is read back by id on a fresh client.
 """
 
 from __future__ import annotations

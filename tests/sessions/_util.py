@@ -82,7 +82,7 @@ def pttls(client: Any, keys: list[bytes]) -> dict[bytes, int]:
     p = client.pipeline(transaction=False)
     for k in keys:
         p.pttl(k)
-    return dict(zip(keys, p.execute()))
+    return dict(zip(keys, p.execute(), strict=True))
 
 
 def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *, fresh_within: int = 600) -> int:
@@ -141,7 +141,7 @@ def expiry_times(client: Any, prefix: str, tid: str) -> dict[bytes, int]:
     keys = thread_keys(prefix, tid)[0]
     for k in keys:
         p.execute_command("PEXPIRETIME", k)
-    return {k: v for k, v in zip(keys, p.execute()) if v != -2}
+    return {k: v for k, v in zip(keys, p.execute(), strict=True) if v != -2}
 
 
 def max_expiry(client: Any, prefix: str, tid: str) -> int:

@@ -41,7 +41,7 @@ async def both_kinds(scenario, make_saver, sync_client, prefix):
     results = await asyncio.gather(
         *(scenario(k, maker(f"{prefix}-{k}"), sync_client, f"{prefix}-{k}") for k in KINDS), return_exceptions=True
     )
-    for k, res in zip(KINDS, results):
+    for k, res in zip(KINDS, results, strict=True):
         if isinstance(res, BaseException):
             raise AssertionError(f"{k} saver: {res!r}") from res
 

@@ -160,8 +160,8 @@ async def test_mixed_savers_on_one_thread(kind, make_saver, sync_client, prefix)
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_delete_thread_leaves_nothing(kind, make_saver, sync_client, prefix):
-    from tests.sessions._util import ix_members, scan_prefix, twin_in_slot
     from redis_saver.keys import enc
+    from tests.sessions._util import ix_members, scan_prefix, twin_in_slot
 
     r = sync_client
     s = make_saver(kind, ttl={"default_ttl": TTL_MIN})
