@@ -31,9 +31,9 @@ class TTLConfig:
     ttl_ms: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        ms = 0
-        if isinstance(self.default_ttl, (int, float)) and not isinstance(self.default_ttl, bool) and self.default_ttl > 0:
-            ms = max(1, round(self.default_ttl * 60_000))
+        ms, minutes = 0, self.default_ttl
+        if isinstance(minutes, (int, float)) and not isinstance(minutes, bool) and minutes > 0:
+            ms = max(1, round(minutes * 60_000))
         object.__setattr__(self, "ttl_ms", ms)
 
     @classmethod

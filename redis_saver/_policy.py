@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import warnings
+from types import FrameType
 from typing import Any
 
 from redis.exceptions import ConnectionError, TimeoutError
@@ -95,7 +96,8 @@ def _caller_level() -> int:
     """The stacklevel of the first frame outside this package: the warning points at the
     application's call, however deep the saver's own frames are."""
     package = os.path.dirname(os.path.abspath(__file__))
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level

@@ -28,9 +28,10 @@ class AsyncRedisSaver(RedisSaverBase):
     """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
 
     It can be constructed outside a running event loop; it binds to the running loop at
-    construction, else to the loop of its first async call. Its sync methods (``get_tuple``, ``put``, ...) may be called from other
-    threads while that loop runs (as ``AsyncPostgresSaver``); on the loop's own thread they
-    raise ``asyncio.InvalidStateError`` instead of deadlocking.
+    construction, else to the loop of its first async call. Its sync methods (``get_tuple``,
+    ``put``, ...) may be called from other threads while that loop runs (as
+    ``AsyncPostgresSaver``); on the loop's own thread they raise ``asyncio.InvalidStateError``
+    instead of deadlocking.
     """
 
     _driver_cls = AsyncDriver

@@ -8,11 +8,10 @@ was lost, e.g. evicted, the read raises DamagedThreadError: tests/faults/test_ev
 
 from __future__ import annotations
 
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
-
-import pytest
 
 from redis_saver import DamagedThreadError, RedisSaver
 from redis_saver import _codec as codec

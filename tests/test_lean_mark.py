@@ -9,9 +9,8 @@ second call (and is reported as a lost wr key).
 
 from __future__ import annotations
 
-from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-
 import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from redis_saver import FORMAT_VERSION, DamagedThreadError, RedisSaver
 from redis_saver._plans import Call

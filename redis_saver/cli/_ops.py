@@ -9,7 +9,7 @@ stored record, so it keeps working while the storage layout changes underneath.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

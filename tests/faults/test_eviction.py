@@ -74,7 +74,8 @@ class Writer:
         values = cp["channel_values"]
         versions = dict(cp.get("channel_versions") or {})
         changed = ["messages"]
-        values["messages"] = [*values.get("messages", []), {"role": "ai", "content": self.text(self.rnd.randrange(300, 1500))}]
+        reply = {"role": "ai", "content": self.text(self.rnd.randrange(300, 1500))}
+        values["messages"] = [*values.get("messages", []), reply]
         if step % 3 == 0:
             values["summary"] = self.text(400)
             changed.append("summary")
@@ -118,7 +119,7 @@ def _diff(expected: Any, got: Any) -> str:
     if isinstance(expected, tuple) and isinstance(got, tuple):
         names = ("config", "checkpoint", "metadata", "parent", "writes")
         out = []
-        for n, e, g in zip(names, expected, got):
+        for n, e, g in zip(names, expected, got, strict=True):
             if e != g:
                 if n == "checkpoint":
                     e, g = e["channel_values"], g["channel_values"]
@@ -130,14 +131,19 @@ def _diff(expected: Any, got: Any) -> str:
         return "; ".join(out)
     if isinstance(expected, list) and isinstance(got, list):
         return f"{len(expected)} items != {len(got)}: " + "; ".join(
-            _diff(e, g) for e, g in zip(expected, got) if e != g
+            _diff(e, g) for e, g in zip(expected, got, strict=True) if e != g
         )
     return f"{expected!r:.300} != {got!r:.300}"
 
 
 @pytest.mark.parametrize(
     "policy,headroom,limit_from",
-    [("allkeys-lru", 700_000, 0), ("allkeys-random", 1_200_000, 0), ("allkeys-lru", 0, 11), ("volatile-lru", 700_000, 0)],
+    [
+        ("allkeys-lru", 700_000, 0),
+        ("allkeys-random", 1_200_000, 0),
+        ("allkeys-lru", 0, 11),
+        ("volatile-lru", 700_000, 0),
+    ],
     ids=["lru-heavy", "random", "lru-last-round", "volatile-lru-ttl"],
 )
 def test_eviction_reads_exact_or_damaged(policy, headroom, limit_from):
@@ -199,8 +205,10 @@ def test_eviction_reads_exact_or_damaged(policy, headroom, limit_from):
                         raise AssertionError(f"{t} {name} {present}: {_diff(expected, got)}")
                     if o == "none":
                         # absent only when no checkpoint of the thread survives anywhere
-                        keys = dict(zip(THREAD_SUFFIXES, saver.keys.thread_keys(t)))
-                        assert not any(r.exists(keys[k]) for k in ("cp", "cp_ns", "cp_id", "chain", "runs")), (t, name, present)
+                        # the 9 thread keys (thread_keys adds the 2 slot-index keys)
+                        keys = dict(zip(THREAD_SUFFIXES, saver.keys.thread_keys(t), strict=False))
+                        cp_keys = ("cp", "cp_ns", "cp_id", "chain", "runs")
+                        assert not any(r.exists(keys[k]) for k in cp_keys), (t, name, present)
             # list(None): every thread's items exactly, or DamagedThreadError
             try:
                 everything = [norm(x) for x in saver.list(None)]
@@ -208,8 +216,11 @@ def test_eviction_reads_exact_or_damaged(policy, headroom, limit_from):
                 assert everything == sorted(everything, key=lambda x: x[0][2], reverse=True)
             except DamagedThreadError:
                 counts["list(None)", "damaged"] += 1
-            print(f"\neviction ({policy}, maxmemory used+{headroom // 1000} KB from round {limit_from}): {evicted} keys evicted, {lost_keys} of {40 * len(THREAD_SUFFIXES)} thread keys missing, "
-                  f"{len(damaged_threads)} of 40 threads reported damaged; missing now: {dict(missing)}")
+            print(
+                f"\neviction ({policy}, maxmemory used+{headroom // 1000} KB from round {limit_from}): "
+                f"{evicted} keys evicted, {lost_keys} of {40 * len(THREAD_SUFFIXES)} thread keys missing, "
+                f"{len(damaged_threads)} of 40 threads reported damaged; missing now: {dict(missing)}"
+            )
             for k in sorted(counts):
                 print(f"  {k[0]:<10} {k[1]:<8} {counts[k]}")
             assert damaged_threads  # the test did exercise damage
@@ -247,7 +258,9 @@ def _reads(saver: Any, thread: str, ids: list[str]) -> dict[str, Any]:
         "list": lambda: [norm(x) for x in saver.list({"configurable": {"thread_id": thread}})],
         "list ns": lambda: [norm(x) for x in saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})],
         "list(None)": lambda: [norm(x) for x in saver.list(None) if x.config["configurable"]["thread_id"] == thread],
-        "delta": lambda: saver.get_delta_channel_history(config=cfg(thread, "", ids[-1]), channels=["messages", "summary", "route"]),
+        "delta": lambda: saver.get_delta_channel_history(
+            config=cfg(thread, "", ids[-1]), channels=["messages", "summary", "route"]
+        ),
     }
 
 
@@ -300,7 +313,8 @@ def test_lost_key_async(server):
         r = aredis.Redis(host=server.host, port=server.port, **async_client_kwargs())
         try:
             saver = AsyncRedisSaver(r, prefix="lka", eviction_check="off")
-            await saver.aput(cfg("a"), {**empty_checkpoint(), "id": "1", "channel_values": {"x": 1}, "channel_versions": {"x": "1"}}, {}, {"x": "1"})
+            cp = {**empty_checkpoint(), "id": "1", "channel_values": {"x": 1}, "channel_versions": {"x": "1"}}
+            await saver.aput(cfg("a"), cp, {}, {"x": "1"})
             await r.delete(saver.keys.thread_keys("a")[THREAD_SUFFIXES.index("blob")])
             with pytest.raises(DamagedThreadError, match="thread a: the blob of"):
                 await saver.aget_tuple(cfg("a"))
@@ -347,7 +361,7 @@ def test_ttl_expiry_under_way_is_absent_not_damaged(client):
     saver = RedisSaver(client, prefix="ttlskew", ttl={"default_ttl": 1 / 60}, eviction_check="off")  # 1 s
     Writer([saver]).step("t")
     Writer([saver], seed=3).step("t")
-    keys = dict(zip(THREAD_SUFFIXES, saver.keys.thread_keys("t")))
+    keys = dict(zip(THREAD_SUFFIXES, saver.keys.thread_keys("t"), strict=False))  # 9 of its 11 keys
     for gone in ("cp", "meta", "wr_ord"):
         client.delete(keys[gone])  # as if it expired first
         assert saver.get_tuple(cfg("t")) is None
