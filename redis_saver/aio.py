@@ -91,6 +91,7 @@ class AsyncRedisSaver(RedisSaverBase):
 
     # ---- async API -------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`RedisSaver.get_tuple`: the same semantics and errors."""
         return await self._run(self._plan_get_tuple(config))
 
     async def alist(
@@ -101,6 +102,7 @@ class AsyncRedisSaver(RedisSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`RedisSaver.list`: the same semantics and errors."""
         self._bind()
         async for item in self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit)):
             yield item
@@ -112,28 +114,35 @@ class AsyncRedisSaver(RedisSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Async :meth:`RedisSaver.put`: the same semantics and errors."""
         return await self._run(self._plan_put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Async :meth:`RedisSaver.put_writes`: the same semantics and errors."""
         await self._run(self._plan_put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`RedisSaver.delete_thread`: the same semantics and errors."""
         await self._run(self._plan_delete_thread(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`RedisSaver.delete_for_runs`: the same semantics and errors."""
         await self._run(self._plan_delete_for_runs(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`RedisSaver.copy_thread`: the same semantics and errors."""
         await self._run(self._plan_copy_thread(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`RedisSaver.prune`: the same semantics and errors."""
         await self._run(self._plan_prune(thread_ids, strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """Async :meth:`RedisSaver.get_delta_channel_history`: the same semantics and errors."""
         return await self._run(self._plan_delta_history(config, channels))
 
     async def apin(self, thread_id: str) -> None:
@@ -146,6 +155,7 @@ class AsyncRedisSaver(RedisSaverBase):
 
     # ---- sync API: bridged onto the saver's loop from other threads ---------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Sync :meth:`aget_tuple`, for other threads while the saver's event loop runs."""
         return self._sync(self.aget_tuple(config))
 
     def list(
@@ -156,6 +166,8 @@ class AsyncRedisSaver(RedisSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        """Sync :meth:`alist`, for other threads while the saver's event loop runs."""
+
         async def collect() -> list[CheckpointTuple]:
             return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
 
@@ -168,35 +180,45 @@ class AsyncRedisSaver(RedisSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Sync :meth:`aput`, for other threads while the saver's event loop runs."""
         return self._sync(self.aput(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Sync :meth:`aput_writes`, for other threads while the saver's event loop runs."""
         self._sync(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
+        """Sync :meth:`adelete_thread`, for other threads while the saver's event loop runs."""
         self._sync(self.adelete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Sync :meth:`adelete_for_runs`, for other threads while the saver's event loop runs."""
         self._sync(self.adelete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Sync :meth:`acopy_thread`, for other threads while the saver's event loop runs."""
         self._sync(self.acopy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Sync :meth:`aprune`, for other threads while the saver's event loop runs."""
         self._sync(self.aprune(thread_ids, strategy=strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """Sync :meth:`aget_delta_channel_history`, for other threads while the saver's event loop runs."""
         return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
 
     def pin(self, thread_id: str) -> None:
+        """Sync :meth:`apin`, for other threads while the saver's event loop runs."""
         self._sync(self.apin(thread_id))
 
     def unpin(self, thread_id: str) -> None:
+        """Sync :meth:`aunpin`, for other threads while the saver's event loop runs."""
         self._sync(self.aunpin(thread_id))
 
     def setup(self) -> None:
+        """Sync :meth:`asetup`, for other threads while the saver's event loop runs."""
         self._sync(self.asetup())

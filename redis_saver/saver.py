@@ -61,6 +61,21 @@ class RedisSaver(RedisSaverBase):
 
     # ---- sync API --------------------------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """A checkpoint with its channel values, metadata, parent and pending writes.
+
+        Args:
+            config: ``{"configurable": {"thread_id": ..., "checkpoint_ns": ...}}``, with
+                ``checkpoint_id`` for that checkpoint, else the namespace's latest.
+
+        Returns:
+            The checkpoint tuple (pending writes in ``writes_sort_key`` order), or ``None``.
+
+        Raises:
+            DamagedThreadError: a key of the thread was lost (evicted).
+
+        Example:
+            >>> saver.get_tuple({"configurable": {"thread_id": "t-1"}}).checkpoint["id"]
+        """
         return self._driver.run(self._plan_get_tuple(config))
 
     def list(
@@ -71,6 +86,19 @@ class RedisSaver(RedisSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by id), filtered inside Redis, a page per round trip.
+
+        Args:
+            config: one thread (``thread_id``; with ``checkpoint_ns`` only that namespace,
+                with ``checkpoint_id`` only that checkpoint), or ``None`` for every thread.
+            filter: metadata key/value pairs that must all match (``None`` also matches a
+                missing key).
+            before: only checkpoints whose id sorts before this config's ``checkpoint_id``.
+            limit: at most this many.
+
+        Example:
+            >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "t-1"}}, limit=3)]
+        """
         return self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit))
 
     def put(
@@ -80,28 +108,77 @@ class RedisSaver(RedisSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint and the values of the channels in ``new_versions``, in one atomic
+        script (and, with ``history="latest"``, drop what the latest no longer needs).
+
+        Args:
+            config: the parent's config (its ``checkpoint_id`` becomes the parent).
+            checkpoint: the checkpoint; its ``id`` must not be its parent's.
+            metadata: its metadata (a dict with str keys).
+            new_versions: the channels whose values changed, with their new versions.
+
+        Returns:
+            The stored checkpoint's config.
+
+        Raises:
+            ValueError / TypeError: bad arguments (nothing is written).
+            ConflictError: ``fencing=True`` and another writer moved the thread on.
+            ReplicationTimeoutError: fewer replicas than ``wait_for_replicas`` acknowledged.
+        """
         return self._driver.run(self._plan_put(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Store a task's pending writes against a checkpoint: the first write of a
+        (task, index) wins, special writes (errors, interrupts) overwrite. One atomic script.
+
+        Args:
+            config: the checkpoint's config (``checkpoint_id`` required).
+            writes: ``(channel, value)`` pairs.
+            task_id: the task's id.
+            task_path: the task's path (it orders writes as ``writes_sort_key`` does).
+        """
         self._driver.run(self._plan_put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
+        """Remove every checkpoint, write and value of the thread (all namespaces), in one
+        script; works when Redis is out of memory."""
         self._driver.run(self._plan_delete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
+        writes and the values nothing else references, in every thread (found through the
+        per-slot run index); a thread left empty disappears."""
         self._driver.run(self._plan_delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every namespace, checkpoint, write and value of one thread into another, in
+        pages (values and writes before the checkpoints that reference them)."""
         self._driver.run(self._plan_copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Shrink threads: ``"keep_latest"`` keeps each namespace's latest checkpoint with its
+        writes and the ancestors its DeltaChannels need to rebuild their values; ``"delete"``
+        removes the threads. A thread of up to 256 checkpoints is done in one atomic script, a
+        larger one in bounded pages.
+
+        Example:
+            >>> saver.prune(["t-1", "t-2"])                      # keep_latest
+            >>> saver.prune(["t-3"], strategy="delete")
+        """
         self._driver.run(self._plan_prune(thread_ids, strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """For each channel, the writes since its nearest stored value (the seed) along the
+        checkpoint's parent chain, oldest first: the base class's walk, done inside Redis (one
+        call per 256 ancestors).
+
+        Raises:
+            ParentCycleError: the stored parent links form a cycle.
+        """
         return self._driver.run(self._plan_delta_history(config, channels))
 
     def pin(self, thread_id: str) -> None:
@@ -114,6 +191,7 @@ class RedisSaver(RedisSaverBase):
 
     # ---- async API: the sync code in a worker thread -----------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async twin of :meth:`get_tuple` (it runs the sync code in a worker thread)."""
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
@@ -124,6 +202,7 @@ class RedisSaver(RedisSaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of :meth:`list` (it runs the sync code in a worker thread)."""
         it = self.list(config, filter=filter, before=before, limit=limit)
         while (item := await asyncio.to_thread(next, it, None)) is not None:
             yield item
@@ -135,35 +214,45 @@ class RedisSaver(RedisSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Async twin of :meth:`put` (it runs the sync code in a worker thread)."""
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        """Async twin of :meth:`put_writes` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        """Async twin of :meth:`delete_thread` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async twin of :meth:`delete_for_runs` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async twin of :meth:`copy_thread` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async twin of :meth:`prune` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """Async twin of :meth:`get_delta_channel_history` (it runs the sync code in a worker thread)."""
         return await asyncio.to_thread(self.get_delta_channel_history, config=config, channels=channels)
 
     async def asetup(self) -> None:
+        """Async twin of :meth:`setup` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.setup)
 
     async def apin(self, thread_id: str) -> None:
+        """Async twin of :meth:`pin` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.pin, thread_id)
 
     async def aunpin(self, thread_id: str) -> None:
+        """Async twin of :meth:`unpin` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.unpin, thread_id)

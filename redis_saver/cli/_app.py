@@ -51,16 +51,16 @@ class State:
         return self._client
 
     def saver(self, ttl_minutes: float | None = None) -> Any:
-        """The reading saver (no TTL, so reads never touch expiry), or a writer with a TTL."""
+        """The reading saver (no TTL, so reads never touch expiry), or a writer with a TTL.
+        (No maxmemory-policy warning from the tool's savers: ``stats`` reports the policy.)"""
         from redis_saver import RedisSaver
 
+        opts: dict[str, Any] = {"prefix": self.prefix, "retries": 3, "serde": self.serde, "eviction_check": "off"}
         if ttl_minutes is None:
             if self._saver is None:
-                self._saver = RedisSaver(self.client, prefix=self.prefix, retries=3, serde=self.serde)
+                self._saver = RedisSaver(self.client, **opts)
             return self._saver
-        return RedisSaver(
-            self.client, prefix=self.prefix, retries=3, serde=self.serde, ttl={"default_ttl": ttl_minutes}
-        )
+        return RedisSaver(self.client, ttl={"default_ttl": ttl_minutes}, **opts)
 
     def writer_for(self, thread_id: str) -> Any:
         """A saver whose writes keep the thread's expiry: ``--ttl`` if given, else the
