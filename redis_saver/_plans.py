@@ -474,6 +474,8 @@ class Plans:
 
     def _plan_prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> Plan[int]:
         _sequence(thread_ids, "thread_ids", "thread ids")
+        if strategy == "delete_all":  # the LangGraph API server's name for "delete"
+            strategy = "delete"
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
         tids = [normalize_thread_id(t) for t in thread_ids]

@@ -56,11 +56,12 @@ async def test_prune_many_threads_one_call(saver, sync_client, prefix):
         assert view(await get_state(g, saver, cfg(tid))) == view(gm.get_state(cfg(tid)))
 
 
-async def test_prune_delete_many_threads(saver, sync_client, prefix):
+@pytest.mark.parametrize("strategy", ["delete", "delete_all"])  # delete_all: the LangGraph API server's name
+async def test_prune_delete_many_threads(saver, sync_client, prefix, strategy):
     g, _, _, tids = await _threads(saver, 4)
     doomed, kept = tids[:3], tids[3]
     kept_state = view(await get_state(g, saver, cfg(kept)))
-    await call(saver, "prune", doomed, strategy="delete")
+    await call(saver, "prune", doomed, strategy=strategy)
     for tid in doomed:
         assert not thread_keys(sync_client, prefix, tid)
         assert await alist(saver, cfg(tid)) == []
