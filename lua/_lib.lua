@@ -49,6 +49,13 @@ local function dec(s, pos)
   return x, e
 end
 
+-- record layouts, 1-based (redis_saver/_codec.py CP / WR / EMPTY_BLOB; tests/test_scripts.py
+-- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
+-- parts of a write record they read, and the whole blob record of a channel without a value
+local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
+local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
+local EMPTY_BLOB = '5,0;empty'
+
 -- records: "<len>,<len>,...;" .. parts (redis_saver/_codec.py)
 local function unpack_rec(s)
   if not s then fail('RS_BADARG', 'missing record') end
@@ -441,7 +448,7 @@ end
 local GC = {}  -- ns_e -> {field = true}
 
 local function gc_candidates(ns_e, rec)
-  local fields = blob_fields(ns_e, rec[6])
+  local fields = blob_fields(ns_e, rec[CP_VERSIONS])
   if #fields == 0 then return end
   local set = GC[ns_e]
   if not set then set = {} GC[ns_e] = set end
@@ -464,7 +471,7 @@ local function referenced_fields(ns_e, member, entry, out)
   end
   local raw = redis.call('HGET', K_CP, member)
   if raw then
-    for _, f in ipairs(blob_fields(ns_e, rec_field(raw, 6))) do out[#out + 1] = f end
+    for _, f in ipairs(blob_fields(ns_e, rec_field(raw, CP_VERSIONS))) do out[#out + 1] = f end
   end
 end
 
@@ -510,8 +517,8 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   redis.call('ZREM', K_CPID, cid_e .. ns_e)
   gc_candidates(ns_e, rec)
   if not keep_writes then drop_writes(ns_e, cid_e) end
-  if rec[8] ~= '' then
-    local run_e = enc(rec[8])
+  if rec[CP_RUN_ID] ~= '' then
+    local run_e = enc(rec[CP_RUN_ID])
     redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
@@ -522,8 +529,8 @@ end
 -- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
 -- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
 local function chain_entry(rec)
-  local v = unpack_rec(rec[6])
-  local out = {enc(rec[1])}
+  local v = unpack_rec(rec[CP_VERSIONS])
+  local out = {enc(rec[CP_PARENT])}
   for i = 1, #v - 1, 2 do
     out[#out + 1] = '\1' .. enc(v[i]) .. '\2' .. enc(v[i + 1])
   end
@@ -540,8 +547,8 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     if old == raw then
       return  -- an idempotent retry of the same put: nothing changes
     end
-    local old_run = rec_field(old, 8)
-    if old_run ~= '' and old_run ~= rec[8] then
+    local old_run = rec_field(old, CP_RUN_ID)
+    if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
       local run_e = enc(old_run)
       redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
       unlink_run_if_unused(run_e)
@@ -551,7 +558,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
   redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec))
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
-  if rec[8] ~= '' then link_run(enc(rec[8]), ns_e, cid_e) end
+  if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
 end
 
 -- remove the thread and its slot-index entries
@@ -564,8 +571,7 @@ local function drop_thread()
 end
 
 -- a checkpoint record's framing, and that of its nested records; returns its small parts
--- (1 parent, 6 versions, 7 filter, 8 run id, 9 delta, 10 parents) without copying the
--- serde payloads (parts 2-5)
+-- (CP_PARENT and CP_VERSIONS .. CP_PARENTS) without copying the serde payloads
 local function validate_record(raw)
   local semi = string.find(raw, ';', 1, true)
   if not semi then fail('RS_BADARG', 'malformed record') end
@@ -573,15 +579,15 @@ local function validate_record(raw)
   for len in string.gmatch(string.sub(raw, 1, semi - 1), '%d+') do
     n = n + 1
     len = tonumber(len)
-    if n == 1 or n >= 6 then rec[n] = string.sub(raw, pos, pos + len - 1) end
+    if n == CP_PARENT or n >= CP_VERSIONS then rec[n] = string.sub(raw, pos, pos + len - 1) end
     pos = pos + len
   end
-  if n ~= 10 then fail('RS_BADARG', 'checkpoint record must have 10 parts') end
+  if n ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
   if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
-  for i = 6, 10 do
-    if i ~= 8 then
+  for i = CP_VERSIONS, CP_PARENTS do
+    if i ~= CP_RUN_ID then
       local parts = rec_parts(rec[i])
-      if i == 6 and parts % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+      if i == CP_VERSIONS and parts % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
     end
   end
   return rec
@@ -601,7 +607,7 @@ local function tuple_replies(items, span)
   -- that did not change)
   local bfields, bpos, bidx, bchans = {}, {}, {}, {}
   for i, it in ipairs(items) do
-    local fields, chans = blob_fields(it[1], rec_field(it[3], 6))
+    local fields, chans = blob_fields(it[1], rec_field(it[3], CP_VERSIONS))
     local at = {}
     for j = 1, #fields do
       local f = fields[j]
@@ -648,7 +654,7 @@ local function tuple_replies(items, span)
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
       local b = blobs[at[c]]
-      if b and b ~= '5,0;empty' then
+      if b and b ~= EMPTY_BLOB then
         values[#values + 1] = chans[c]
         values[#values + 1] = b
       elseif not b and not checked then

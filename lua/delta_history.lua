@@ -146,7 +146,7 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
   for j = 1, #page do
     local at, ch, b = page[j][1], page[j][2], blobs[j]
     if not b and check_blob_missing(page[j][3]) then return {{}, {}, '', {}} end
-    if b and remaining[ch] and rec_field(b, 1) ~= 'empty' then
+    if b and remaining[ch] and b ~= EMPTY_BLOB then
       remaining[ch] = nil
       left = left - 1
       seeded_at[ch] = at

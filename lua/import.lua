@@ -16,7 +16,7 @@ local recs = {}
 for i = 6, #ARGV - 1, 2 do
   local r = unpack_rec(ARGV[i + 1])
   if what == 'cp' then r = validate_record(ARGV[i + 1]) end
-  if what == 'wr' and #r ~= 6 then fail('RS_BADARG', 'write record must have 6 parts') end
+  if what == 'wr' and #r ~= W_PARTS then fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts') end
   if what == 'blob' and #r ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
   recs[#recs + 1] = r
 end
@@ -37,10 +37,10 @@ for i = 6, #ARGV - 1, 2 do
     local old = redis.call('HGET', K_WR, field)
     if old then
       local o = unpack_rec(old)
-      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(o[5]) .. string.sub(field, p) .. enc(o[2]))
+      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(o[W_TASK_PATH]) .. string.sub(field, p) .. enc(o[W_CHANNEL]))
     end
     redis.call('HSET', K_WR, field, value)
-    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[5]) .. string.sub(field, p) .. enc(r[2]))
+    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[W_TASK_PATH]) .. string.sub(field, p) .. enc(r[W_CHANNEL]))
   else
     local p = skip(field, 1)
     store_cp(string.sub(field, 1, p - 1), string.sub(field, p), value, r)

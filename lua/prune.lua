@@ -68,17 +68,17 @@ local function walk(ns_e, from_e, need, left, first, max)
     kept[#kept + 1] = cur
     local rec = unpack_rec(raw)
     if #kept > 1 or not first then
-      local by_ch = blob_field_map(ns_e, rec[6])
+      local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
       for ch, _ in pairs(need) do
         local f = by_ch[ch]
         if f then
           local b = redis.call('HGET', K_BLOB, f)
-          if b and unpack_rec(b)[1] ~= 'empty' then need[ch] = nil left = left - 1 end
+          if b and b ~= EMPTY_BLOB then need[ch] = nil left = left - 1 end
         end
       end
     end
-    if left == 0 or rec[1] == '' then return kept, '', {}, enc(rec[1]) end
-    cur = enc(rec[1])
+    if left == 0 or rec[CP_PARENT] == '' then return kept, '', {}, enc(rec[CP_PARENT]) end
+    cur = enc(rec[CP_PARENT])
   end
   local rest = {}
   for ch, _ in pairs(need) do rest[#rest + 1] = ch end
@@ -88,13 +88,13 @@ end
 -- the channels the latest checkpoint needs from its ancestors
 local function needs(ns_e, latest_e)
   local rec = unpack_rec(redis.call('HGET', K_CP, ns_e .. latest_e))
-  local by_ch = blob_field_map(ns_e, rec[6])
+  local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
   local need, left = {}, 0
-  for _, ch in ipairs(unpack_rec(rec[9])) do
+  for _, ch in ipairs(unpack_rec(rec[CP_DELTA])) do
     local f = by_ch[ch]
     if f then
       local b = redis.call('HGET', K_BLOB, f)
-      if not b or unpack_rec(b)[1] == 'empty' then need[ch] = true left = left + 1 end
+      if not b or b == EMPTY_BLOB then need[ch] = true left = left + 1 end
     end
   end
   return need, left
@@ -111,8 +111,8 @@ local function detach(ns_e, cid_e)
   local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
   if not raw then return end
   local rec = unpack_rec(raw)
-  if rec[1] == '' then return end
-  rec[1] = ''
+  if rec[CP_PARENT] == '' then return end
+  rec[CP_PARENT] = ''
   redis.call('HSET', K_CP, ns_e .. cid_e, pack_rec(rec))
   redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry(rec))
 end

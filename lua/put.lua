@@ -20,9 +20,9 @@ if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
 if nblobs == nil or #ARGV ~= 12 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
-if rec[1] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
+if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
 -- the chain entry starts with the record's parent and ends a component
-local parent_e = enc(rec[1])
+local parent_e = enc(rec[CP_PARENT])
 if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 then
   fail('RS_BADARG', 'chain entry does not match the record')
 end
@@ -101,7 +101,7 @@ elseif mode == 'latest' then
     local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
     latest_e = string.sub(top[1], #ns_e + 1)
   end
-  local parent_e = enc(unpack_rec(redis.call('HGET', K_CP, ns_e .. latest_e))[1])
+  local parent_e = enc(rec_field(redis.call('HGET', K_CP, ns_e .. latest_e), CP_PARENT))
   cid_e = latest_e
   for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1)
@@ -122,7 +122,7 @@ elseif mode == 'latest' then
     local p = skip(m, 1)
     local ons_e = string.sub(m, 1, p - 1)
     if ons_e ~= ns_e and not stale[ons_e] then
-      local parents = unpack_rec(rec_field(redis.call('HGET', K_CP, m), 10))
+      local parents = unpack_rec(rec_field(redis.call('HGET', K_CP, m), CP_PARENTS))
       for i = 1, #parents - 1, 2 do
         if parents[i] == ns then
           -- older than the latest and not its parent (a newer parent may be on its way)

@@ -63,7 +63,7 @@ for i = 10, last, 2 do
     local field = field_p .. idx8
     local old = redis.call('HGET', K_WR, field)
     if old then
-      local old_ch, old_path = rec_two(old, 2, 5)
+      local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
       redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
     end
     redis.call('HSET', K_WR, field, ARGV[i + 1])

@@ -4,7 +4,8 @@ A *record* is a list of byte strings framed as ``b"<len>,<len>,...;" + parts``: 
 build here, cheap to split in Lua (``lua/_lib.lua: unpack_rec``), and binary-safe, so serde
 bytes are stored as they are (never re-encoded through JSON or base64).
 
-Records stored by the scripts:
+Records stored by the scripts (their parts are named once: ``CP`` and ``WR`` below, and
+``CP_*`` / ``W_*`` in lua/_lib.lua):
 
 checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta,
              parents]
@@ -15,7 +16,7 @@ checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, 
             delta    = record of channel names listed in ``counters_since_delta_snapshot``
             parents  = record of [namespace, checkpoint id, ...] from metadata ``parents``
                        (latest-only mode drops subgraph namespaces of older checkpoints)
-blob        [type, bytes]            (type ``empty`` = the channel had no value)
+blob        [type, bytes]            (``EMPTY_BLOB`` = the channel had no value)
 write       [task_id, channel, type, bytes, task_path, idx]
 """
 
@@ -38,7 +39,23 @@ def pack(parts: Iterable[bytes | str]) -> bytes:
     return b",".join(map(b"%d".__mod__, map(len, bs))) + b";" + b"".join(bs)
 
 
-EMPTY_BLOB = b"5,0;empty"  # pack(["empty", b""]): a channel without a value
+class CP:
+    """Parts of a checkpoint record, 0-based (lua/_lib.lua spells them CP_*, 1-based;
+    tests/test_scripts.py checks that both agree)."""
+
+    PARENT, TYPE, BYTES, MD_TYPE, MD_BYTES, VERSIONS, FILTER, RUN_ID, DELTA, PARENTS = range(10)
+    PARTS = 10
+
+
+class WR:
+    """Parts of a write record, 0-based (lua/_lib.lua: W_*, 1-based)."""
+
+    TASK_ID, CHANNEL, TYPE, BYTES, TASK_PATH, IDX = range(6)
+    PARTS = 6
+
+
+EMPTY_TYPE = "empty"  # the serde type of a channel without a value
+EMPTY_BLOB = b"5,0;empty"  # pack([EMPTY_TYPE, b""]), the whole blob record (lua/_lib.lua EMPTY_BLOB)
 
 
 def blob_record(type_: str, data: bytes) -> bytes:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._base import TTLConfig
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
-SCAN_BUDGET = 20_000  # members one list call may examine while filtering
+SCAN_BUDGET = 512  # records one list call may examine while filtering (~10 ms of server time)
 EXPORT_COUNT = 200  # HSCAN COUNT per copy_thread page
 # The most ancestors one delta_history call walks, and the most checkpoints one prune or
 # delete_for_runs call examines: a script blocks every client of its server while it runs, so
@@ -142,7 +142,7 @@ class Plans:
     def _tuple(
         self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list[bytes], writes: list[bytes]
     ) -> CheckpointTuple:
-        parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, 10, 5)
+        parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, codec.CP.PARTS, codec.CP.MD_BYTES + 1)
         checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
         for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value

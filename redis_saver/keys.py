@@ -48,6 +48,7 @@ READ_FORMATS = ("3", "4")
 
 THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
 INDEX_SUFFIXES = ("threads", "runs")
+_WR, _WR_ORD = THREAD_SUFFIXES.index("wr"), THREAD_SUFFIXES.index("wr_ord")
 
 
 def enc(s: str | bytes) -> bytes:
@@ -143,7 +144,7 @@ class KeySchema:
     def lean_keys(self, thread_id: str) -> tuple[bytes, bytes]:
         """The 2 KEYS of a "+lean" script (lua/_keys_lean.lua): wr, wr_ord."""
         k = self.thread_keys(thread_id)
-        return k[5], k[6]
+        return k[_WR], k[_WR_ORD]
 
     def _thread_keys(self, thread_id: str) -> list[bytes]:
         tag = thread_tag(thread_id)

@@ -91,6 +91,27 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.args[0] == FORMAT_VERSION == "4"  # format version
 
 
+def test_lua_names_the_record_parts_python_names():
+    """lua/_lib.lua's CP_* / W_* (1-based) are redis_saver/_codec.py's CP / WR (0-based)."""
+    from redis_saver._codec import CP, EMPTY_BLOB, EMPTY_TYPE, WR, pack
+
+    lib = (lua_dir() / "_lib.lua").read_text()
+    consts = {}
+    for names, values in re.findall(r"^local ((?:CP|W)_[A-Z_, ]+) = ([0-9, ]+)$", lib, re.M):
+        consts.update(zip([n.strip() for n in names.split(",")], [int(v) for v in values.split(",")], strict=True))
+    assert consts == {
+        "CP_PARENT": CP.PARENT + 1, "CP_VERSIONS": CP.VERSIONS + 1, "CP_FILTER": CP.FILTER + 1,
+        "CP_RUN_ID": CP.RUN_ID + 1, "CP_DELTA": CP.DELTA + 1, "CP_PARENTS": CP.PARENTS + 1,
+        "CP_PARTS": CP.PARTS, "W_CHANNEL": WR.CHANNEL + 1, "W_TASK_PATH": WR.TASK_PATH + 1, "W_PARTS": WR.PARTS,
+    }
+    assert f"local EMPTY_BLOB = '{EMPTY_BLOB.decode()}'" in lib
+    assert EMPTY_BLOB == pack([EMPTY_TYPE, b""])
+    # no script spells a record position or the empty value as a literal any more
+    for path in lua_dir().glob("*.lua"):
+        code = _COMMENT.sub("", path.read_text())
+        assert not re.search(r"\brec\[\d|rec_field\([^)]*, \d+\)|rec_two\([^)]*\d\)|'empty'", code), path.name
+
+
 def test_lua_reads_the_formats_python_says_it_reads():
     lib = (lua_dir() / "_lib.lua").read_text()
     older = set(re.findall(r"\['(\d+)'\] = true", re.search(r"local OLDER_FORMATS = \{(.*?)\}\n", lib).group(1)))
