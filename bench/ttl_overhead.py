@@ -3,7 +3,7 @@
 
     python bench/ttl_overhead.py [--samples 1000] [--big 10000]
 
-Starts its own redis-server (tests/servers.py: start_standalone). Each measured ``put`` adds one
+Starts its own redis-server (devkit/servers.py: start_standalone). Each measured ``put`` adds one
 checkpoint with one changed channel (blob) to an existing thread:
 
 * "10" row: ``samples`` threads per variant, each pre-filled with 10 checkpoints, one measured put
@@ -28,13 +28,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as `python -m` has it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
+from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver  # noqa: E402
-from tests.servers import client_kwargs, start_standalone  # noqa: E402
 
 TTL = {"default_ttl": 60}  # minutes: long enough that nothing expires during the run
 

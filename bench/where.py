@@ -2,7 +2,7 @@
 
     python bench/where.py [--rounds 15] [--crowd 20] [--list 40]
 
-Starts its own redis-server (tests/servers.py: start_standalone) and replays the benchmark's
+Starts its own redis-server (devkit/servers.py: start_standalone) and replays the benchmark's
 recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
 (bench/floor.py). Prints three markdown tables:
 
@@ -39,17 +39,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as `python -m` has it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
 from bench.floor import FloorSaver  # noqa: E402
 from bench.workload import call_for_thread, capture  # noqa: E402
+from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
-from tests.servers import client_kwargs, start_standalone  # noqa: E402
 
 # the first line of put_writes+lean's own body (after the included helpers), and the lines
-# before which the script is cut, in order (tests/test_scripts.py checks they exist)
+# before which the script is cut, in order (tests/scripts/test_scripts.py checks they exist)
 BODY_START = "local ns, cid, task_e, path_e, n = ARGV[5]"
 STAGES = [
     ("argument checks", "local last = 9 + 2 * n\nlocal chan_e = {}"),

@@ -49,7 +49,7 @@ local function dec(s, pos)
   return x, e
 end
 
--- record layouts, 1-based (redis_saver/_codec.py CP / WR / EMPTY_BLOB; tests/test_scripts.py
+-- record layouts, 1-based (redis_saver/_codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
 -- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
 -- parts of a write record they read, and the whole blob record of a channel without a value
 local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10

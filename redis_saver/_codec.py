@@ -41,7 +41,7 @@ def pack(parts: Iterable[bytes | str]) -> bytes:
 
 class CP:
     """Parts of a checkpoint record, 0-based (lua/_lib.lua spells them CP_*, 1-based;
-    tests/test_scripts.py checks that both agree)."""
+    tests/scripts/test_scripts.py checks that both agree)."""
 
     PARENT, TYPE, BYTES, MD_TYPE, MD_BYTES, VERSIONS, FILTER, RUN_ID, DELTA, PARENTS = range(10)
     PARTS = 10

@@ -8,7 +8,7 @@
 4. else ``None``: the caller should fall back to fakeredis (a last resort: it is not real Redis).
 
 ``LocalServer`` / ``start_server`` are the single implementation of "start a server process, wait for
-PING, SIGKILL + rmtree at the end"; ``tests/servers.py`` builds standalone, cluster, sentinel and TLS
+PING, SIGKILL + rmtree at the end"; ``devkit/servers.py`` builds standalone, cluster, sentinel and TLS
 fixtures on top of them. Nothing here imports redis-py: readiness is checked with a raw RESP PING.
 """
 

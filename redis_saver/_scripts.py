@@ -5,7 +5,7 @@ function flags: ``flags=no-writes`` for reads, so they still run when the server
 memory; none for writes, so Redis refuses them *before* their first write when it is, except
 ``flags=allow-oom`` for the scripts that only delete, so an operator can still free memory), then
 ``--- @include "_lib.lua"`` for per-thread scripts, then a ``--[[ ... ]]`` header listing
-KEYS, ARGV and the reply (checked against the Python side by tests/test_scripts.py).
+KEYS, ARGV and the reply (checked against the Python side by tests/scripts/test_scripts.py).
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``. A script marked ``--- @lean-variant`` also

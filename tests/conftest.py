@@ -1,32 +1,28 @@
 """Shared pytest fixtures: real Redis servers, clients, per-test key prefixes and savers.
 
 - ``redis_url`` (session): ``$REDIS_URL`` if set, else a standalone server owned by the session.
-- ``cluster`` / ``sentinel`` (session, started on first use): ``tests.servers.Cluster`` / ``Sentinel``.
+- ``cluster`` / ``sentinel`` (session, started on first use): ``devkit.servers.Cluster`` / ``Sentinel``.
   Mark such tests ``@pytest.mark.cluster`` / ``@pytest.mark.sentinel``.
-- ``tls_server`` (session, lazy): ``tests.servers.TLSServer`` (url ``rediss://...``, ``ca_file``).
+- ``tls_server`` (session, lazy): ``devkit.servers.TLSServer`` (url ``rediss://...``, ``ca_file``).
 - ``prefix``: a unique key prefix per test (tests never flush the shared server).
 - ``sync_client`` / ``async_client``: redis-py clients on ``redis_url`` with timeouts and no retry.
 - ``saver`` (params ``sync`` / ``async``): ``RedisSaver(sync_client, prefix=prefix)`` or
   ``AsyncRedisSaver(async_client, prefix=prefix)``.
 - ``make_saver(kind, **kwargs)``: a saver (``kind`` = ``"sync"`` / ``"async"``) on a fresh client, with the
   test's prefix unless ``prefix=`` is given; e.g. ``make_saver("async", ttl=..., history="latest")``.
-- ``wire``: a ``tests.wire.CountingProxy`` in front of the ``redis_url`` server, plus
+- ``wire``: a ``devkit.wire.CountingProxy`` in front of the ``redis_url`` server, plus
   ``wire_client(kind)`` / ``wire_saver(kind, **kwargs)`` fixtures connecting through it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import uuid
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # make `tests.*` importable however pytest runs
-
-from tests.servers import (  # noqa: E402
+from devkit.servers import (  # noqa: E402
     async_client_kwargs,
     client_kwargs,
     start_cluster,
@@ -34,7 +30,7 @@ from tests.servers import (  # noqa: E402
     start_standalone,
     start_tls,
 )
-from tests.wire import CountingProxy  # noqa: E402
+from devkit.wire import CountingProxy  # noqa: E402
 
 SOCKET_TIMEOUT = 5.0
 

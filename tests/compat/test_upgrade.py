@@ -24,9 +24,9 @@ import pytest
 import redis
 from langgraph.types import Command
 
+from devkit.servers import client_kwargs
 from redis_saver import FORMAT_VERSION, RedisSaver
 from tests.compat._shared import BIG, build, dump_threads
-from tests.servers import client_kwargs
 
 OLD_RELEASE = "ff43c4b"  # 0.1.0: storage format 3
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ Every contract test runs against three kinds of saver:
 * ``async``  - ``AsyncRedisSaver`` on a real redis-server.
 
 The Redis URL comes from the project fixture ``redis_url`` when tests/conftest.py
-provides it; otherwise this file starts its own redis-server (tests/servers.py).
+provides it; otherwise this file starts its own redis-server (devkit/servers.py).
 Each saver gets a unique key prefix, so tests never see each other's keys.
 
 Hypothesis knobs (environment): ``CONTRACT_EXAMPLES`` (default 35) and
@@ -22,16 +22,11 @@ skips shrinking (fast stress runs), e.g.::
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
 KINDS = ["memory", "sync", "async"]
 
@@ -62,9 +57,9 @@ def contract_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
         return
     try:
-        from tests.servers import start_standalone
+        from devkit.servers import start_standalone
     except Exception as e:  # noqa: BLE001
-        pytest.skip(f"no redis_url fixture and tests.servers unavailable: {e!r}")
+        pytest.skip(f"no redis_url fixture and devkit.servers unavailable: {e!r}")
     with start_standalone() as server:
         yield server.url
 
@@ -86,7 +81,7 @@ def glob_escape(s: str) -> str:
 
 def _kwargs(name: str) -> dict:
     try:
-        import tests.servers as servers
+        import devkit.servers as servers
 
         return getattr(servers, name)(5.0, 5.0)
     except Exception:  # noqa: BLE001

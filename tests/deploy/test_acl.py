@@ -31,8 +31,8 @@ import redis.asyncio
 
 import redis_saver
 import redis_saver._scripts
+from devkit.servers import async_client_kwargs, client_kwargs
 from tests.deploy.helpers import aput_chain, cfg, put_chain, tcfg
-from tests.servers import async_client_kwargs, client_kwargs
 
 SAVER_ACL_COMMANDS = (
     "+evalsha +eval +script|load "  # run the scripts; EVAL after NOSCRIPT; setup() loads them

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 import redis_saver
+from devkit.servers import client_kwargs, start_sentinel
 from tests.deploy.helpers import aput_chain, cfg, delete_prefix, new_prefix, put_chain, tcfg, wait_until
-from tests.servers import client_kwargs, start_sentinel
 
 pytestmark = pytest.mark.sentinel
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
+from devkit.servers import _info
 from tests.lifecycle._util import alist as listed  # noqa: F401 (re-exported for the fault tests)
 from tests.lifecycle._util import call, is_async  # noqa: F401
-from tests.servers import _info
 
 
 def cfg(thread_id: str) -> dict:
@@ -19,7 +19,7 @@ def cfg(thread_id: str) -> dict:
 
 
 def info(server: Any, section: str) -> dict[str, str]:
-    """INFO <section> of a ``tests.servers`` server, as a dict (raw RESP, not redis-py)."""
+    """INFO <section> of a ``devkit.servers`` server, as a dict (raw RESP, not redis-py)."""
     return _info(server, section)
 
 

@@ -20,11 +20,11 @@ import pytest
 import redis
 import redis.asyncio
 
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
 from redis_saver._clients import DEFAULTS
 from tests.faults._proxy import FaultProxy
 from tests.faults._util import call, cfg, checkpoint, is_async, listed, version
-from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 KINDS = ["sync", "async"]
 

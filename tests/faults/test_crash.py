@@ -21,10 +21,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
 from redis_saver import _embedded as emb
 from tests.faults._util import call, cfg, checkpoint, listed, version
-from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 RUN_SECONDS = 1.5

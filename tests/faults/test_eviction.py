@@ -26,6 +26,7 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import (
     AsyncRedisSaver,
     DamagedThreadError,
@@ -34,7 +35,6 @@ from redis_saver import (
     UnsupportedServerError,
 )
 from redis_saver.keys import THREAD_SUFFIXES
-from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 
 def cfg(thread: str, ns: str = "", cid: str | None = None) -> dict:

@@ -17,9 +17,9 @@ import pytest
 import redis
 import redis.asyncio
 
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
 from tests.faults._util import call, cfg, checkpoint, info, listed, version
-from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 VALUE = "v" * 20_000
 HEADROOM = 3_000_000  # bytes of maxmemory above what the empty server uses

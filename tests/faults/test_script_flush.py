@@ -29,9 +29,9 @@ import pytest
 import redis
 import redis.asyncio
 
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
 from tests.faults._util import Ops, cfg, checkpoint, info, run_rounds, stat_count, version
-from tests.servers import async_client_kwargs, client_kwargs, start_standalone
 
 SYNC_THREADS = 3
 ASYNC_TASKS = 3
@@ -219,8 +219,8 @@ async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
     script. A single call: EVALSHA, then EVAL."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
+    from devkit.wire import SETUP_COMMANDS, CountingProxy
     from tests.faults._util import call
-    from tests.wire import SETUP_COMMANDS, CountingProxy
 
     with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
         if kind == "sync":

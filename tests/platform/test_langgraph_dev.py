@@ -29,8 +29,8 @@ pytest.importorskip(
 pytest.importorskip("langgraph_cli", reason="langgraph-cli is not installed: pip install -e '.[platform]'")
 from langgraph_sdk import get_client  # noqa: E402
 
+from devkit.servers import async_client_kwargs, free_port, start_standalone  # noqa: E402
 from redis_saver import AsyncRedisSaver, KeySchema  # noqa: E402
-from tests.servers import async_client_kwargs, free_port, start_standalone  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_platform"
 GRAPH = "approval_chat"

@@ -4,7 +4,7 @@ Each test starts its *own* 3 primaries + 3 replicas (``start_cluster``, ~2.2 s) 
 ``cluster`` fixture: the scenario kills a primary and restarts it as a replica, which changes which node
 serves which slots for every later test sharing the session cluster.
 
-The scenario itself (``tests.scale._workers.run_failover``): 6 worker threads, each with its own saver
+The scenario itself (``devkit.workers.run_failover``): 6 worker threads, each with its own saver
 (``RedisSaver.from_conn_string("redis+cluster://...", socket_timeout=1)``), advance one checkpoint thread
 each (put a child, then put_writes), retrying only safe-to-retry errors on the *same* saver (put is
 idempotent by checkpoint id, put_writes by (task_id, idx)). After 1 s the primary of ``fo-0``'s slot is
@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from tests.scale import _workers as W
-from tests.servers import start_cluster
+from devkit import workers as W
+from devkit.servers import start_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

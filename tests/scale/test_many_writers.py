@@ -1,6 +1,6 @@
 """Many writer *processes* advancing the same threads concurrently against a real redis-server.
 
-Each worker (``tests.scale._workers.many_writers_worker``) loops: read the latest checkpoint of a random
+Each worker (``devkit.workers.many_writers_worker``) loops: read the latest checkpoint of a random
 thread, put a child of it (bumping 1-2 channels, so older channel blobs stay referenced), then put_writes
 against the new checkpoint and against the parent it read. Afterwards every acknowledged put and write
 must be readable, list() strictly descending, every parent link resolvable, every channel value present.
@@ -14,9 +14,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from devkit import workers as W
+from devkit.servers import client_kwargs
 from redis_saver import RedisSaver
-from tests.scale import _workers as W
-from tests.servers import client_kwargs
 
 N_PROCS = 4
 TIME_BUDGET = 30.0

@@ -16,9 +16,9 @@ import time
 import pytest
 import redis
 
+from devkit import workers as W
+from devkit.servers import start_standalone
 from redis_saver import RedisSaver
-from tests.scale import _workers as W
-from tests.servers import start_standalone
 
 BOUND = 20.0  # seconds, with the from_conn_string defaults (socket_timeout 5, bounded retry)
 

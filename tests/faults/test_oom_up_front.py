@@ -12,8 +12,8 @@ import pytest
 import redis
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
+from devkit.servers import client_kwargs, start_standalone
 from redis_saver import RedisSaver
-from tests.servers import client_kwargs, start_standalone
 
 
 @pytest.fixture

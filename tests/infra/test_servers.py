@@ -9,8 +9,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from tests.servers import client_kwargs, start_standalone, start_tls
-from tests.wire import CountingProxy, RespRequestParser
+from devkit.servers import client_kwargs, start_standalone, start_tls
+from devkit.wire import CountingProxy, RespRequestParser
 
 
 def test_standalone_start_stop():

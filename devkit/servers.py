@@ -3,7 +3,7 @@
 Every server runs ``redis-server`` from PATH (or ``binary=``) on a free 127.0.0.1 port, in its own temp dir,
 with ``--save '' --appendonly no``; readiness = PING answered; teardown = SIGKILL + rmtree.
 
-    from tests.servers import start_standalone, start_cluster, start_sentinel, start_tls, client_kwargs
+    from devkit.servers import start_standalone, start_cluster, start_sentinel, start_tls, client_kwargs
 
     with start_standalone() as s:                 # Server: host, port, url, proc, dir, stop()
         r = redis.Redis.from_url(s.url, **client_kwargs())
@@ -21,12 +21,10 @@ redis-py is imported lazily, only by the ``client()`` helpers.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,15 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:  # normal case: the package is importable
-    from redis_saver import _embedded as _emb
-except Exception:  # the package __init__ is broken/missing: load the helper file directly
-    _path = Path(__file__).resolve().parent.parent / "redis_saver" / "_embedded.py"
-    _spec = importlib.util.spec_from_file_location("_redis_saver_embedded", _path)
-    assert _spec and _spec.loader
-    _emb = importlib.util.module_from_spec(_spec)
-    sys.modules[_spec.name] = _emb
-    _spec.loader.exec_module(_emb)
+from redis_saver import _embedded as _emb
 
 LocalServer = _emb.LocalServer
 ServerStartError = _emb.ServerStartError
@@ -514,7 +504,7 @@ def start_tls(binary: str | None = None, extra_args: Sequence[str] = ()) -> TLSS
     return TLSServer(server=server, ca_file=ca, cert_file=cert, key_file=key, certs_dir=certs)
 
 
-if __name__ == "__main__":  # quick manual check: python tests/servers.py
+if __name__ == "__main__":  # quick manual check: python devkit/servers.py
     t0 = time.monotonic()
     with start_standalone() as s:
         print("standalone", s.url, s.command("PING"), f"{time.monotonic() - t0:.2f}s")

@@ -11,7 +11,7 @@ import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
-from tests.wire import SETUP_COMMANDS
+from devkit.wire import SETUP_COMMANDS
 
 
 def _ops(wire) -> list[str]:
