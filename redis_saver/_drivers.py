@@ -41,6 +41,8 @@ class _Driver:
 class SyncDriver(_Driver):
     def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
+            if op.kwargs is None:
+                return getattr(self.client, op.name)(*op.args)
             return getattr(self.client, op.name)(*op.args, **op.kwargs)
         if isinstance(op, Pipe):
             client = self.client
@@ -108,6 +110,8 @@ class SyncDriver(_Driver):
 class AsyncDriver(_Driver):
     async def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
+            if op.kwargs is None:
+                return await getattr(self.client, op.name)(*op.args)
             return await getattr(self.client, op.name)(*op.args, **op.kwargs)
         if isinstance(op, Pipe):
             if op.node_key is not None:

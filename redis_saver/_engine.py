@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from redis.exceptions import (
@@ -58,7 +58,7 @@ class Cmd:
 
     name: str
     args: Sequence[Any] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
