@@ -28,8 +28,25 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _driver_info() -> dict[str, Any]:
+    """Name this library in ``CLIENT SETINFO`` (``CLIENT LIST`` shows
+    ``lib-name=redis-py(redis-saver_v<version>)``; servers without the command, such as Redis
+    7.0, ignore it). redis-py < 7 has no ``driver_info``: nothing is added."""
+    try:
+        from importlib.metadata import version
+
+        from redis.driver_info import DriverInfo
+    except ImportError:
+        return {}
+    try:
+        ours = version("redis-saver")
+    except Exception:  # not installed as a distribution (a source checkout on the path)
+        ours = "dev"
+    return {"driver_info": DriverInfo().add_upstream_driver("redis-saver", ours)}
+
+
 def _split(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    opts = {**DEFAULTS, **options}
+    opts = {**DEFAULTS, **_driver_info(), **options}
     opts.setdefault("retry", Retry(NoBackoff(), 0))
     cluster = bool(opts.pop("cluster", False))
     parts = urlsplit(url)

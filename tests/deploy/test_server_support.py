@@ -36,3 +36,30 @@ async def test_setup_matches_probed_support(sync_client, async_client, prefix):
             assert sync_client.get(f"{prefix}:schema") is None, "nothing written on an unsupported server"
     finally:
         sync_client.delete(f"{prefix}:schema")
+
+
+def _supports_setinfo(client) -> bool:
+    try:
+        client.execute_command("CLIENT", "SETINFO", "LIB-NAME", "probe")
+        return True
+    except redis.ResponseError:
+        return False
+
+
+async def test_from_conn_string_names_the_library_in_client_list(redis_url, sync_client, prefix):
+    """Redis >= 7.2 and Valkey list a connection's library (CLIENT SETINFO): the clients that
+    from_conn_string makes say redis-saver; an older server (Debian's 7.0) has no such field
+    and the connection works all the same. scripts/matrix runs this on every server version."""
+    supported = _supports_setinfo(sync_client)
+    with redis_saver.RedisSaver.from_conn_string(redis_url, prefix=prefix) as saver:
+        saver.setup()
+        sync_info = saver.client.client_info()
+    async with redis_saver.AsyncRedisSaver.from_conn_string(redis_url, prefix=prefix) as asaver:
+        await asaver.asetup()
+        async_info = await asaver.client.client_info()
+    sync_client.delete(f"{prefix}:schema")
+    for info in (sync_info, async_info):
+        if supported:
+            assert str(info.get("lib-name", "")).startswith("redis-py(redis-saver_v"), info
+        else:
+            assert not info.get("lib-name"), info
