@@ -5,6 +5,7 @@ proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only m
 """
 
 from ._base import TTLConfig
+from ._telemetry import Telemetry
 from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,
@@ -35,5 +36,6 @@ __all__ = [
     "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",
+    "Telemetry",
     "UnsupportedServerError",
 ]

@@ -11,6 +11,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._plans import Plans
+from ._telemetry import Telemetry
 from .keys import KeySchema
 
 
@@ -67,6 +68,7 @@ SAVER_OPTIONS = (
     "wait_timeout_ms",
     "retries",
     "eviction_check",
+    "telemetry",
 )
 
 
@@ -98,6 +100,10 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             for threads with a ttl): ``"warn"`` (an ``EvictionPolicyWarning`` and a log
             record, once per saver), ``"raise"`` (``UnsupportedServerError`` on every call
             until the policy is changed) or ``"off"`` (not asked: no extra round trip).
+        telemetry: OpenTelemetry spans and metrics of every call (``pip install
+            'redis-saver[otel]'``; a no-op without the package or a configured provider):
+            ``True`` (the global providers), ``False``, or a ``Telemetry(tracer_provider=...,
+            meter_provider=..., thread_id=False)`` to choose providers or leave thread ids out.
     """
 
     _driver_cls: type
@@ -115,6 +121,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         wait_timeout_ms: int = 1000,
         retries: int = 0,
         eviction_check: Literal["warn", "raise", "off"] = "warn",
+        telemetry: Telemetry | bool = True,
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -133,7 +140,11 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         self.fencing = bool(fencing)
         check_client(client)
         self.client = client
-        self._driver = self._driver_cls(client, self.keys, self.retries)
+        if telemetry is True:
+            telemetry = Telemetry()
+        elif telemetry is not False and not isinstance(telemetry, Telemetry):
+            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
+        self._driver = self._driver_cls(client, self.keys, self.retries, telemetry or None)
         self._driver.set_eviction_check(eviction_check)
         self._bound()
 

@@ -18,19 +18,21 @@ from typing import Any, TypeVar
 from . import _policy
 from ._engine import Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
 from ._plans import Call, Plan
+from ._telemetry import Telemetry
 from .keys import KeySchema
 
 T = TypeVar("T")
 
 
 class _Driver:
-    def __init__(self, client: Any, keys: KeySchema, retries: int = 0) -> None:
+    def __init__(self, client: Any, keys: KeySchema, retries: int = 0, telemetry: Telemetry | None = None) -> None:
         self.client = client
         self.engine = Engine(
             keys,
             retries,
             cluster=hasattr(client, "get_node_from_key"),
             plain_scripts=type(client).__module__.startswith("fakeredis"),  # it refuses #!lua lines
+            telemetry=telemetry,
         )
         self.scripts = self.engine.scripts
 
@@ -88,11 +90,11 @@ class SyncDriver(_Driver):
             pass  # items nobody asked for (run, not iterate)
         return end[0]  # type: ignore[no-any-return]
 
-    def run(self, plan: Plan[T]) -> T:
-        return self._run(self.engine.drive(plan))
+    def run(self, plan: Plan[T], op: str | None = None) -> T:
+        return self._run(self.engine.drive(plan, op))
 
-    def iterate(self, plan: Plan[Any]) -> Iterator[Any]:
-        gen = self.engine.drive(plan)
+    def iterate(self, plan: Plan[Any], op: str | None = None) -> Iterator[Any]:
+        gen = self.engine.drive(plan, op)
         end: list[Any] = []  # the plan's value: unused by iterate
         while (items := self._advance(gen, end)) is not None:
             yield from items
@@ -161,11 +163,11 @@ class AsyncDriver(_Driver):
             pass
         return end[0]  # type: ignore[no-any-return]
 
-    async def run(self, plan: Plan[T]) -> T:
-        return await self._run(self.engine.drive(plan))
+    async def run(self, plan: Plan[T], op: str | None = None) -> T:
+        return await self._run(self.engine.drive(plan, op))
 
-    async def iterate(self, plan: Plan[Any]) -> AsyncIterator[Any]:
-        gen = self.engine.drive(plan)
+    async def iterate(self, plan: Plan[Any], op: str | None = None) -> AsyncIterator[Any]:
+        gen = self.engine.drive(plan, op)
         end: list[Any] = []  # the plan's value: unused by iterate
         while (items := await self._advance(gen, end)) is not None:
             for item in items:

@@ -38,6 +38,7 @@ from redis.exceptions import (
 from . import _policy
 from ._plans import Call, IndexSlots, Out, Plan
 from ._scripts import Script, load_all
+from ._telemetry import Recording, Telemetry
 from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
 from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 
@@ -216,10 +217,20 @@ class Engine:
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
         plain_scripts: send the scripts without their ``#!lua`` line (fakeredis).
+        telemetry: spans and metrics of the saver's calls (``_telemetry.py``), or None.
     """
 
-    def __init__(self, keys: KeySchema, retries: int = 0, *, cluster: bool = False, plain_scripts: bool = False):
+    def __init__(
+        self,
+        keys: KeySchema,
+        retries: int = 0,
+        *,
+        cluster: bool = False,
+        plain_scripts: bool = False,
+        telemetry: Telemetry | None = None,
+    ):
         self.keys = keys
+        self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
         scripts = dict(load_all())  # a copy: the loaded scripts are shared by every engine
@@ -234,8 +245,21 @@ class Engine:
         self.eviction_check = _policy.check_mode(mode)
         self.policy_pending = mode != "off"
 
-    # a plan, run to its end: the caller gets Emit operations for its items
-    def drive(self, plan: Plan[T]) -> Io[T]:
+    # a plan, run to its end: the caller gets Emit operations for its items; ``op`` names the
+    # saver call for telemetry (None: an internal plan, not recorded)
+    def drive(self, plan: Plan[T], op: str | None = None) -> Io[T]:
+        rec = self.telemetry.start(op) if op is not None and self.telemetry is not None else None
+        if rec is None:
+            return (yield from self._drive(plan, None))
+        try:
+            value = yield from self._drive(plan, rec)
+        except BaseException as exc:
+            rec.end(None if isinstance(exc, GeneratorExit) else exc)
+            raise
+        rec.end()
+        return value
+
+    def _drive(self, plan: Plan[T], rec: Recording | None) -> Io[T]:
         if self.policy_pending and self.eviction_check == "raise":
             yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
         reply: Any = None
@@ -246,6 +270,9 @@ class Engine:
                 if self.policy_pending:
                     yield from self.check_policy()
                 return stop.value  # type: ignore[no-any-return]
+            if rec is not None:
+                for c in step if isinstance(step, list) else [step] if isinstance(step, Call) else []:
+                    rec.script(c.script, c.args, None if c.script == "ix_query" else str(c.args[1]))
             if isinstance(step, Out):
                 if self.policy_pending:
                     yield from self.check_policy()
@@ -255,6 +282,8 @@ class Engine:
                 reply = yield from self.call(step)
             else:
                 reply = yield from self.step(step)
+            if rec is not None:
+                rec.reply(reply)
 
     def step(self, step: Any) -> Io[Any]:
         """One plan step, retried on ``ConnectionError`` (every script is idempotent)."""
@@ -284,6 +313,8 @@ class Engine:
             try:
                 return (yield Cmd("evalsha", (s.sha, len(call.keys), *call.keys, *call.args)))
             except NoScriptError:  # EVAL cannot get NOSCRIPT, even if the cache is flushed again
+                if self.telemetry is not None:
+                    self.telemetry.reloaded()
                 return (yield Cmd("eval", (s.source, len(call.keys), *call.keys, *call.args)))
         except ResponseError as exc:
             raise map_error(exc) from None
@@ -295,6 +326,8 @@ class Engine:
             positions, again = _resend(commands, res, last)
             if not positions:
                 break
+            if self.telemetry is not None:
+                self.telemetry.reloaded()
             for i, r in zip(positions, (yield Pipe(again, node_key)), strict=True):
                 res[i] = r
         return res

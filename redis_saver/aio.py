@@ -60,9 +60,9 @@ class AsyncRedisSaver(RedisSaverBase):
         if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.get_running_loop()
 
-    async def _run(self, plan: Plan[T]) -> T:
+    async def _run(self, plan: Plan[T], op: str) -> T:
         self._bind()
-        return await self._driver.run(plan)
+        return await self._driver.run(plan, op)
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -92,7 +92,7 @@ class AsyncRedisSaver(RedisSaverBase):
     # ---- async API -------------------------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`RedisSaver.get_tuple`: the same semantics and errors."""
-        return await self._run(self._plan_get_tuple(config))
+        return await self._run(self._plan_get_tuple(config), "get_tuple")
 
     async def alist(
         self,
@@ -104,7 +104,8 @@ class AsyncRedisSaver(RedisSaverBase):
     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`RedisSaver.list`: the same semantics and errors."""
         self._bind()
-        async for item in self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit)):
+        plan = self._plan_list(config, filter=filter, before=before, limit=limit)
+        async for item in self._driver.iterate(plan, "list"):
             yield item
 
     async def aput(
@@ -115,43 +116,43 @@ class AsyncRedisSaver(RedisSaverBase):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`RedisSaver.put`: the same semantics and errors."""
-        return await self._run(self._plan_put(config, checkpoint, metadata, new_versions))
+        return await self._run(self._plan_put(config, checkpoint, metadata, new_versions), "put")
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         """Async :meth:`RedisSaver.put_writes`: the same semantics and errors."""
-        await self._run(self._plan_put_writes(config, writes, task_id, task_path))
+        await self._run(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`RedisSaver.delete_thread`: the same semantics and errors."""
-        await self._run(self._plan_delete_thread(thread_id))
+        await self._run(self._plan_delete_thread(thread_id), "delete_thread")
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async :meth:`RedisSaver.delete_for_runs`: the same semantics and errors."""
-        await self._run(self._plan_delete_for_runs(run_ids))
+        await self._run(self._plan_delete_for_runs(run_ids), "delete_for_runs")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`RedisSaver.copy_thread`: the same semantics and errors."""
-        await self._run(self._plan_copy_thread(source_thread_id, target_thread_id))
+        await self._run(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`RedisSaver.prune`: the same semantics and errors."""
-        await self._run(self._plan_prune(thread_ids, strategy))
+        await self._run(self._plan_prune(thread_ids, strategy), "prune")
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async :meth:`RedisSaver.get_delta_channel_history`: the same semantics and errors."""
-        return await self._run(self._plan_delta_history(config, channels))
+        return await self._run(self._plan_delta_history(config, channels), "get_delta_channel_history")
 
     async def apin(self, thread_id: str) -> None:
         """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
-        await self._run(self._plan_pin(thread_id, True))
+        await self._run(self._plan_pin(thread_id, True), "pin")
 
     async def aunpin(self, thread_id: str) -> None:
         """Unpin a thread: it expires again ``default_ttl`` after this call."""
-        await self._run(self._plan_pin(thread_id, False))
+        await self._run(self._plan_pin(thread_id, False), "unpin")
 
     # ---- sync API: bridged onto the saver's loop from other threads ---------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

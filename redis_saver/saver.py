@@ -76,7 +76,7 @@ class RedisSaver(RedisSaverBase):
         Example:
             >>> saver.get_tuple({"configurable": {"thread_id": "t-1"}}).checkpoint["id"]
         """
-        return self._driver.run(self._plan_get_tuple(config))
+        return self._driver.run(self._plan_get_tuple(config), "get_tuple")
 
     def list(
         self,
@@ -99,7 +99,7 @@ class RedisSaver(RedisSaverBase):
         Example:
             >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "t-1"}}, limit=3)]
         """
-        return self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit))
+        return self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit), "list")
 
     def put(
         self,
@@ -125,7 +125,7 @@ class RedisSaver(RedisSaverBase):
             ConflictError: ``fencing=True`` and another writer moved the thread on.
             ReplicationTimeoutError: fewer replicas than ``wait_for_replicas`` acknowledged.
         """
-        return self._driver.run(self._plan_put(config, checkpoint, metadata, new_versions))
+        return self._driver.run(self._plan_put(config, checkpoint, metadata, new_versions), "put")
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -139,23 +139,23 @@ class RedisSaver(RedisSaverBase):
             task_id: the task's id.
             task_path: the task's path (it orders writes as ``writes_sort_key`` does).
         """
-        self._driver.run(self._plan_put_writes(config, writes, task_id, task_path))
+        self._driver.run(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove every checkpoint, write and value of the thread (all namespaces), in one
         script; works when Redis is out of memory."""
-        self._driver.run(self._plan_delete_thread(thread_id))
+        self._driver.run(self._plan_delete_thread(thread_id), "delete_thread")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
         writes and the values nothing else references, in every thread (found through the
         per-slot run index); a thread left empty disappears."""
-        self._driver.run(self._plan_delete_for_runs(run_ids))
+        self._driver.run(self._plan_delete_for_runs(run_ids), "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace, checkpoint, write and value of one thread into another, in
         pages (values and writes before the checkpoints that reference them)."""
-        self._driver.run(self._plan_copy_thread(source_thread_id, target_thread_id))
+        self._driver.run(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads: ``"keep_latest"`` keeps each namespace's latest checkpoint with its
@@ -167,7 +167,7 @@ class RedisSaver(RedisSaverBase):
             >>> saver.prune(["t-1", "t-2"])                      # keep_latest
             >>> saver.prune(["t-3"], strategy="delete")
         """
-        self._driver.run(self._plan_prune(thread_ids, strategy))
+        self._driver.run(self._plan_prune(thread_ids, strategy), "prune")
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -179,15 +179,15 @@ class RedisSaver(RedisSaverBase):
         Raises:
             ParentCycleError: the stored parent links form a cycle.
         """
-        return self._driver.run(self._plan_delta_history(config, channels))
+        return self._driver.run(self._plan_delta_history(config, channels), "get_delta_channel_history")
 
     def pin(self, thread_id: str) -> None:
         """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
-        self._driver.run(self._plan_pin(thread_id, True))
+        self._driver.run(self._plan_pin(thread_id, True), "pin")
 
     def unpin(self, thread_id: str) -> None:
         """Unpin a thread: it expires again ``default_ttl`` after this call."""
-        self._driver.run(self._plan_pin(thread_id, False))
+        self._driver.run(self._plan_pin(thread_id, False), "unpin")
 
     # ---- async API: the sync code in a worker thread -----------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -1,0 +1,99 @@
+"""OpenTelemetry spans and metrics of the savers, read back with the SDK's in-memory exporters
+against a real server: one CLIENT span per saver call with the database conventions, the error
+on failure, duration and byte histograms, and the conflict / script-reload counters."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver, Telemetry
+from tests.lifecycle._util import alist, call
+
+
+@pytest.fixture
+def otel():
+    spans = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    return tp, mp, spans, reader
+
+
+def _metrics(reader) -> dict:
+    out = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out[m.name] = m.data.data_points
+    return out
+
+
+def _cfg(thread: str, cid: str | None = None) -> dict:
+    conf = {"thread_id": thread, "checkpoint_ns": ""}
+    if cid:
+        conf["checkpoint_id"] = cid
+    return {"configurable": conf}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_spans_and_metrics_of_saver_calls(kind, otel, redis_url, make_saver, sync_client):
+    tp, mp, spans, reader = otel
+    saver = make_saver(kind, telemetry=Telemetry(tp, mp), fencing=True)
+    cp = empty_checkpoint()
+    cp["channel_values"], cp["channel_versions"] = {"x": "v" * 1000}, {"x": "1"}
+    cfg = await call(saver, "put", _cfg("t-1"), cp, {"step": 0}, {"x": "1"})
+    await call(saver, "put_writes", cfg, [("x", "w")], "task")
+    await call(saver, "get_tuple", _cfg("t-1"))
+    assert len(await alist(saver, _cfg("t-1"))) == 1
+    with pytest.raises(ConflictError):  # a second root on a fenced thread
+        await call(saver, "put", _cfg("t-1"), empty_checkpoint(), {"step": 0}, {})
+    sync_client.script_flush()  # the next call is answered NOSCRIPT, then EVAL: a script reload
+    await call(saver, "get_tuple", _cfg("t-1"))
+
+    got = {s.name: s for s in spans.get_finished_spans()}
+    names = [s.name for s in spans.get_finished_spans()]
+    assert names == ["put", "put_writes", "get_tuple", "list", "put", "get_tuple"]
+    put = got["put_writes"]
+    assert put.kind == SpanKind.CLIENT and put.attributes["db.system.name"] == "redis"
+    assert put.attributes["db.operation.name"] == "put_writes"
+    assert put.attributes["db.stored_procedure.name"] == "put_writes+lean"
+    assert put.attributes["redis_saver.thread_id"] == "t-1"
+    first_put = spans.get_finished_spans()[0]
+    assert first_put.attributes["redis_saver.bytes_sent"] > 1000  # the value went out
+    assert got["get_tuple"].attributes["redis_saver.bytes_received"] > 1000  # and came back
+    failed = spans.get_finished_spans()[4]
+    assert failed.status.status_code == StatusCode.ERROR and failed.attributes["error.type"] == "ConflictError"
+    assert any(e.name == "exception" for e in failed.events)
+
+    m = _metrics(reader)
+    ops = {dp.attributes["db.operation.name"]: dp.count for dp in m["db.client.operation.duration"]
+           if "error.type" not in dp.attributes}
+    assert ops == {"put": 1, "put_writes": 1, "get_tuple": 2, "list": 1}
+    assert sum(dp.count for dp in m["redis_saver.bytes_sent"]) == 6
+    assert [dp.value for dp in m["redis_saver.conflicts"]] == [1]
+    assert sum(dp.value for dp in m["redis_saver.script_reloads"]) >= 1
+
+
+def test_thread_ids_can_be_left_out(otel, sync_client, prefix):
+    tp, mp, spans, _ = otel
+    saver = RedisSaver(sync_client, prefix=prefix, telemetry=Telemetry(tp, mp, thread_id=False))
+    saver.get_tuple(_cfg("secret-thread"))
+    (span,) = spans.get_finished_spans()
+    assert "redis_saver.thread_id" not in span.attributes
+    assert "secret-thread" not in repr(dict(span.attributes))
+
+
+def test_telemetry_off_and_bad_option(sync_client, prefix):
+    RedisSaver(sync_client, prefix=prefix, telemetry=False).get_tuple(_cfg("t"))
+    with pytest.raises(TypeError):
+        RedisSaver(sync_client, prefix=prefix, telemetry="yes")
+    with pytest.raises(TypeError):
+        AsyncRedisSaver(sync_client, prefix=prefix, telemetry=object())
