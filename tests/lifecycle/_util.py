@@ -27,6 +27,13 @@ async def alist(saver: Any, config: Any, **kwargs: Any) -> list:
     return list(saver.list(config, **kwargs))
 
 
+async def op(saver: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``call``, with ``list`` collected into a list."""
+    if name == "list":
+        return await alist(saver, *args, **kwargs)
+    return await call(saver, name, *args, **kwargs)
+
+
 async def base_delta_history(saver: Any, *, config: Any, channels: list[str]) -> Any:
     """The base class's default walk (get_tuple + parent_config), run on ``saver``."""
     if is_async(saver):

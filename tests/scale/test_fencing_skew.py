@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from redis_saver import AsyncRedisSaver, ConflictError
+from redis_saver import ConflictError
+from tests.lifecycle._util import op
 
 # ids as uuid6 strings would be; only their order matters here
 P = "1ef00000-0000-6000-8000-000000000500"
@@ -22,14 +23,7 @@ LATE_2 = "1ef00000-0000-6000-8000-000000000950"
 ROOT_EARLY = "1ef00000-0000-6000-8000-000000000050"
 
 
-async def _call(saver: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    if isinstance(saver, AsyncRedisSaver):
-        if name == "list":
-            return [t async for t in saver.alist(*args, **kwargs)]
-        return await getattr(saver, "a" + name)(*args, **kwargs)
-    if name == "list":
-        return list(saver.list(*args, **kwargs))
-    return getattr(saver, name)(*args, **kwargs)
+_call = op  # sync or async, list collected
 
 
 def _ckpt(cid: str, step: int = 0) -> dict:

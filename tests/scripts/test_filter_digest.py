@@ -13,21 +13,14 @@ from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6
 
-from redis_saver import AsyncRedisSaver
 from redis_saver import _codec as codec
 from redis_saver.keys import enc
+from tests.lifecycle._util import op
 
 BIG = 4 * 1024 * 1024
 
 
-async def _call(saver: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    if isinstance(saver, AsyncRedisSaver):
-        if name == "list":
-            return [t async for t in saver.alist(*args, **kwargs)]
-        return await getattr(saver, "a" + name)(*args, **kwargs)
-    if name == "list":
-        return list(saver.list(*args, **kwargs))
-    return getattr(saver, name)(*args, **kwargs)
+_call = op  # sync or async, list collected
 
 
 def _ckpt() -> dict:
