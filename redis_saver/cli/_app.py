@@ -851,7 +851,8 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
 
 @cli.command()
 @click.option("--from", "source", required=True, metavar="SOURCE",
-              help="sqlite:///path/to/file.db (SqliteSaver) or postgresql://... (PostgresSaver).")
+              help="sqlite:///path/to/file.db (SqliteSaver), postgresql://... (PostgresSaver) or "
+              "plainredis://host:port/db?prefix=lg (langgraph-checkpoint-plainredis).")
 @click.option("--to", "target", metavar="URL", help="Target Redis URL (default: --url / REDIS_URL).")
 @click.option("--threads", "thread_opt", multiple=True, metavar="ID[,ID...]", help="Only these threads (repeatable).")
 @click.option("--verify", is_flag=True, help="Afterwards, compare every migrated thread checkpoint by checkpoint.")

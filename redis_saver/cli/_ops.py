@@ -171,6 +171,23 @@ class Item:
     writes: list[tuple[str, str, Any]]  # (task_id, channel, value), in the order list() gives
 
 
+def our_versions(checkpoint: Any) -> dict[str, Any]:
+    """The checkpoint with int channel versions (savers whose ``get_next_version`` counts with
+    ints, such as langgraph-checkpoint-plainredis) written in redis_saver's string form, in the
+    same order. LangGraph compares a channel's old and new versions, so a migrated thread must
+    go on with versions of the type this saver makes."""
+
+    def v(x: Any) -> Any:
+        return f"{x:032}.{0:016}" if isinstance(x, int) and not isinstance(x, bool) else x
+
+    out = dict(checkpoint)
+    out["channel_versions"] = {c: v(x) for c, x in (checkpoint.get("channel_versions") or {}).items()}
+    out["versions_seen"] = {
+        node: {c: v(x) for c, x in seen.items()} for node, seen in (checkpoint.get("versions_seen") or {}).items()
+    }
+    return out
+
+
 def items_from_tuples(tuples: Sequence[CheckpointTuple]) -> list[Item]:
     """Turn one thread's tuples (any order) into items oldest first (parents before children).
 
@@ -185,11 +202,11 @@ def items_from_tuples(tuples: Sequence[CheckpointTuple]) -> list[Item]:
         conf = t.config["configurable"]
         ns, cid = conf.get("checkpoint_ns", "") or "", conf["checkpoint_id"]
         parent_id = t.parent_config["configurable"].get("checkpoint_id") if t.parent_config else None
-        cv = dict(t.checkpoint.get("channel_versions") or {})
+        cp = our_versions(t.checkpoint)
+        cv = dict(cp["channel_versions"])
         pv = versions.get((ns, parent_id)) if parent_id else None
         new = dict(cv) if pv is None else {c: v for c, v in cv.items() if pv.get(c) != v}
         values = t.checkpoint.get("channel_values") or {}
-        cp = dict(t.checkpoint)
         cp["channel_values"] = {c: values[c] for c in new if c in values}
         versions[(ns, cid)] = cv
         out.append(
@@ -252,7 +269,7 @@ def tuple_view(t: CheckpointTuple) -> tuple[Any, ...]:
         t.config["configurable"].get("checkpoint_ns", "") or "",
         t.config["configurable"].get("checkpoint_id"),
         (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-        t.checkpoint,
+        our_versions(t.checkpoint),
         t.metadata,
         [tuple(w) for w in (t.pending_writes or [])],
     )

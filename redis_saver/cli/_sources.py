@@ -1,8 +1,11 @@
-"""Source savers for ``redis-saver migrate``: LangGraph's SqliteSaver and PostgresSaver.
+"""Source savers for ``redis-saver migrate``: LangGraph's SqliteSaver and PostgresSaver, and
+the plain-Redis saver of ``langgraph-checkpoint-plainredis`` (another Redis saver that needs
+no server modules).
 
 Checkpoints are read only through the source saver's ``list`` (oldest first after sorting);
-the list of thread ids is the one thing read with SQL (``SELECT DISTINCT thread_id``), as
-neither saver has an API for it. Neither ``setup()`` is called: the source is never written.
+the list of thread ids is the one thing read directly (SQL ``SELECT DISTINCT thread_id``; the
+plain-Redis saver's documented ``<prefix>:threads`` registry), as no saver has an API for it.
+No ``setup()`` is called: the source is never written.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 INSTALL_HINT = "pip install 'redis-saver[migrate]'"
 
@@ -77,5 +80,35 @@ def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
             yield saver, [str(r["thread_id"]) for r in rows]
         finally:
             cm.__exit__(None, None, None)
+    elif scheme in ("plainredis", "plainrediss"):
+        # plainredis://host:port/db?prefix=lg : langgraph-checkpoint-plainredis's RedisSaver
+        try:
+            from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
+        except ImportError as exc:
+            raise SourceError(
+                f"migrating from the plain-Redis saver needs langgraph-checkpoint-plainredis ({INSTALL_HINT}): {exc}"
+            ) from None
+        import json
+
+        import redis
+
+        parts = urlsplit(url)
+        prefix = parse_qs(parts.query).get("prefix", ["lg"])[0]
+        redis_url = urlunsplit(parts._replace(scheme=scheme[len("plain") :], query=""))
+        plain: Any = PlainRedisSaver(url=redis_url, prefix=prefix)
+        try:
+            try:
+                # the saver's (thread, namespace) registry: a hash of JSON {"thread": ..., "ns": ...}
+                raw = plain.client.hvals(f"{prefix}:threads")
+                tids = sorted({str(json.loads(v)["thread"]) for v in raw})
+            except redis.RedisError as exc:
+                raise SourceError(f"cannot read the plain-Redis saver at {redis_url}: {exc}") from None
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SourceError(f"{prefix}:threads is not a plain-Redis saver registry: {exc}") from None
+            yield plain, tids
+        finally:
+            plain.client.close()
     else:
-        raise SourceError(f"unsupported source {url!r}: use sqlite:///path or postgresql://...")
+        raise SourceError(
+            f"unsupported source {url!r}: use sqlite:///path, postgresql://... or plainredis://host:port/db?prefix=..."
+        )

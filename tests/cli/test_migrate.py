@@ -139,3 +139,41 @@ def test_migrate_sqlite_delta_channels(cli, rsaver, tmp_path):
         a = src_app.invoke(Command(resume="x"), cfg)
     b = dst_app.invoke(Command(resume="x"), cfg)
     assert a == b
+
+
+def test_migrate_plainredis(cli, rsaver, redis_url):
+    """Another Redis saver that needs no server modules (langgraph-checkpoint-plainredis), on
+    the same server under its own prefix: migrated, verified, resumable, and it resumes."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    plain_mod = pytest.importorskip("langgraph_checkpoint_plainredis", reason="migrate needs the 'migrate' extra")
+    from langgraph.types import Command
+
+    prefix = "plain" + uuid.uuid4().hex[:8]
+    src = plain_mod.RedisSaver(url=redis_url, prefix=prefix)
+    try:
+        run_threads(src, ["p-0", "p-1"], resume={"p-1"})
+        parts = urlsplit(redis_url)
+        url = f"plainredis://{parts.netloc}{parts.path}?prefix={prefix}"
+        res = cli("migrate", "--from", url, "--verify")
+        assert "2 copied" in res.stdout and "verify: 2 thread(s) identical" in res.stdout, res.stdout
+        assert "0 copied, 2 already copied" in cli("migrate", "--from", url).stdout
+        # every checkpoint with its pending writes, by id (the two savers order lists their own way)
+        for t in ("p-0", "p-1"):
+            cfg = {"configurable": {"thread_id": t}}
+            a = {x.config["configurable"]["checkpoint_id"]: x for x in src.list(cfg)}
+            b = {x.config["configurable"]["checkpoint_id"]: x for x in rsaver.list(cfg)}
+            assert a.keys() == b.keys() and a
+            for cid in a:
+                assert a[cid].checkpoint["channel_values"] == b[cid].checkpoint["channel_values"], (t, cid)
+                assert sorted(map(repr, a[cid].pending_writes)) == sorted(map(repr, b[cid].pending_writes)), (t, cid)
+        graph = build_graph().compile(checkpointer=rsaver)
+        out = graph.invoke(Command(resume="ok"), {"configurable": {"thread_id": "p-0"}})
+        assert out["msgs"][-2:] == ["answer:ok", "b"]
+    finally:
+        for k in src.client.scan_iter(match=f"{prefix}:*"):
+            src.client.delete(k)
+        src.client.close()
+    res = cli("migrate", "--from", f"plainredis://{urlsplit(redis_url).netloc}/0?prefix=nothing-here")
+    assert "0 copied" in res.stdout

@@ -52,14 +52,11 @@ async def test_from_conn_string_names_the_library_in_client_list(redis_url, sync
     and the connection works all the same. scripts/matrix runs this on every server version."""
     supported = _supports_setinfo(sync_client)
     with redis_saver.RedisSaver.from_conn_string(redis_url, prefix=prefix) as saver:
-        saver.setup()
-        sync_info = saver.client.client_info()
+        assert saver.client.ping()  # the connection works on every server, SETINFO or not
+        sync_info = saver.client.client_info() if supported else {}
     async with redis_saver.AsyncRedisSaver.from_conn_string(redis_url, prefix=prefix) as asaver:
-        await asaver.asetup()
-        async_info = await asaver.client.client_info()
-    sync_client.delete(f"{prefix}:schema")
-    for info in (sync_info, async_info):
-        if supported:
+        assert await asaver.client.ping()
+        async_info = await asaver.client.client_info() if supported else {}
+    if supported:  # Redis >= 7.2, Valkey; older servers have no lib-name to show
+        for info in (sync_info, async_info):
             assert str(info.get("lib-name", "")).startswith("redis-py(redis-saver_v"), info
-        else:
-            assert not info.get("lib-name"), info
