@@ -176,6 +176,17 @@ def make_redis_saver_sync(ctx):
     return _redis_entry("redis_saver RedisSaver", "sync", ctx, make)
 
 
+def make_redis_saver_sync_no_telemetry(ctx):
+    """The same saver with telemetry=False: what the OpenTelemetry hooks cost without a provider."""
+    RedisSaver, _ = _import_redis_saver()
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return RedisSaver(c, prefix="lg", telemetry=False), _sync_close(c)
+
+    return _redis_entry("redis_saver RedisSaver (telemetry off)", "sync", ctx, make)
+
+
 def make_redis_saver_async(ctx):
     _, AsyncRedisSaver = _import_redis_saver()
 
@@ -372,6 +383,7 @@ FACTORIES: list[tuple[str, Callable]] = [
     (FLOOR_ASYNC, make_floor_async),
     ("redis_saver RedisSaver", make_redis_saver_sync),
     ("redis_saver AsyncRedisSaver", make_redis_saver_async),
+    ("redis_saver RedisSaver (telemetry off)", make_redis_saver_sync_no_telemetry),
     ("InMemorySaver", make_memory),
     ("SqliteSaver", make_sqlite),
     ("PostgresSaver", make_pg_sync),

@@ -23,6 +23,9 @@ except ImportError:  # pragma: no cover - the extra is not installed
 from .errors import ConflictError, ReplicationTimeoutError
 
 _SCOPE = "redis_saver"
+# the API's own default providers (proxies until the application sets real ones)
+_DEFAULT_TP = _trace.get_tracer_provider() if _trace is not None else None
+_DEFAULT_MP = _metrics.get_meter_provider() if _metrics is not None else None
 
 
 def _size(v: Any) -> int:
@@ -72,6 +75,8 @@ class Telemetry:
             "redis_saver.replication_timeouts", description="Writes fewer replicas acknowledged in time"
         )
         self._meter_provider = meter_provider
+        self._tracer_provider = tracer_provider
+        self._is_live, self._next_check = False, 0.0
         self.script_reloads = meter.create_counter(
             "redis_saver.script_reloads", description="NOSCRIPT replies answered with EVAL of the script's body"
         )
@@ -79,21 +84,34 @@ class Telemetry:
     def start(self, op: str) -> Recording | None:
         """A call's span and clock, or None when nothing records (no SDK provider for traces
         nor metrics: then a call costs one check here and nothing else)."""
-        if not self.enabled:
+        if not self.enabled or not self._live():
             return None
         span = self.tracer.start_span(op, kind=_trace.SpanKind.CLIENT)
-        if not span.is_recording() and not self._metrics_live():
-            span.end()
-            return None
         span.set_attribute("db.system.name", "redis")
         span.set_attribute("db.operation.name", op)
         return Recording(self, op, span)
 
-    def _metrics_live(self) -> bool:
-        if self._meter_provider is not None:
+    def _live(self) -> bool:
+        """Whether anything records. Once a provider is there it stays; without one the answer
+        is looked up again at most once a second (the API's lookup reads the environment), so
+        a provider the application sets after the saver was made is used within a second."""
+        if self._is_live:
             return True
-        name = type(_metrics.get_meter_provider()).__name__
-        return "Proxy" not in name and "NoOp" not in name
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + 1.0
+        self._is_live = self._traces_live() or self._metrics_live()
+        return self._is_live
+
+    # whether anything would record: an explicit provider, or a global one the application set
+    # (the API's default is a proxy until then: compared by identity per call, so a provider
+    # set later counts, and the no-provider case costs two calls and two comparisons)
+    def _traces_live(self) -> bool:
+        return self._tracer_provider is not None or _trace.get_tracer_provider() is not _DEFAULT_TP
+
+    def _metrics_live(self) -> bool:
+        return self._meter_provider is not None or _metrics.get_meter_provider() is not _DEFAULT_MP
 
     def reloaded(self) -> None:
         if self.enabled:
