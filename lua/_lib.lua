@@ -151,6 +151,13 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+local function latest_of(ns_e)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return nil end
+  return string.sub(top[1], #ns_e + 1)
+end
+
 -- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
 -- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
 -- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr

@@ -66,12 +66,11 @@ end
 
 local cid_e
 if cid == '' then
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then
+  cid_e = latest_of(ns_e)
+  if not cid_e then
     check_cp_keys()  -- none in this namespace; or its checkpoint keys were lost
     return {{}, {}, '', {}}
   end
-  cid_e = string.sub(top[1], #ns_e + 1)
 else
   cid_e = enc(cid)
 end

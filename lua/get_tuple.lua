@@ -16,12 +16,11 @@ if check_counts(K_CPNS) then return nil end
 local ns_e = enc(ns)
 local cid_e
 if cid == '' then
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then
+  cid_e = latest_of(ns_e)
+  if not cid_e then
     check_cp_keys()  -- none in this namespace; or cp and cp_ns were both lost
     return nil
   end
-  cid_e = string.sub(top[1], #ns_e + 1)
   cid = dec(cid_e, 1)
 else
   cid_e = enc(cid)

@@ -100,12 +100,6 @@ local function needs(ns_e, latest_e)
   return need, left
 end
 
-local function latest_of(ns_e)
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top == 0 then return nil end
-  return string.sub(top[1], #ns_e + 1)
-end
-
 -- clear the parent of a kept checkpoint whose parent is deleted
 local function detach(ns_e, cid_e)
   local raw = redis.call('HGET', K_CP, ns_e .. cid_e)

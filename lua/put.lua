@@ -45,8 +45,8 @@ local ns_e, cid_e = enc(ns), enc(cid)
 local function head_of()
   local h = redis.call('HGET', K_META, 'h' .. ns_e)
   if h and redis.call('HEXISTS', K_CP, ns_e .. enc(h)) == 1 then return h end
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-  if #top > 0 then return dec(top[1], #ns_e + 1) end
+  local latest = latest_of(ns_e)
+  if latest then return dec(latest, 1) end
   return ''
 end
 
@@ -98,8 +98,7 @@ elseif mode == 'latest' then
   if fence == '1' then
     latest_e = enc(head_of())
   else
-    local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
-    latest_e = string.sub(top[1], #ns_e + 1)
+    latest_e = latest_of(ns_e)
   end
   local parent_e = enc(rec_field(redis.call('HGET', K_CP, ns_e .. latest_e), CP_PARENT))
   cid_e = latest_e
