@@ -96,6 +96,17 @@ def _str_keys(d: Mapping[Any, Any], what: str) -> None:
             raise TypeError(f"{what} keys must be str, got {type(k).__name__} {k!r}")
 
 
+def _walked(seen: set[bytes], ids: Sequence[bytes], nxt: bytes, thread_id: str, name: Any) -> None:
+    """Add one call's walked ids to ``seen``. An id met again, or a next step already walked,
+    is a parent cycle longer than one call's walk, which the script cannot see."""
+    for i in ids:
+        if i in seen:
+            raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {name(i)}")
+        seen.add(i)
+    if nxt in seen:
+        raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {name(nxt)}")
+
+
 def _sequence(v: Any, what: str, of: str) -> Any:
     """``v`` when it is a collection to iterate (not a bare str / bytes, a dict or None)."""
     if isinstance(v, (str, bytes, bytearray)):
@@ -514,15 +525,10 @@ class Plans:
             need: list[bytes] = []
             while True:
                 latest, page, nxt, need, oldest_parent = yield step("walk", ns_e, start, *need)
-                for k in page:
-                    if k in seen:
-                        raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {dec_str(k)}")
-                    seen.add(k)
+                _walked(seen, page, nxt, thread_id, dec_str)
                 kept += page
                 if not nxt:
                     break
-                if nxt in seen:
-                    raise ParentCycleError(f"thread {thread_id!r}: the parent chain returns to {dec_str(nxt)}")
                 start = nxt
             if not latest:
                 continue  # the namespace is gone
@@ -599,18 +605,7 @@ class Plans:
                 wanted.pop(ch.decode(), None)
             if not nxt:
                 break
-            for i in ids:  # a cycle longer than one call's walk: the script cannot see it
-                if i in walked:
-                    raise ParentCycleError(
-                        f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} "
-                        f"returns to {i.decode()}"
-                    )
-                walked.add(i)
-            if nxt in walked:
-                raise ParentCycleError(
-                    f"thread {thread_id!r}: the parent chain of {cid or 'the latest checkpoint'} "
-                    f"returns to {nxt.decode()}"
-                )
+            _walked(walked, ids, nxt, thread_id, bytes.decode)
             cid, cont = nxt.decode(), "1"
         for ancestors in reversed(pages):  # oldest first; each in writes_sort_key order
             for anc in reversed(ancestors):
