@@ -100,6 +100,30 @@ def _name(cmd: list[bytes]) -> str:
     return first
 
 
+def listen(host: str = "127.0.0.1") -> socket.socket:
+    """A listening TCP socket on a free port of ``host`` (its address: ``getsockname()``)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, 0))
+    listener.listen(128)
+    return listener
+
+
+def accept_pair(listener: socket.socket, target: tuple[str, int]) -> tuple[socket.socket, socket.socket] | None:
+    """The next client and a new connection of its own to ``target`` (both TCP_NODELAY); None
+    when ``target`` refused (the client is closed); OSError once the listener is closed."""
+    client, _ = listener.accept()
+    try:
+        upstream = socket.create_connection(target, timeout=5)
+        upstream.settimeout(None)
+    except OSError:
+        client.close()
+        return None
+    for s in (client, upstream):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client, upstream
+
+
 class CountingProxy:
     """TCP proxy recording every command sent through it. ``port`` is where clients should connect."""
 
@@ -111,10 +135,7 @@ class CountingProxy:
         self.connections = 0  # client connections accepted so far (not reset by reset())
         self._socks: set[socket.socket] = set()
         self._closed = False
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((listen_host, 0))
-        self._listener.listen(128)
+        self._listener = listen(listen_host)
         self.host, self.port = self._listener.getsockname()[:2]
         self._thread = threading.Thread(target=self._accept_loop, name="CountingProxy", daemon=True)
         self._thread.start()
@@ -151,17 +172,12 @@ class CountingProxy:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                client, _ = self._listener.accept()
+                pair = accept_pair(self._listener, self.target)
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
+            if pair is None:
                 continue
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client, upstream = pair
             with self._lock:
                 self.connections += 1
                 conn_id = self.connections

@@ -18,6 +18,8 @@ import socket
 import struct
 import threading
 
+from devkit.wire import accept_pair, listen
+
 __all__ = ["FaultProxy"]
 
 
@@ -32,10 +34,7 @@ class FaultProxy:
         self.connections = 0
         self.faults = 0  # cut_next / close_next faults that fired
         self._closed = False
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(128)
+        self._listener = listen()
         self.host, self.port = self._listener.getsockname()[:2]
         threading.Thread(target=self._accept_loop, name="FaultProxy", daemon=True).start()
 
@@ -63,17 +62,12 @@ class FaultProxy:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                client, _ = self._listener.accept()
+                pair = accept_pair(self._listener, self.target)
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                _close(client)
+            if pair is None:
                 continue
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client, upstream = pair
             with self._lock:
                 self.connections += 1
                 self._pairs.append((client, upstream))
