@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 __all__ = ["CountingProxy", "RespRequestParser", "SETUP_COMMANDS"]
 
@@ -124,6 +124,19 @@ def accept_pair(listener: socket.socket, target: tuple[str, int]) -> tuple[socke
     return client, upstream
 
 
+def accept_pairs(
+    listener: socket.socket, target: tuple[str, int], stopped: Callable[[], bool]
+) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """``accept_pair`` until ``stopped()`` or the listener is closed (refused targets skipped)."""
+    while not stopped():
+        try:
+            pair = accept_pair(listener, target)
+        except OSError:
+            return
+        if pair is not None:
+            yield pair
+
+
 class CountingProxy:
     """TCP proxy recording every command sent through it. ``port`` is where clients should connect."""
 
@@ -170,14 +183,7 @@ class CountingProxy:
 
     # ---- plumbing
     def _accept_loop(self) -> None:
-        while not self._closed:
-            try:
-                pair = accept_pair(self._listener, self.target)
-            except OSError:
-                return
-            if pair is None:
-                continue
-            client, upstream = pair
+        for client, upstream in accept_pairs(self._listener, self.target, lambda: self._closed):
             with self._lock:
                 self.connections += 1
                 conn_id = self.connections

@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 
-from devkit.wire import accept_pair, listen
+from devkit.wire import accept_pairs, listen
 
 __all__ = ["FaultProxy"]
 
@@ -60,14 +60,7 @@ class FaultProxy:
 
     # ---- plumbing
     def _accept_loop(self) -> None:
-        while not self._closed:
-            try:
-                pair = accept_pair(self._listener, self.target)
-            except OSError:
-                return
-            if pair is None:
-                continue
-            client, upstream = pair
+        for client, upstream in accept_pairs(self._listener, self.target, lambda: self._closed):
             with self._lock:
                 self.connections += 1
                 self._pairs.append((client, upstream))
