@@ -173,14 +173,14 @@ local WR_MARK = ''
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
-local OLDER_FORMATS = {['3'] = true}
+local OLDER_FORMATS = {['3'] = true, ['4'] = true}
 
 local function check_format()
   local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
   META_B, META_DMG, META_C, META_WM = m[5], m[6], m[7], m[8]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
-    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3 and ' .. FORMAT)
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4 and ' .. FORMAT)
   end
 end
 
@@ -447,6 +447,219 @@ local function blob_field_map(ns_e, v)
   return by_ch
 end
 
+-- Encoded values (redis_saver/_values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+local STREAM_MARK = '\31s'
+local MAX_FRAMES = 32
+local STREAM_REC_MAX = 512  -- the client never writes a longer stream record
+
+-- the stream id a blob record names, or nil (not a stream record)
+local function stream_id(b)
+  local _, e, a = string.find(b, '^(%d+),%d+;')
+  if not e then return nil end
+  a = tonumber(a)
+  if a < 2 or string.sub(b, e + a - 1, e + a) ~= STREAM_MARK then return nil end
+  local p = e + a + 1
+  local l = tonumber(string.match(b, '^%d+', p))
+  local semi = string.find(b, ';', p, true)
+  if not l or not semi then fail('RS_BADARG', 'malformed stream record') end
+  return string.sub(b, semi + 1, semi + l)
+end
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+local function blob_prefix_of(field)
+  return string.sub(field, 1, skip(field, skip(field, 1)) - 1)
+end
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+local function fetch_streams(fields, blobs)
+  local dfields, sids, seen = {}, {}, {}
+  for i = 1, #fields do
+    local b = blobs[i]
+    if b and #b <= STREAM_REC_MAX then
+      local sid = stream_id(b)
+      if sid and not seen[sid] then
+        seen[sid] = true
+        sids[#sids + 1] = sid
+        dfields[#dfields + 1] = blob_prefix_of(fields[i]) .. '\0' .. sid
+      end
+    end
+  end
+  if #dfields == 0 then return {} end
+  local dirs = hmget(K_BLOB, dfields)
+  local out, ffields, owner = {}, {}, {}
+  for j = 1, #dfields do
+    local d = dirs[j]
+    if not d then
+      if damaged('the stream of a stored value is missing') then return nil end
+    end
+    out[j] = {sids[j], d}
+    local dir = unpack_rec(d)
+    for k = 4, #dir - 1, 2 do
+      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+      owner[#ffields] = j
+    end
+  end
+  local frames = hmget(K_BLOB, ffields)
+  for k = 1, #ffields do
+    if not frames[k] then
+      if damaged('a frame of a stream is missing') then return nil end
+    end
+    local o = out[owner[k]]
+    o[#o + 1] = frames[k]
+  end
+  return out
+end
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+local function stream_ref(dfield, n)
+  local d = redis.call('HGET', K_BLOB, dfield)
+  if not d then return end
+  local dir = unpack_rec(d)
+  local refs = tonumber(dir[2]) + n
+  if refs > 0 then
+    dir[2] = tostring(refs)
+    redis.call('HSET', K_BLOB, dfield, pack_rec(dir))
+    return
+  end
+  local gone = {dfield}
+  for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
+  redis.call('HDEL', K_BLOB, unpack(gone))
+end
+
+-- delete blob fields, and the streams no remaining record names
+local function drop_blobs(fields)
+  local unref = {}
+  for _, f in ipairs(fields) do
+    local n = redis.call('HSTRLEN', K_BLOB, f)
+    if n > 0 and n <= STREAM_REC_MAX then
+      local sid = stream_id(redis.call('HGET', K_BLOB, f))
+      if sid then
+        local d = blob_prefix_of(f) .. '\0' .. sid
+        unref[d] = (unref[d] or 0) - 1
+      end
+    end
+  end
+  local k = 0
+  for i = 1, #fields, 1000 do
+    k = k + redis.call('HDEL', K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
+  end
+  for d, n in pairs(unref) do stream_ref(d, n) end
+  return k
+end
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+local function check_stream_args(sargs)
+  if #sargs % 5 ~= 0 then fail('RS_BADARG', 'bad stream append') end
+  for k = 1, #sargs, 5 do
+    local mode, base, len = sargs[k + 1], tonumber(sargs[k + 2]), tonumber(sargs[k + 3])
+    if (mode ~= 'n' and mode ~= 'a' and mode ~= 'm') or not base or not len or len < base
+        or (mode == 'n' and base ~= 0) or not string.find(sargs[k], '\0', 1, true) then
+      fail('RS_BADARG', 'bad stream append')
+    end
+  end
+end
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+local function plan_blobs(pairs_, sargs, ns_e)
+  local writes, refs, unrefs = {}, {}, {}
+  for i = 1, #pairs_ - 1, 2 do
+    local f, b = pairs_[i], pairs_[i + 1]
+    local n = redis.call('HSTRLEN', K_BLOB, f)
+    if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+      writes[#writes + 1] = f
+      writes[#writes + 1] = b
+      local sid = stream_id(b)
+      if sid then
+        if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
+        local d = blob_prefix_of(f) .. '\0' .. sid
+        refs[d] = (refs[d] or 0) + 1
+      end
+      if n > 0 and n <= STREAM_REC_MAX then
+        local osid = stream_id(redis.call('HGET', K_BLOB, f))
+        if osid then
+          local d = blob_prefix_of(f) .. '\0' .. osid
+          unrefs[d] = (unrefs[d] or 0) - 1
+        end
+      end
+    end
+  end
+  -- appends to one stream apply in order (a rewrite sends several): each checked against
+  -- the stream as the appends before it leave it
+  local appends, at = {}, {}
+  for k = 1, #sargs - 4, 5 do
+    local d = ns_e .. sargs[k]
+    if refs[d] then
+      local mode, base, len = sargs[k + 1], sargs[k + 2], sargs[k + 3]
+      local st = at[d]
+      if mode == 'n' then
+        if st or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
+        at[d] = {len, 1}
+      else
+        if not st then
+          local cur = redis.call('HGET', K_BLOB, d)
+          if not cur then return nil end
+          local dir = unpack_rec(cur)
+          st = {dir[1], (#dir - 3) / 2}
+        end
+        if st[1] ~= base then return nil end
+        if mode == 'a' and st[2] >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
+        if mode == 'a' then at[d] = {len, st[2] + 1} else at[d] = {len, 1} end
+      end
+      appends[#appends + 1] = {d, mode, len, sargs[k + 4]}
+    end
+  end
+  for d, _ in pairs(refs) do
+    if not at[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
+  end
+  return {writes, refs, unrefs, appends}
+end
+
+local function apply_blobs(plan)
+  local writes, refs, unrefs, appends = plan[1], plan[2], plan[3], plan[4]
+  if #writes == 0 then return end
+  mark_blobs()
+  for _, ap in ipairs(appends) do
+    local d, mode, len, frame = ap[1], ap[2], ap[3], ap[4]
+    if mode == 'n' then
+      redis.call('HSET', K_BLOB, d .. '\0' .. '0', frame, d, pack_rec({len, '0', '1', '0', len}))
+    else
+      local dir = unpack_rec(redis.call('HGET', K_BLOB, d))
+      local fn = dir[3]
+      if mode == 'm' then
+        local gone = {}
+        for j = 4, #dir - 1, 2 do gone[#gone + 1] = d .. '\0' .. dir[j] end
+        redis.call('HDEL', K_BLOB, unpack(gone))
+        dir = {len, dir[2], fn, fn, len}
+      else
+        dir[#dir + 1] = fn
+        dir[#dir + 1] = len
+        dir[1] = len
+      end
+      dir[3] = tostring(tonumber(fn) + 1)
+      redis.call('HSET', K_BLOB, d .. '\0' .. fn, frame, d, pack_rec(dir))
+    end
+  end
+  redis.call('HSET', K_BLOB, unpack(writes))
+  for d, n in pairs(refs) do stream_ref(d, n) end
+  for d, n in pairs(unrefs) do stream_ref(d, n) end
+end
+
 -- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
 -- whose channel_versions name it. Deleting checkpoints records their blob fields as
 -- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
@@ -490,9 +703,7 @@ local function gc_blobs()
     for _, f in ipairs(refs) do set[f] = nil end
     local gone = {}
     for f, _ in pairs(set) do gone[#gone + 1] = f end
-    for i = 1, #gone, 1000 do
-      redis.call('HDEL', K_BLOB, unpack(gone, i, math.min(i + 999, #gone)))
-    end
+    if #gone > 0 then drop_blobs(gone) end
   end
   GC = {}
 end
@@ -609,6 +820,7 @@ end
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
 local function tuple_replies(items, span)
   -- each distinct blob field once (consecutive checkpoints share the versions of the channels
   -- that did not change)
@@ -629,6 +841,8 @@ local function tuple_replies(items, span)
     bidx[i], bchans[i] = at, chans
   end
   local blobs = hmget(K_BLOB, bfields)
+  local streams = fetch_streams(bfields, blobs)
+  if not streams then return nil end
   local wfields, owner = {}, {}
   local ns_e = items[1][1]
   for i = 2, #items do
@@ -678,5 +892,5 @@ local function tuple_replies(items, span)
     end
     w[#w + 1] = writes[k]
   end
-  return out
+  return out, streams
 end

@@ -15,7 +15,8 @@ in writes_sort_key order}, ...} newest ancestor first (the target itself is excl
 seeds = {channel, blob record, ...} for each channel whose nearest stored value was found;
 next = the id of the next ancestor to walk when the budget ran out with channels unseeded
 ("" = the walk is complete); ids = the ids of the ancestors walked, when next ~= "" or the
-call is a continuation (the client checks them for a cycle across calls), else empty.
+call is a continuation (the client checks them for a cycle across calls), else empty;
+streams = the streams the seeds name, as get_tuple's reply (absent on an empty reply).
 Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
 of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
 ]]
@@ -114,6 +115,7 @@ for ch, _ in pairs(remaining) do wanted[ch] = true end
 -- again. A checkpoint met twice means the stored parent links form a cycle: an error, never
 -- an endless walk.
 local chain, seeded_at, seeds, looked = {}, {}, {}, {}
+local seed_fields, seed_blobs = {}, {}
 local walked = {[cid_e] = cont == '0' or nil}
 while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
   local page, n = {}, 0
@@ -151,6 +153,8 @@ while parent_e and parent_e ~= NO_PARENT and left > 0 and #chain < budget do
       seeded_at[ch] = at
       seeds[#seeds + 1] = ch
       seeds[#seeds + 1] = b
+      seed_fields[#seed_fields + 1] = page[j][3]
+      seed_blobs[#seed_blobs + 1] = b
     end
   end
 end
@@ -227,5 +231,7 @@ local ids = {}
 if next_id ~= '' or cont == '1' then
   for i, c in ipairs(chain) do ids[i] = dec(c, 1) end
 end
+local streams = fetch_streams(seed_fields, seed_blobs)
+if not streams then return {{}, {}, '', {}} end
 if REFRESH == '1' and META_V then touch() end
-return {ancestors, seeds, next_id, ids}
+return {ancestors, seeds, next_id, ids, streams}

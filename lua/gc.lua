@@ -5,7 +5,8 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 The client holds the candidate blob fields (those the deleted checkpoints referenced), takes
 away every field a checkpoint left in the namespace references ("refs", page by page over the
-namespace's chain entries), and deletes the rest ("hdel").
+namespace's chain entries), and deletes the rest ("hdel"; with the streams no remaining
+record names: drop_blobs() in _lib.lua).
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] step: "refs" | "hdel"
 refs: ARGV[6] e(ns)   ARGV[7] lex cursor ("" = start)   ARGV[8] budget (checkpoints per call)
 hdel: ARGV[6..] blob fields
@@ -15,10 +16,9 @@ local step = ARGV[5]
 check_format()
 if step == 'hdel' then
   if not META_V then return 0 end
-  local n = 0
-  for i = 6, #ARGV, 1000 do
-    n = n + redis.call('HDEL', K_BLOB, unpack(ARGV, i, math.min(i + 999, #ARGV)))
-  end
+  local fields = {}
+  for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local n = drop_blobs(fields)
   touch()
   return n
 elseif step ~= 'refs' then

@@ -4,7 +4,8 @@
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 Blobs and writes are imported before the checkpoints that reference them, so a reader of
-the target never sees a checkpoint without its data.
+the target never sees a checkpoint without its data. Streams (directories, frames) are copied
+as they are, their reference counts with them.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6..] field, value pairs (as export.lua returns them)
 Returns: number of entries written
@@ -13,8 +14,17 @@ local what = ARGV[5]
 if what ~= 'cp' and what ~= 'blob' and what ~= 'wr' then fail('RS_BADARG', 'bad import kind') end
 if (#ARGV - 5) % 2 ~= 0 then fail('RS_BADARG', 'odd field/value list') end
 local recs = {}
+-- a blob field that is a stream's directory or frame (see "Encoded values" in _lib.lua)
+local function stream_part(field)
+  return string.byte(field, skip(field, skip(field, 1))) == 0
+end
 for i = 6, #ARGV - 1, 2 do
-  local r = unpack_rec(ARGV[i + 1])
+  local r
+  if what == 'blob' and stream_part(ARGV[i]) then
+    r = {'', ''}  -- copied as it is: the directories' reference counts count the copied records
+  else
+    r = unpack_rec(ARGV[i + 1])
+  end
   if what == 'cp' then r = validate_record(ARGV[i + 1]) end
   if what == 'wr' and #r ~= W_PARTS then fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts') end
   if what == 'blob' and #r ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
@@ -29,7 +39,15 @@ for i = 6, #ARGV - 1, 2 do
   n = n + 1
   local field, value, r = ARGV[i], ARGV[i + 1], recs[n]
   if what == 'blob' then
+    local old_sid = nil
+    if not stream_part(field) and redis.call('HSTRLEN', K_BLOB, field) <= STREAM_REC_MAX then
+      old_sid = stream_id(redis.call('HGET', K_BLOB, field) or '')
+    end
     redis.call('HSET', K_BLOB, field, value)
+    -- a record of the target's own that the copy replaces no longer names its stream
+    if old_sid and old_sid ~= stream_id(value) then
+      stream_ref(blob_prefix_of(field) .. '\0' .. old_sid, -1)
+    end
   elseif what == 'wr' then
     -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
     -- e(task_id) and e(channel) at the end (put_writes.lua)

@@ -10,14 +10,24 @@ ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's
 ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
          record's versions (K_CHAIN, see _lib.lua chain_entry(); built by the client)
 ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
+ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded values" in
+         _lib.lua): e(channel) "\0" sid, mode ("n" = a new stream | "a" = append one frame |
+         "m" = replace every frame with one), the stream's raw length the client based it on
+         ("a", "m": the call changes nothing and returns 3 unless the stored length is that),
+         the raw length after it, the zstd frame. Only the appends a new stream record of this
+         call names are applied (a retried put appends nothing twice).
 Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
-in the thread and left them: the client then prunes the thread in bounded pages
+in the thread and left them: the client then prunes the thread in bounded pages; 3 (nothing
+written) when a stream a new record names is gone or not at the length the client based its
+append on (another writer appended, or it was collected): the client resends with new streams
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
 ]]
 local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local entry, nblobs = ARGV[11], tonumber(ARGV[12])
 if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
-if nblobs == nil or #ARGV ~= 12 + 2 * nblobs then fail('RS_BADARG', 'bad blob count') end
+local sbase = 13 + 2 * (nblobs or 0)
+local nstreams = tonumber(ARGV[sbase])
+if nblobs == nil or nstreams == nil or #ARGV ~= sbase + 5 * nstreams then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
 if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
@@ -29,8 +39,19 @@ end
 for i = 1, nblobs do
   if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
 end
+local stream_args = {}
+for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
+check_stream_args(stream_args)
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
+
+local blob_pairs = {}
+for i = 1, nblobs do
+  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
+  blob_pairs[2 * i] = ARGV[12 + 2 * i]
+end
+local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+if not blobs then return 3 end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
 -- "h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
@@ -66,15 +87,7 @@ init_meta()
 -- expired) while a run went on; its checkpoints name blobs that are gone (see "Lost keys")
 if fresh and parent ~= '' then record_loss('parent') end
 mark_cps()
-if nblobs > 0 then
-  mark_blobs()
-  local args = {}
-  for i = 1, nblobs do
-    args[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
-    args[2 * i] = ARGV[12 + 2 * i]
-  end
-  redis.call('HSET', K_BLOB, unpack(args))
-end
+apply_blobs(blobs)
 store_cp(ns_e, cid_e, raw, rec, entry)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')

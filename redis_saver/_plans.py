@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
+from . import _values as values_
 from .errors import ParentCycleError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
@@ -65,6 +66,8 @@ class Out:
 
 
 T = TypeVar("T")
+# a channel value to store: (channel, e(channel), version, (serde type, bytes) or None = no value)
+Serialized = tuple[str, bytes, bytes, Union[tuple[bytes, bytes], None]]  # noqa: UP007
 Step = Union[Call, list[Call], Out, IndexSlots]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
 # a plan yields steps, is sent each step's reply, and returns the operation's result (T)
 Plan = Generator[Step, Any, T]
@@ -137,6 +140,8 @@ class Plans:
     ttl: TTLConfig
     history: str
     fencing: bool
+    compress: bool
+    _streams: values_.StreamCache
     _wait: tuple[int, int] | None
 
     # ---- helpers -------------------------------------------------------------------
@@ -148,16 +153,40 @@ class Plans:
         return (name + "+rw" if refresh else name), refresh
 
     def _load(self, type_: bytes, data: bytes) -> Any:
+        if type_.endswith(values_.ZSTD_MARK):
+            type_, data = type_[:-2], values_.decompress(data)
         return self.serde.loads_typed((type_.decode(), data))
 
+    def _load_blob(
+        self, blob: bytes, streams: dict[bytes, values_.Stream], cache_key: tuple[str, str, str] | None = None
+    ) -> Any:
+        """A channel value from its blob record; a stream record's value from the reply's streams
+        (``cache_key``: remember its stream for the next put of that channel)."""
+        type_, data = codec.unpack_blob(blob)
+        if type_.endswith(values_.STREAM_MARK):
+            data, known = values_.decode_stream_value(data, streams)
+            type_ = type_[:-2]
+            if cache_key is not None:
+                self._streams.put(cache_key, known)
+        return self._load(type_, data)
+
     def _tuple(
-        self, thread_id: str, ns: str, cid: str, raw: bytes, blobs: list[bytes], writes: list[bytes]
+        self,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        raw: bytes,
+        blobs: list[bytes],
+        writes: list[bytes],
+        streams: dict[bytes, values_.Stream],
+        remember: bool = False,
     ) -> CheckpointTuple:
         parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, codec.CP.PARTS, codec.CP.MD_BYTES + 1)
         checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
         for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value
-            values[blobs[i].decode()] = self._load(*codec.unpack_blob(blobs[i + 1]))
+            chan = blobs[i].decode()
+            values[chan] = self._load_blob(blobs[i + 1], streams, (thread_id, ns, chan) if remember else None)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
         for w in writes:
@@ -218,14 +247,20 @@ class Plans:
             raise TypeError(
                 f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
             ) from None
-        cp_type, cp_bytes = self.serde.dumps_typed(c)
-        md_type, md_bytes = self.serde.dumps_typed(md)
-        blob_args: list[bytes] = []
+        cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress)
+        md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
         dumps = self.serde.dumps_typed
+        serialized: list[Serialized] = []
         for ch, ver in new_versions.items():
             _str(ch, "channel name")
-            blob_args.append(enc(ch) + str(ver).encode())
-            blob_args.append(codec.blob_record(*dumps(values[ch])) if ch in values else codec.EMPTY_BLOB)
+            v = str(ver).encode()
+            if v[:1] == b"\0":
+                raise ValueError(f"channel version {ver!r} starts with a NUL byte")
+            if ch in values:
+                ty, data = dumps(values[ch])
+                serialized.append((ch, enc(ch), v, (ty.encode(), data)))
+            else:
+                serialized.append((ch, enc(ch), v, None))
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
@@ -243,7 +278,7 @@ class Plans:
                 codec.pack([str(x) for kv in parents.items() for x in kv]) if parents else b";",
             ]
         )
-        args = self._header(thread_id) + [
+        head = self._header(thread_id) + [
             ns,
             cid,
             parent,
@@ -252,14 +287,49 @@ class Plans:
             "1" if self.fencing else "0",
             codec.chain_entry(parent, versions),
             len(new_versions),
-            *blob_args,
         ]
-        cleaned = yield Call("put", self.keys.thread_keys(thread_id), args, self._wait)
+        keys = self.keys.thread_keys(thread_id)
+        args, appends = self._blob_args(thread_id, ns, serialized, True)
+        cleaned = yield Call("put", keys, head + args, self._wait)
+        if cleaned == 3:
+            # a stream this worker appended to changed or went since it last saw it (another
+            # worker wrote the channel): nothing was written; new streams cannot conflict
+            args, appends = self._blob_args(thread_id, ns, serialized, False)
+            cleaned = yield Call("put", keys, head + args, self._wait)
+        for a, (ch, *_rest) in appends:
+            self._streams.put((thread_id, ns, ch), a.known)
         if cleaned == 2:
             # history="latest" on a thread too large to clean in one bounded call (written
             # with "full" before): prune it in pages; later puts keep it latest-only
             yield from self._plan_prune_paged(thread_id)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _blob_args(
+        self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool
+    ) -> tuple[list[bytes | int], list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]]]:
+        """put.lua's blob and stream arguments; the appends, to remember once stored."""
+        args: list[bytes | int] = []
+        appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
+        for item in serialized:
+            ch, ch_e, v, typed = item
+            args.append(ch_e + v)
+            if typed is None:
+                args.append(codec.EMPTY_BLOB)
+            elif self.compress:
+                known = self._streams.get((thread_id, ns, ch)) if cached else None
+                rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known)
+                args.append(rec)
+                if app is not None:
+                    appends.append((app, item))
+            else:
+                if b"\x1f" in typed[0]:
+                    raise ValueError(f"serializer type {typed[0]!r} contains \\x1f, which marks encoded values")
+                args.append(codec.blob_record(typed[0].decode(), typed[1]))
+        sent = [a for a, _ in appends if a.mode != b"-"]
+        args.append(len(sent))
+        for a in sent:
+            args += a.args()
+        return args, appends
 
     # ---- put_writes ----------------------------------------------------------------
     def _plan_put_writes(
@@ -288,8 +358,8 @@ class Plans:
             tag = b"0" if widx is None else b"1"  # regular: first write wins; special: overwrites
             if widx is None:
                 widx = idx
-            ty, data = dumps(value)
-            record = codec.write_record(task_b, ch.encode(), ty.encode(), data, path_b, b"%d" % widx)
+            ty_b, data = values_.encode_plain(*dumps(value), self.compress)
+            record = codec.write_record(task_b, ch.encode(), ty_b, data, path_b, b"%d" % widx)
             argv += [tag + _idx8(widx), record]
         if len(argv) == fixed:
             return None
@@ -314,8 +384,11 @@ class Plans:
         reply = yield Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
         if reply is None:
             return None
-        cid_b, raw, blobs, writes = reply
-        return self._tuple(thread_id, ns, cid_b.decode(), raw, blobs, writes)
+        cid_b, raw, blobs, writes, streams = reply
+        return self._tuple(
+            thread_id, ns, cid_b.decode(), raw, blobs, writes,
+            values_.decode_streams(streams, self._streams, thread_id), remember=True,
+        )
 
     # ---- list ----------------------------------------------------------------------
     def _plan_list(
@@ -361,8 +434,9 @@ class Plans:
                 self.keys.thread_keys(thread_id),
                 self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
             )
-            cursor, items = reply[0], reply[1:]
-            out = [self._tuple(thread_id, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4]) for i in items]
+            cursor, items = reply[0], reply[2:]
+            streams = values_.decode_streams(reply[1] if len(reply) > 1 else [], self._streams, thread_id)
+            out = [self._tuple(thread_id, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], streams) for i in items]
             if out:
                 yield Out(out)
             if remaining is not None:
@@ -415,8 +489,9 @@ class Plans:
             replies = yield calls
             nxt = []
             for (t, _, n), reply in zip(pending, replies, strict=True):
-                cursor, items = reply[0], reply[1:]
-                got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4]) for i in items]
+                cursor, items = reply[0], reply[2:]
+                streams = values_.decode_streams(reply[1] if len(reply) > 1 else [], self._streams, t)
+                got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], streams) for i in items]
                 found.extend(got)
                 n += len(got)
                 # with a limit, no thread can contribute more than `limit` items
@@ -432,6 +507,7 @@ class Plans:
     # ---- deletes, prune, copy ------------------------------------------------------
     def _plan_delete_thread(self, thread_id: Any) -> Plan[None]:
         tid = normalize_thread_id(thread_id)
+        self._streams.drop_thread(tid)
         yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
 
     def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan[int]:
@@ -597,11 +673,12 @@ class Plans:
         walked: set[bytes] = set()
         wanted, cont = dict.fromkeys(chans), "0"
         while True:
-            ancestors, seeds, nxt, ids = yield Call(name, keys, [*header, ns, cid, cont, WALK_BUDGET, *wanted])
+            reply = yield Call(name, keys, [*header, ns, cid, cont, WALK_BUDGET, *wanted])
+            ancestors, seeds, nxt, ids = reply[:4]
+            streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self._streams, thread_id)
             pages.append(ancestors)
             for ch, blob in codec.pairs(seeds):
-                ty, data = codec.unpack_blob(blob)
-                result[ch.decode()] = {"seed": self._load(ty, data), "writes": writes[ch.decode()]}
+                result[ch.decode()] = {"seed": self._load_blob(blob, streams), "writes": writes[ch.decode()]}
                 wanted.pop(ch.decode(), None)
             if not nxt:
                 break
@@ -615,6 +692,67 @@ class Plans:
         for c in chans:
             result.setdefault(c, {"writes": writes[c]})
         return {c: result[c] for c in chans}
+
+    # ---- rewrite of values stored raw ------------------------------------------------
+    def _plan_rewrite_values(self, thread_id: Any) -> Plan[RewriteStats]:
+        """Re-encode the thread's raw channel values as a put of this version stores them:
+        each (namespace, channel)'s versions in order, so a list's versions share one stream.
+        Bounded calls; a value changed meanwhile is left alone; running it again goes on where
+        it stopped (encoded values are not raw any more)."""
+        import hashlib
+
+        tid = normalize_thread_id(thread_id)
+        keys, head = self.keys.thread_keys(tid), self._header(tid)
+        stats = RewriteStats(tid)
+        found: dict[bytes, list[tuple[bytes, bytes, int]]] = {}  # e(ns)e(channel) -> [(version, field, length)]
+        cursor: bytes | int = 0
+        while True:
+            cursor, page = yield Call("rewrite", keys, [*head, "scan", cursor, EXPORT_COUNT, values_.MIN_ENCODED])
+            for f, n in codec.pairs(page):
+                p = _after_component(f, _after_component(f, 0))
+                found.setdefault(f[:p], []).append((f[p:], f, int(n)))
+            if cursor in (b"0", 0, "0"):
+                break
+        for prefix, items in found.items():
+            ns_e = prefix[: _after_component(prefix, 0)]
+            ch_e = prefix[len(ns_e) :]
+            items.sort()
+            for attempt in range(2):
+                known: values_.Known | None = None
+                ok = True
+                for batch in _batches(items, REWRITE_BYTES):
+                    recs = yield Call("rewrite", keys, [*head, "get", *(f for _, f, _ in batch)])
+                    triples: list[bytes] = []
+                    appends: list[values_.StreamAppend] = []
+                    for (_, f, _), rec in zip(batch, recs, strict=True):
+                        if rec is None:
+                            continue
+                        type_, data = codec.unpack_blob(rec)
+                        if b"\x1f" in type_:
+                            continue  # encoded meanwhile
+                        new, app = values_.encode_channel(type_, data, ch_e, known if attempt == 0 else None)
+                        if app is not None:
+                            known = app.known
+                            if app.mode != b"-":
+                                appends.append(app)
+                        if new == rec:
+                            continue
+                        triples += [f, hashlib.sha1(rec).hexdigest().encode(), new]
+                        stats.bytes_before += len(rec)
+                        stats.bytes_after += len(new) + (len(app.frame) if app is not None else 0)
+                    if not triples:
+                        continue
+                    args: list[Any] = [*head, "set", ns_e, len(triples) // 3, *triples]
+                    for a in appends:
+                        args += a.args()
+                    n = yield Call("rewrite", keys, args)
+                    if int(n) < 0:
+                        ok = False  # a stream changed under us: this channel again, new streams
+                        break
+                    stats.values += int(n)
+                if ok:
+                    break
+        return stats
 
     # ---- pinning -------------------------------------------------------------------
     def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan[bool]:
@@ -638,3 +776,37 @@ def _list_bounds(ns: str | None, cid: str | None, before_id: str | None) -> tupl
         return "id", b"(" + enc(cid) + b"\xff", b"[" + enc(cid)
     return "id", (b"(" + enc(before_id)) if before_id is not None else b"+", b"-"
 
+
+REWRITE_BYTES = 1 << 20  # raw bytes one rewrite "get" call brings back, at most (one value may exceed it)
+
+
+@dataclass
+class RewriteStats:
+    """What ``rewrite_values`` did to one thread."""
+
+    thread_id: str
+    values: int = 0  # value records replaced
+    bytes_before: int = 0  # their raw records' bytes
+    bytes_after: int = 0  # the new records' and the stream frames' bytes
+
+
+def _after_component(s: bytes, pos: int) -> int:
+    """Position just after the e() component starting at ``pos`` (keys.enc)."""
+    while True:
+        i = s.index(b"\0", pos)
+        if s[i + 1 : i + 2] == b"\xff":
+            pos = i + 2
+        else:
+            return i + 1
+
+
+def _batches(items: list[tuple[bytes, bytes, int]], limit: int) -> list[list[tuple[bytes, bytes, int]]]:
+    out: list[list[tuple[bytes, bytes, int]]] = [[]]
+    total = 0
+    for it in items:
+        if out[-1] and total + it[2] > limit:
+            out.append([])
+            total = 0
+        out[-1].append(it)
+        total += it[2]
+    return [b for b in out if b]

@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import (
 from ._base import SAVER_OPTIONS, RedisSaverBase
 from ._clients import make_async_client
 from ._drivers import AsyncDriver
-from ._plans import Plan
+from ._plans import Plan, RewriteStats
 
 T = TypeVar("T")
 
@@ -146,6 +146,10 @@ class AsyncRedisSaver(RedisSaverBase):
         """Async :meth:`RedisSaver.get_delta_channel_history`: the same semantics and errors."""
         return await self._run(self._plan_delta_history(config, channels), "get_delta_channel_history")
 
+    async def arewrite_values(self, thread_id: str) -> RewriteStats:
+        """Async :meth:`RedisSaver.rewrite_values`: the same semantics and errors."""
+        return await self._run(self._plan_rewrite_values(thread_id), "rewrite_values")
+
     async def apin(self, thread_id: str) -> None:
         """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
         await self._run(self._plan_pin(thread_id, True), "pin")
@@ -211,6 +215,10 @@ class AsyncRedisSaver(RedisSaverBase):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Sync :meth:`aget_delta_channel_history`, for other threads while the saver's event loop runs."""
         return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+
+    def rewrite_values(self, thread_id: str) -> RewriteStats:
+        """Sync :meth:`arewrite_values`, for other threads while the saver's event loop runs."""
+        return self._sync(self.arewrite_values(thread_id))
 
     def pin(self, thread_id: str) -> None:
         """Sync :meth:`apin`, for other threads while the saver's event loop runs."""

@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
 from ._base import SAVER_OPTIONS, RedisSaverBase
 from ._clients import make_sync_client
 from ._drivers import SyncDriver
+from ._plans import RewriteStats
 
 
 class RedisSaver(RedisSaverBase):
@@ -189,6 +190,18 @@ class RedisSaver(RedisSaverBase):
         """Unpin a thread: it expires again ``default_ttl`` after this call."""
         self._driver.run(self._plan_pin(thread_id, False), "unpin")
 
+    def rewrite_values(self, thread_id: str) -> RewriteStats:
+        """Re-encode the values of a thread that an earlier release (or ``compress=False``)
+        stored raw, in place, as this version stores them: zstd, and for a list's versions one
+        stream per channel. Optional: raw values are read as they are. Bounded calls, each
+        atomic; a value a writer changed meanwhile is left alone; calling it again goes on where
+        a stopped call left off. The thread's expiry is left as it is.
+
+        Returns:
+            What was done: values replaced, their bytes before and the bytes written for them.
+        """
+        return self._driver.run(self._plan_rewrite_values(thread_id), "rewrite_values")
+
     # ---- async API: the sync code in a worker thread -----------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of :meth:`get_tuple` (it runs the sync code in a worker thread)."""
@@ -248,6 +261,10 @@ class RedisSaver(RedisSaverBase):
     async def asetup(self) -> None:
         """Async twin of :meth:`setup` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.setup)
+
+    async def arewrite_values(self, thread_id: str) -> RewriteStats:
+        """Async twin of :meth:`rewrite_values` (it runs the sync code in a worker thread)."""
+        return await asyncio.to_thread(self.rewrite_values, thread_id)
 
     async def apin(self, thread_id: str) -> None:
         """Async twin of :meth:`pin` (it runs the sync code in a worker thread)."""

@@ -674,6 +674,58 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
         raise click.exceptions.Exit(1)
 
 
+@cli.command()
+@click.argument("thread_ids", nargs=-1, metavar="[THREAD]...")
+@click.option("--all", "all_threads", is_flag=True, help="Every thread under the prefix.")
+@click.option("--after", metavar="THREAD", help="With --all: start after this thread (resume a stopped run).")
+@yes_option
+@pass_state
+def rewrite(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: str | None, yes: bool) -> None:
+    """Compress values stored raw (by 0.1.x, or with compress=False) in place (saver.rewrite_values).
+
+    Optional: raw values are read as they are. Each thread is rewritten in bounded atomic calls,
+    leaving its expiry as it is; a value written meanwhile is left alone. A stopped run can be
+    run again (done values are skipped) or resumed with --after, the last thread it printed.
+    """
+    if bool(thread_ids) == all_threads:
+        raise click.UsageError("give thread ids or --all (not both)")
+    if after is not None and not all_threads:
+        raise click.UsageError("--after goes with --all")
+    saver = st.saver()
+    missing: list[str] = []
+    if all_threads:
+        targets: Iterable[str] = ops.iter_thread_ids(saver)
+        what = "every thread"
+    else:
+        found, missing = _threads_arg(saver, thread_ids)
+        for t in missing:
+            err.print(f"thread {t!r}: not found")
+        if not found:
+            raise _fail("nothing to rewrite")
+        targets, what = found, f"{len(found)} thread(s)"
+    _confirm(f"Rewrite the raw values of {what} compressed?", yes)
+    done = values = before = after_bytes = 0
+    skipping = after is not None
+    with _progress() as prog:
+        task = prog.add_task("rewrite", total=len(targets) if isinstance(targets, list) else None, rate="")
+        for t in targets:
+            if skipping:
+                skipping = t != after
+                continue
+            try:
+                r = saver.rewrite_values(t)
+            except Exception as exc:
+                raise _fail(f"rewriting {t!r} failed ({exc}) after {done} thread(s); run the command "
+                            f"again (rewritten values are skipped), or with --all --after {t!r}") from None
+            done += 1
+            values, before, after_bytes = values + r.values, before + r.bytes_before, after_bytes + r.bytes_after
+            prog.advance(task)
+            err.print(f"{t}: {r.values} value(s), {_size(r.bytes_before)} -> {_size(r.bytes_after)}")
+    click.echo(f"rewrote {done} thread(s): {values} value(s), {_size(before)} -> {_size(after_bytes)}")
+    if not all_threads and missing:
+        raise click.exceptions.Exit(1)
+
+
 def _expiry_now(st: State, thread: str) -> str:
     s = ops.summarize(st.saver(), thread)
     if s is None:

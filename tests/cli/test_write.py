@@ -75,3 +75,30 @@ def test_pin_unpin_expire(cli, filled, sync_client):
     cli("pin", "nope", "--yes", code=1)
     cli("expire", "nope", "5", "--yes", code=1)
     cli("expire", "t-0", "0", "--yes", code=2)
+
+
+def test_rewrite_compresses_raw_threads_in_place(cli, redis_url, prefix, sync_client):
+    """Threads written raw (compress=False, as 0.1.x did) are compressed by `rewrite`; reads are
+    unchanged; a second run finds nothing to do; --after resumes after a thread."""
+    import asyncio
+
+    from redis_saver import RedisSaver
+    from tests.memory.test_encoded_values import _chat, check_streams
+
+    raw = RedisSaver(sync_client, prefix=prefix, compress=False)
+    for t in ("r-1", "r-2", "r-3"):
+        asyncio.run(_chat([raw], 12, thread=t))
+    before = {t: [x.checkpoint for x in raw.list({"configurable": {"thread_id": t}})] for t in ("r-1", "r-2", "r-3")}
+    size = lambda: sum(sync_client.memory_usage(raw.keys.thread_keys(t)[4], samples=0) for t in before)  # noqa: E731
+    b0 = size()
+    res = cli("rewrite", "--all", "--after", "r-1", "--yes")
+    assert "rewrote 2 thread(s)" in res.stdout
+    assert "r-1:" not in res.stderr and "r-2:" in res.stderr
+    res = cli("rewrite", "r-1", "--yes")
+    assert "rewrote 1 thread(s): 12 value(s)" in res.stdout
+    assert size() < b0 / 4
+    for t, cps in before.items():
+        assert [x.checkpoint for x in raw.list({"configurable": {"thread_id": t}})] == cps
+        assert check_streams(sync_client, raw, t)["streams"] == 1
+    res = cli("rewrite", "--all", "--yes")
+    assert "rewrote 3 thread(s): 0 value(s)" in res.stdout

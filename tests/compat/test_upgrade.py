@@ -26,6 +26,8 @@ from langgraph.types import Command
 
 from devkit.servers import client_kwargs
 from redis_saver import FORMAT_VERSION, RedisSaver
+from redis_saver._codec import unpack_blob
+from redis_saver.errors import MalformedReplyError
 from tests.compat._shared import BIG, build, dump_threads
 
 OLD_RELEASE = "ff43c4b"  # 0.1.0: storage format 3
@@ -142,6 +144,13 @@ def test_the_previous_release_data_is_read_and_continued_in_place(old_release, r
         state = g.invoke({"messages": [("user", "and a salad")]}, {"configurable": {"thread_id": "full"}})
         assert [m.content for m in state["messages"]][-2:] == ["and a salad", "echo: and a salad"]
         assert len(list(saver.list({"configurable": {"thread_id": "full"}}))) > len(old["full"])
+        # new writes are encoded: a long message makes the thread's message list a stream
+        # record; its older versions stay raw, as 0.1.0 wrote them
+        long = " ".join(f"word{i}" for i in range(600))
+        state = g.invoke({"messages": [("user", long)]}, {"configurable": {"thread_id": "full"}})
+        assert state["messages"][-1].content == "echo: " + long
+        types = _blob_types(c.hgetall(keys.thread_keys("full")[4]))
+        assert any(t.endswith(b"\x1fs") for t in types) and any(b"\x1f" not in t for t in types)
         build(RedisSaver(c, prefix=prefix, ttl={"default_ttl": 60})).invoke(
             {"messages": [("user", "again")]}, {"configurable": {"thread_id": "ttl"}}
         )
@@ -155,15 +164,26 @@ def test_the_previous_release_data_is_read_and_continued_in_place(old_release, r
         assert [m.content for m in lst[0].checkpoint["channel_values"]["messages"]][-1] == "echo: four"
         # the threads this version wrote are format 4 now; the untouched one is still format 3
         assert {t: meta(t) for t in old} == {
-            "full": b"4", "ttl": b"4", "pinned": b"4", "latest": b"4", "untouched": b"3"
+            "full": b"5", "ttl": b"5", "pinned": b"5", "latest": b"5", "untouched": b"3"
         }
         # 3. the old release refuses what this version wrote, and writes nothing
         before = _snapshot(c, prefix)
         got = _run_old(old_release, OLD_READER, redis_url, prefix)
         assert got["setup"][0] == "SchemaMismatchError"
-        assert got["get_tuple"][0] == "SchemaMismatchError" and "format 4" in got["get_tuple"][1]
+        assert got["get_tuple"][0] == "SchemaMismatchError" and f"format {FORMAT_VERSION}" in got["get_tuple"][1]
         assert got["put_writes"][0] == "SchemaMismatchError"
         assert got["untouched"] == ["ok", str(len(old["untouched"]))]  # an untouched format-3 thread it still reads
         assert _snapshot(c, prefix) == before
     finally:
         c.close()
+
+
+def _blob_types(blob_hash: dict[bytes, bytes]) -> list[bytes]:
+    """The serde types of a blob hash's value records (not its mark, stream directories or frames)."""
+    out = []
+    for v in blob_hash.values():
+        try:
+            out.append(unpack_blob(v)[0])
+        except MalformedReplyError:
+            continue
+    return [t for t in out if t]

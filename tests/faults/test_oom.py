@@ -11,6 +11,8 @@ limit and bring ``used_memory`` down; afterwards writes work again. Sync and asy
 
 from __future__ import annotations
 
+import base64
+import os
 import time
 
 import pytest
@@ -21,7 +23,8 @@ from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
 from tests.faults._util import call, cfg, checkpoint, info, listed, version
 
-VALUE = "v" * 20_000
+# random text: it must take memory, compressed or not (zstd takes a repeated letter to ~nothing)
+VALUE = base64.b64encode(os.urandom(15_000)).decode()  # 20,000 characters
 HEADROOM = 3_000_000  # bytes of maxmemory above what the empty server uses
 MARGIN = 200_000  # how far over the limit each step runs
 

@@ -108,8 +108,61 @@ def write_count(client: Any, wr_key: bytes) -> int:
 
 
 def blob_fields(client: Any, blob_key: bytes) -> set[bytes]:
-    """The fields of a thread's blob hash that hold blobs (field "" is the blob mark)."""
-    return set(client.hkeys(blob_key)) - {b""}
+    """The fields of a thread's blob hash that hold value records (field "" is the blob mark;
+    stream directories and frames are not values), after checking its streams' invariants."""
+    h = client.hgetall(blob_key)
+    check_stream_hash(h)
+    return {f for f in h if f and not is_stream_part(f)}
+
+
+def _after(s: bytes, pos: int) -> int:
+    while True:
+        i = s.index(b"\0", pos)
+        if s[i + 1 : i + 2] == b"\xff":
+            pos = i + 2
+        else:
+            return i + 1
+
+
+def is_stream_part(field: bytes) -> bool:
+    """A blob field e(ns)e(channel)\\0... : a stream's directory or frame, not a version."""
+    return field[_after(field, _after(field, 0)) :].startswith(b"\0")
+
+
+def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
+    """The stream invariants of one thread's blob hash (see "Encoded values" in lua/_lib.lua):
+    every stream record names a directory, each directory counts exactly the records naming it and
+    lists frames that exist, and nothing else is left. Returns counts of what it holds."""
+    from redis_saver import _values as values
+    from redis_saver._codec import unpack, unpack_blob
+
+    dirs, frames, refs = {}, set(), {}
+    records = 0
+    for f, v in h.items():
+        if f == b"":
+            continue  # the blob mark
+        p = _after(f, _after(f, 0))
+        if f[p:].startswith(b"\0"):
+            if b"\0" in f[p + 1 :]:
+                frames.add(f)
+            else:
+                dirs[f] = unpack(v)
+            continue
+        records += 1
+        ty, data = unpack_blob(v)
+        if ty.endswith(values.STREAM_MARK):
+            assert len(v) <= values.STREAM_REC_MAX
+            d = f[:p] + b"\0" + unpack(data)[0]
+            refs[d] = refs.get(d, 0) + 1
+    assert set(refs) == set(dirs), "a record names a missing stream, or a stream nobody names"
+    listed = set()
+    for d, dir_ in dirs.items():
+        assert int(dir_[1]) == refs[d], f"{d!r}: {dir_[1]} references recorded, {refs[d]} records"
+        assert 1 <= (len(dir_) - 3) // 2 <= values.MAX_FRAMES
+        listed.update(d + b"\0" + dir_[k] for k in range(3, len(dir_) - 1, 2))
+        assert int(dir_[-1]) == int(dir_[0])  # the last frame ends where the stream does
+    assert listed == frames, "a listed frame is missing, or a frame is not listed"
+    return {"records": records, "streams": len(dirs), "frames": len(frames)}
 
 
 def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:

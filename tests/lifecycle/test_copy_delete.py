@@ -13,6 +13,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from redis_saver.keys import dec_first, enc
 from tests.lifecycle._util import (
     alist,
+    blob_fields,
     call,
     cfg,
     dump_prefix,
@@ -46,7 +47,11 @@ async def _history_by_ns(graph, saver, tuples, thread_id) -> dict:
         ns = t.config["configurable"]["checkpoint_ns"]
         if ns:
             subs[ns].append((t.metadata["step"], t.checkpoint["channel_values"].get("messages")))
-    out["subs"] = sorted(sorted(v, key=lambda x: x[0]) for v in subs.values())
+    # ordered by steps, then message texts (messages themselves do not order: ties must not reach them)
+    out["subs"] = sorted(
+        (sorted(v, key=lambda x: x[0]) for v in subs.values()),
+        key=lambda v: [(step, [getattr(m, "content", m) for m in msgs or []]) for step, msgs in v],
+    )
     return out
 
 
@@ -164,7 +169,7 @@ async def test_delete_for_runs_removes_exactly_one_run(saver, sync_client, prefi
         assert not (_fields_by_cid(sync_client, tp + suffix, skip) & doomed_b), suffix
     assert not sync_client.zrangebylex(tp + b"runs", b"[" + enc(victim), b"[" + enc(victim) + b"\xff")
     # every blob left is referenced by a remaining checkpoint, and every reference resolves
-    blobs = set(sync_client.hkeys(tp + b"blob")) - {b""}  # without the blob mark
+    blobs = blob_fields(sync_client, tp + b"blob")  # value records (and the streams checked)
     assert blobs and blobs == referenced_blob_fields(sync_client, tp)
 
     # the other thread lost exactly its checkpoints of that run

@@ -87,8 +87,13 @@ def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
 @pytest.mark.parametrize(
     "corrupt, match",
     [
-        (lambda a: a[:-1] + [a[-1] + b"x"], "2 parts"),  # last blob record one byte long
-        (lambda a: a[:-1], "bad blob count"),
+        # the arguments end with the last blob record, then the number of stream appends (0)
+        (lambda a: a[:-2] + [a[-2] + b"x", a[-1]], "2 parts"),  # last blob record one byte long
+        (lambda a: a[:-2] + [a[-1]], "bad blob count"),
+        (lambda a: a[:-1] + [1, b"a\0s1", b"a", 5, 0, b"zz"], "bad stream append"),  # shorter after than before
+        (lambda a: a[:-1] + [1, b"a\0s1", b"x", 0, 5, b"zz"], "bad stream append"),  # no such mode
+        (lambda a: a[:-1] + [1, b"as1", b"n", 0, 5, b"zz"], "bad stream append"),  # no "\0" sid
+        (lambda a: a[:-1] + [1, b"a\0s1", b"n", 0, 5], "bad blob count"),  # an append cut short
         (lambda a: a[:7] + [a[7][:-3]] + a[8:], "record"),  # checkpoint record truncated
         (lambda a: a[:7] + [_odd_versions(a[7])] + a[8:], "channel, version pairs"),
         (lambda a: a[:8] + ["some"] + a[9:], "bad history mode"),

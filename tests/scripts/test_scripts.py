@@ -69,7 +69,7 @@ def test_every_script_has_a_header_and_right_flags():
         calls_writes = bool(
             re.search(r"'(HSET|HSETNX|HDEL|ZADD|ZREM|DEL|UNLINK|PEXPIRE|PERSIST|HINCRBY|PEXPIREAT)'", text)
         )
-        uses_touch = "touch()" in text or "drop_thread()" in text
+        uses_touch = any(w in text for w in ("touch()", "drop_thread()", "apply_blobs(", "init_meta()"))  # _lib writers
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
         if "--- @include" in text:
             assert "the 11 per-thread keys" in h, path.name
@@ -88,7 +88,7 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
     assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
-    assert call.args[0] == FORMAT_VERSION == "4"  # format version
+    assert call.args[0] == FORMAT_VERSION == "5"  # format version
 
 
 def test_lua_names_the_record_parts_python_names():
@@ -124,7 +124,8 @@ def test_put_sends_what_put_lua_reads(offline_saver):
     call = first_call(plan)
     _thread_call_checks(call, "put")
     n = call.args[11]
-    assert n == 3 and len(call.args) == fixed_argv("put") + 2 * n
+    assert n == 3 and len(call.args) == fixed_argv("put") + 2 * n  # the last one: the number of stream appends
+    assert call.args[-1] == 0
     assert call.args[10].startswith(b"\0\x01")  # chain entry: e(parent "") then the channels
 
 

@@ -4,6 +4,8 @@ on failure, duration and byte histograms, and the conflict / script-reload count
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from opentelemetry.sdk.metrics import MeterProvider
@@ -48,7 +50,7 @@ async def test_spans_and_metrics_of_saver_calls(kind, otel, redis_url, make_save
     tp, mp, spans, reader = otel
     saver = make_saver(kind, telemetry=Telemetry(tp, mp), fencing=True)
     cp = empty_checkpoint()
-    cp["channel_values"], cp["channel_versions"] = {"x": "v" * 1000}, {"x": "1"}
+    cp["channel_values"], cp["channel_versions"] = {"x": os.urandom(1500).hex()}, {"x": "1"}
     cfg = await call(saver, "put", _cfg("t-1"), cp, {"step": 0}, {"x": "1"})
     await call(saver, "put_writes", cfg, [("x", "w")], "task")
     await call(saver, "get_tuple", _cfg("t-1"))
@@ -67,7 +69,7 @@ async def test_spans_and_metrics_of_saver_calls(kind, otel, redis_url, make_save
     assert put.attributes["db.stored_procedure.name"] == "put_writes+lean"
     assert put.attributes["redis_saver.thread_id"] == "t-1"
     first_put = spans.get_finished_spans()[0]
-    assert first_put.attributes["redis_saver.bytes_sent"] > 1000  # the value went out
+    assert first_put.attributes["redis_saver.bytes_sent"] > 1500  # the value went out (zstd: ~1.5 KB of 3 KB hex)
     assert got["get_tuple"].attributes["redis_saver.bytes_received"] > 1000  # and came back
     failed = spans.get_finished_spans()[4]
     assert failed.status.status_code == StatusCode.ERROR and failed.attributes["error.type"] == "ConflictError"

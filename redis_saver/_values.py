@@ -1,0 +1,402 @@
+"""Value encoding: zstd compression and per-channel streams (storage format 5).
+
+Pure and I/O-free, like the plans that call it. What is stored (see docs/data-model.md):
+
+* A value's serde bytes of fewer than ``MIN_ENCODED`` bytes, or that zstd cannot shrink
+  (ciphertext from ``EncryptedSerializer``), are stored as they are, as every earlier format did.
+* A write's value and a checkpoint's own bytes are stored as one zstd frame, their serde type
+  marked ``type + "\\x1fz"``.
+* A channel value is a *stream record*, type ``type + "\\x1fs"``: a stream id and at most
+  ``MAX_OPS`` ops, each a byte range of the stream or a short literal. A stream is the
+  append-only raw bytes of one (namespace, channel), stored as at most ``MAX_FRAMES`` zstd
+  frames (lua/_lib.lua, "Encoded values"). A new version of a list that only grows shares all
+  of its predecessor's bytes but the msgpack array header, so it costs a few ops and one frame
+  of its new bytes, whatever the list's length: memory grows linearly with a thread's turns.
+  Every ``MERGE_AT`` frames the put replaces them with one frame of the whole stream (same raw
+  bytes: no record changes), so a read decompresses at most ``MERGE_AT`` frames of one stream
+  per channel, in one zstd call, whatever the history's length.
+
+The client keeps, per (thread, namespace, channel), the stream its last read or write of that
+channel used (``StreamCache``, bounded in bytes), so a put finds the shared bytes by comparison
+(no zstd dictionary) and sends only the new ones. Without it (another worker's thread, a
+restart) a put starts a new stream: one compressed copy of the value, never a second call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+try:  # Python >= 3.14 (PEP 784)
+    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - depends on the Python version
+    from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+
+from .errors import MalformedReplyError
+
+ZSTD_MARK = b"\x1fz"  # type + mark: the bytes are one zstd frame of the serde bytes
+STREAM_MARK = b"\x1fs"  # type + mark: the bytes are a stream record
+MIN_ENCODED = 256  # smaller serde bytes are stored as they are
+LEVEL = 3  # zstd level (183 KB at ~300 MB/s here; level 1 saves ~30% of the time, costs ~10% size)
+MERGE_AT = 16  # a put that would leave a stream with more frames merges them into one
+MAX_FRAMES = 32  # lua/_lib.lua MAX_FRAMES: what put.lua accepts
+MAX_OPS = 8  # ops per stream record
+MAX_LITERAL = 16  # bytes of one literal op (a msgpack array header is 1, 3 or 5)
+STREAM_REC_MAX = 512  # lua/_lib.lua STREAM_REC_MAX
+MAX_SHIFT = 5  # header growth / shrink tried when resynchronising after the first difference
+
+Op = Union[tuple[int, int], bytes]  # noqa: UP007 (runtime alias): a range [a, b) of the stream, or a literal
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """The client's copy of one stored stream."""
+
+    sid: bytes
+    raw: bytes  # its raw (decompressed) bytes
+    frames: int  # its number of frames
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A cache entry: the stream a channel's latest seen value lives in, and that value's ops."""
+
+    stream: Stream
+    ops: tuple[Op, ...]
+
+
+@dataclass(slots=True)
+class StreamAppend:
+    """One stream change a put sends (put.lua ARGV, 5 per append)."""
+
+    dir_suffix: bytes  # e(channel) "\0" sid
+    mode: bytes  # b"n" new | b"a" append | b"m" merge
+    base: int  # the stored raw length it is based on (0 for "n")
+    length: int  # the raw length after it
+    frame: bytes
+    known: Known  # the cache entry once the put succeeded
+
+    def args(self) -> list[bytes | int]:
+        return [self.dir_suffix, self.mode, self.base, self.length, self.frame]
+
+
+# ---- zstd, one compressor per thread (LangGraph calls put_writes from worker threads) --------
+_local = threading.local()
+
+
+def compress(data: bytes) -> bytes:
+    c = getattr(_local, "c", None)
+    if c is None:
+        c = _local.c = zstd.ZstdCompressor(level=LEVEL)
+    out: bytes = c.compress(data, mode=zstd.ZstdCompressor.FLUSH_FRAME)
+    return out
+
+
+def decompress(data: bytes) -> bytes:
+    try:
+        out: bytes = zstd.decompress(data)
+    except zstd.ZstdError as exc:
+        raise MalformedReplyError(f"corrupt zstd data: {exc}") from exc
+    return out
+
+
+def encode_plain(type_: str, data: bytes, on: bool) -> tuple[bytes, bytes]:
+    """(type, bytes) as stored for a write or a checkpoint's own bytes."""
+    t = type_.encode()
+    if b"\x1f" in t:
+        raise ValueError(f"serializer type {type_!r} contains \\x1f, which marks encoded values")
+    if on and len(data) >= MIN_ENCODED:
+        z = compress(data)
+        if len(z) < len(data) - len(data) // 8:
+            return t + ZSTD_MARK, z
+    return t, data
+
+
+def decode_plain(type_: bytes, data: bytes) -> tuple[bytes, bytes]:
+    if type_.endswith(ZSTD_MARK):
+        return type_[:-2], decompress(data)
+    return type_, data
+
+
+# ---- stream records -------------------------------------------------------------------
+def _op_bytes(op: Op) -> bytes:
+    if isinstance(op, bytes):
+        return b"l" + op
+    return b"r%d,%d" % op
+
+
+def stream_payload(sid: bytes, ops: Sequence[Op]) -> bytes:
+    parts = [sid, *map(_op_bytes, ops)]
+    return b",".join(b"%d" % len(p) for p in parts) + b";" + b"".join(parts)
+
+
+def parse_payload(payload: bytes) -> tuple[bytes, list[Op]]:
+    from ._codec import unpack
+
+    parts = unpack(payload)
+    if not parts:
+        raise MalformedReplyError("empty stream record")
+    ops: list[Op] = []
+    for p in parts[1:]:
+        if p[:1] == b"l":
+            ops.append(p[1:])
+        elif p[:1] == b"r":
+            a, _, b = p[1:].partition(b",")
+            ops.append((int(a), int(b)))
+        else:
+            raise MalformedReplyError("malformed stream op")
+    return parts[0], ops
+
+
+def materialize(raw: bytes, ops: Sequence[Op]) -> bytes:
+    if len(ops) == 1 and not isinstance(ops[0], bytes):
+        a, b = ops[0]
+        return raw[a:b] if (a, b) != (0, len(raw)) else raw
+    return b"".join(op if isinstance(op, bytes) else raw[op[0] : op[1]] for op in ops)
+
+
+def _sub_ops(ops: Sequence[Op], start: int, end: int) -> list[Op]:
+    """The ops of bytes [start, end) of the value ``ops`` describe."""
+    out: list[Op] = []
+    pos = 0
+    for op in ops:
+        n = len(op) if isinstance(op, bytes) else op[1] - op[0]
+        lo, hi = max(start, pos), min(end, pos + n)
+        if lo < hi:
+            if isinstance(op, bytes):
+                out.append(op[lo - pos : hi - pos])
+            else:
+                out.append((op[0] + lo - pos, op[0] + hi - pos))
+        pos += n
+        if pos >= end:
+            break
+    return out
+
+
+def _normalize(ops: Sequence[Op]) -> list[Op]:
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, bytes):
+            if not op:
+                continue
+            if out and isinstance(out[-1], bytes):
+                out[-1] = out[-1] + op
+                continue
+        elif op[0] == op[1]:
+            continue
+        elif out and not isinstance(out[-1], bytes) and out[-1][1] == op[0]:
+            out[-1] = (out[-1][0], op[1])
+            continue
+        out.append(op)
+    return out
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i, step = 0, 4096
+    while i < n and a[i : i + step] == b[i : i + step]:
+        i += step
+    if i >= n:
+        return n
+    lo, hi = i, min(i + step, n)  # a[:lo] == b[:lo], they differ before hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo if a[lo] != b[lo] else hi
+
+
+# the first byte of a list's serde bytes: a msgpack array (fixarray, array16, array32) or a JSON
+# array; lists (of messages) are what grows by appends, version after version
+_LIST_HEADS = frozenset([bytes([b]) for b in range(0x90, 0xA0)] + [b"\xdc", b"\xdd", b"["])
+
+_SHIFTS = sorted(((d, k) for d in range(MAX_SHIFT + 1) for k in range(MAX_SHIFT + 1) if d or k), key=sum)
+
+
+def splice(new: bytes, base: bytes, base_ops: Sequence[Op], stream_len: int) -> tuple[list[Op], bytes] | None:
+    """``new`` as ops over a stream whose bytes ``base_ops`` (= ``base``) point into, plus the
+    bytes to append to the stream (its raw length is ``stream_len``); None when less than half
+    of ``new`` is shared or the record would be too long."""
+    n = common_prefix(new, base)
+    ops: list[Op] = _sub_ops(base_ops, 0, n)
+    tail = n
+    if n < len(base) and n < len(new):
+        # one short difference (a header that changed size), then the rest of base again?
+        for d, k in _SHIFTS:
+            i, j = n + d, n + k
+            if j > len(base) or i > len(new):
+                continue
+            if new[i : i + 64] == base[j : j + 64] and new.startswith(base[j:], i):
+                ops.append(new[n:i])
+                ops += _sub_ops(base_ops, j, len(base))
+                tail = i + len(base) - j
+                break
+    suffix = new[tail:]
+    if tail < len(new) // 2 + 1:
+        return None
+    if suffix:
+        ops.append((stream_len, stream_len + len(suffix)))
+    ops = _normalize(ops)
+    if len(ops) > MAX_OPS or any(isinstance(op, bytes) and len(op) > MAX_LITERAL for op in ops):
+        return None
+    return ops, suffix
+
+
+class StreamCache:
+    """Per (thread, namespace, channel): the latest value's stream and ops. LRU, bounded by
+    the bytes of the streams it holds; entries are immutable, replaced under a lock held only
+    for the dict operation. A stale entry cannot corrupt anything (stream bytes and records
+    never change); it costs put.lua's answer 3 and a new stream."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._d: OrderedDict[tuple[str, str, str], Known] = OrderedDict()
+        # the cached streams by (thread, id), for reads: copy_thread copies stream ids verbatim,
+        # so an id is unique within a thread only
+        self._sids: dict[tuple[str, bytes], Stream] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def stream(self, thread_id: str, sid: bytes) -> Stream | None:
+        return self._sids.get((thread_id, sid))
+
+    def get(self, key: tuple[str, str, str]) -> Known | None:
+        with self._lock:
+            k = self._d.get(key)
+            if k is not None:
+                self._d.move_to_end(key)
+            return k
+
+    def put(self, key: tuple[str, str, str], known: Known) -> None:
+        size = len(known.stream.raw)
+        if size > self.max_bytes // 4:
+            self.drop(key)
+            return
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self._forget(key, old)
+            self._d[key] = known
+            self._sids[key[0], known.stream.sid] = known.stream
+            self._bytes += size
+            while self._bytes > self.max_bytes and self._d:
+                k, gone = self._d.popitem(last=False)
+                self._forget(k, gone)
+
+    def _forget(self, key: tuple[str, str, str], known: Known) -> None:
+        self._bytes -= len(known.stream.raw)
+        if self._sids.get((key[0], known.stream.sid)) is known.stream:
+            del self._sids[key[0], known.stream.sid]
+
+    def drop(self, key: tuple[str, str, str]) -> None:
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self._forget(key, old)
+
+    def drop_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._d if k[0] == thread_id]:
+                self._forget(key, self._d.pop(key))
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+def new_sid() -> bytes:
+    return os.urandom(6).hex().encode()  # 12 characters, never a NUL; unique per thread in practice
+
+
+def encode_channel(
+    type_: bytes, data: bytes, ch_e: bytes, known: Known | None
+) -> tuple[bytes, StreamAppend | None]:
+    """A channel value's blob record, and the stream change it needs (None: stored raw)."""
+    if b"\x1f" in type_:
+        name = type_.decode(errors="replace")
+        raise ValueError(f"serializer type {name!r} contains \\x1f, which marks encoded values")
+    if len(data) < MIN_ENCODED or len(type_) > 128:
+        return _record(type_, data), None
+    if known is not None:
+        st = known.stream
+        base = materialize(st.raw, known.ops)
+        spliced = splice(data, base, known.ops, len(st.raw))
+        length = len(st.raw) + (len(spliced[1]) if spliced else 0)
+        # dead bytes stay bounded: a stream at most twice what its newest value needs
+        if spliced is not None and length <= 2 * len(data) + 65536:
+            ops, suffix = spliced
+            raw = st.raw + suffix
+            payload = stream_payload(st.sid, ops)
+            rec = _record(type_ + STREAM_MARK, payload)
+            if len(rec) <= STREAM_REC_MAX:
+                if st.frames + (1 if suffix else 0) > MERGE_AT:
+                    mode, frame, frames = b"m", compress(raw), 1
+                elif suffix:
+                    mode, frame, frames = b"a", compress(suffix), st.frames + 1
+                else:
+                    mode, frame, frames = b"a", b"", st.frames  # nothing new: an empty append
+                nk = Known(Stream(st.sid, raw, frames), tuple(ops))
+                if mode == b"a" and not suffix:
+                    # no bytes to add: the record only points into what is stored; no append
+                    return rec, StreamAppend(ch_e + b"\0" + st.sid, b"-", len(st.raw), len(raw), b"", nk)
+                return rec, StreamAppend(ch_e + b"\0" + st.sid, mode, len(st.raw), len(raw), frame, nk)
+    frame = compress(data)
+    if len(frame) >= len(data) - len(data) // 8:
+        return _record(type_, data), None  # incompressible (ciphertext): as it is
+    if data[:1] not in _LIST_HEADS:
+        # not a list: a later version is unlikely to extend it, so one zstd frame in one field
+        # (a stream costs a directory and a frame field besides its record)
+        return _record(type_ + ZSTD_MARK, frame), None
+    sid = new_sid()
+    ops1: tuple[Op, ...] = ((0, len(data)),)
+    rec = _record(type_ + STREAM_MARK, stream_payload(sid, ops1))
+    nk = Known(Stream(sid, data, 1), ops1)
+    return rec, StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
+
+
+def _record(type_: bytes, data: bytes) -> bytes:
+    return b"%d,%d;%s%s" % (len(type_), len(data), type_, data)
+
+
+def decode_streams(
+    streams: Sequence[Any], cache: StreamCache | None = None, thread_id: str = ""
+) -> dict[bytes, Stream]:
+    """A reply's streams ({sid, directory, frame, ...} each) decoded; a stream the cache holds
+    at the stored length is not decompressed again (its bytes never change)."""
+    from ._codec import unpack
+
+    out: dict[bytes, Stream] = {}
+    for s in streams:
+        sid, d, frames = s[0], s[1], s[2:]
+        dir_ = unpack(d)
+        held = cache.stream(thread_id, sid) if cache is not None else None
+        if held is not None and len(held.raw) == int(dir_[0]) and held.frames == len(frames):
+            out[sid] = held
+            continue
+        raw = decompress(b"".join(frames)) if frames else b""
+        if len(raw) != int(dir_[0]) or len(frames) != (len(dir_) - 3) // 2:
+            raise MalformedReplyError(
+                f"stream {sid!r}: {len(raw)} bytes in {len(frames)} frames, directory says otherwise"
+            )
+        out[sid] = Stream(sid, raw, len(frames))
+    return out
+
+
+def decode_stream_value(payload: bytes, streams: dict[bytes, Stream]) -> tuple[bytes, Known]:
+    sid, ops = parse_payload(payload)
+    st = streams.get(sid)
+    if st is None:
+        raise MalformedReplyError(f"stream {sid!r} missing from the reply")
+    for op in ops:
+        if not isinstance(op, bytes) and not 0 <= op[0] <= op[1] <= len(st.raw):
+            raise MalformedReplyError(f"stream {sid!r}: range {op} outside its {len(st.raw)} bytes")
+    return materialize(st.raw, ops), Known(st, tuple(ops))
