@@ -189,8 +189,8 @@ def measure_redis(todo: list[Entry], chat, wchat, half: int, reps: int, skipped:
         for e in todo:
             try:
                 server = start_plain()
-            except Unavailable as ex:
-                skipped[e.name] = str(ex)
+            except Exception as ex:  # noqa: BLE001 (Unavailable, or devkit's own error: no server binary)
+                skipped[e.name] = str(ex) if isinstance(ex, Unavailable) else f"no redis-server: {type(ex).__name__}: {ex}"
                 continue
             r = redis.Redis(host=server.host, port=server.port)
             try:
@@ -387,13 +387,15 @@ def markdown(rep: dict) -> str:
          "|---|---|---|---|---|---|---|---|---|"]
     order = [n for n in rep["savers"] if n.startswith("redis_saver (")] + \
         [n for n in (LABEL, "PostgresSaver", "floor") if n in rep["savers"]]
+    if not order:
+        L.append("| nothing measured (see Skipped) | | | | | | | | |")
     for n in order:
         d = rep["savers"][n]
         chk = "–" if "errors" not in d else ("OK" if not d["errors"] else "FAIL: " + "; ".join(d["errors"]))
         L.append(f"| {n} | {fmt_b(d['bpc'])} | {x(d['x_raw'])} | {x(d['x_pg'])} | {x(d['x_floor'])} | "
                  f"{x(d['x_prev'])} | {fmt_b(d['thread_half'])} → {fmt_b(d['thread_full'])} ({x(d['growth'])}) | "
                  f"{fmt_b(d['used_bpc']) if 'used_bpc' in d else '–'} | {chk} |")
-    L += ["", f"Where the bytes are at {t} turns (kind of key: memory):", ""]
+    L += ["", f"Where the bytes are at {t} turns (kind of key: memory):", ""] if order else []
     for n in order:
         d = rep["savers"][n]
         parts = ", ".join(f"{k} {fmt_b(v)}" for k, v in sorted(d["full"].items(), key=lambda kv: -kv[1]))
@@ -404,7 +406,7 @@ def markdown(rep: dict) -> str:
         prev = rep["savers"].get(LABEL, {}).get("timing_us", {})
         L += ["", f"## Latency on this chat (p50 over the last 10 turns of {rep['reps']} replays; x 0.1.0 in brackets)",
               "", "The Redis entries replay interleaved call by call (order rotated per call). `put messages` = the "
-              "puts that store a new `messages` version (the ~180 KB value); `get_tuple latest` = LangGraph's read "
+              "puts that store a new `messages` version (the large value); `get_tuple latest` = LangGraph's read "
               f"at the start of each turn; `get_tuple at the end` = 10 reads of the latest checkpoint at {t} turns "
               "per replay, interleaved.", "",
               "| saver | " + " | ".join(ops) + " |", "|---|" + "---|" * len(ops)]
@@ -419,7 +421,7 @@ def markdown(rep: dict) -> str:
                 cells.append(c)
             L.append(f"| {n} | " + " | ".join(cells) + " |")
     L += ["", "## Skipped", ""]
-    L += [f"- **{n}**: {why}" for n, why in rep["skipped"].items()] or ["- none"]
+    L += [f"- **{n}**: {' '.join(str(why).split())}" for n, why in rep["skipped"].items()] or ["- none"]
     L.append("")
     return "\n".join(L)
 
