@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.infra import Unavailable, start_plain
 
-LATEST_KEYS = ("put", "put_writes", "get_tuple")
+RECORDED_OPS = ("put", "put_writes", "get_tuple")
 
 
 def log(*a) -> None:
@@ -61,8 +61,8 @@ def chats(turns: int):
     from bench.memory_lab import Chat, build_chat
     from bench.workload import Call
 
-    chat = build_chat(turns, keep=LATEST_KEYS)
-    calls, marks, n = [], {}, 0
+    chat = build_chat(turns, keep=RECORDED_OPS)
+    calls, marks = [], {}
     old_marks = {v: t for t, v in chat.marks.items()}
     for i, c in enumerate(chat.calls):
         if c.op == "get_tuple":
@@ -190,7 +190,8 @@ def measure_redis(todo: list[Entry], chat, wchat, half: int, reps: int, skipped:
             try:
                 server = start_plain()
             except Exception as ex:  # noqa: BLE001 (Unavailable, or devkit's own error: no server binary)
-                skipped[e.name] = str(ex) if isinstance(ex, Unavailable) else f"no redis-server: {type(ex).__name__}: {ex}"
+                why = str(ex) if isinstance(ex, Unavailable) else f"no redis-server: {type(ex).__name__}: {ex}"
+                skipped[e.name] = why
                 continue
             r = redis.Redis(host=server.host, port=server.port)
             try:
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "raw_half": raw_half, "raw_full": raw_full, "corpus_chars": chat.corpus_chars, "text_used": len(sample),
         "zstd3_text": z3, "latest_messages_bytes": len(last_b),
         "zstd3_latest_messages": len(last_b) / len(zstd.compress(last_b, 3)),
-        "calls": {op: sum(c.op == op for c in chat.calls) for op in LATEST_KEYS},
+        "calls": {op: sum(c.op == op for c in chat.calls) for op in RECORDED_OPS},
         "savers": {}, "skipped": {}, "reps": a.reps,
     }
 
