@@ -124,7 +124,9 @@ class Chat:
     sample_text: str = ""
 
 
-def build_chat(turns: int, seed: int = 7, trim: int = 0, fork: int = 0) -> Chat:
+def build_chat(turns: int, seed: int = 7, trim: int = 0, fork: int = 0, keep: tuple[str, ...] = ("put", "put_writes")) -> Chat:
+    """keep: the recorded operations kept in Chat.calls (bench/memory.py adds "get_tuple", LangGraph's read at
+    the start of each turn, so a saver with a client-side cache sees the calls a real run makes)."""
     src = TextSource(seed)
     rng = random.Random(seed + 1)
     ids = random.Random(seed + 2)
@@ -169,11 +171,11 @@ def build_chat(turns: int, seed: int = 7, trim: int = 0, fork: int = 0) -> Chat:
         graph.invoke({"messages": [HumanMessage(content=src.take(n), id=str(uuid.UUID(int=ids.getrandbits(128))))]}, at)
         marks[t] = len(rec.calls)
         configs[t] = graph.get_state(cfg).config
-    calls = [c for c in rec.calls if c.op in ("put", "put_writes")]
+    calls = [c for c in rec.calls if c.op in keep]
     # re-mark on the filtered list
     kept_marks = {}
     for t in range(1, turns + fork + 1):
-        kept_marks[t] = sum(1 for c in rec.calls[: marks[t]] if c.op in ("put", "put_writes"))
+        kept_marks[t] = sum(1 for c in rec.calls[: marks[t]] if c.op in keep)
     return Chat(calls, kept_marks, user_lens, ai_lens, sum(map(len, src.paras)), src.wrapped,
                 " ".join(src.paras[: src.i]))
 

@@ -153,6 +153,9 @@ def markdown(res: dict) -> str:
             L.append(f"Scaling targets apply at {max(m['scaling_sizes']):,}; measured only: " + "; ".join(inc) + ".")
             L.append("")
 
+    from bench.release import section as release_section  # working tree vs the previous release, if both ran
+
+    L += release_section(res)
     L.append("## Correctness vs InMemorySaver (same queries after the same replay)")
     L.append("")
     L.append("| saver | status | details |")

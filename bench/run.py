@@ -769,6 +769,9 @@ def main(argv=None) -> int:
         "throughput": dict(throughput), "bytes_per_checkpoint": bytes_per_cp, "wire": wire,
         "correctness": correctness, "targets": targets,
     }
+    from bench import release  # the working tree against the previous release (when both ran)
+
+    results["vs_previous"] = release.ratios(timer.wall, names)
     try:
         results["meta"]["load_avg_end"] = os.getloadavg()
     except OSError:

@@ -197,6 +197,67 @@ def make_redis_saver_async(ctx):
     return _redis_entry("redis_saver AsyncRedisSaver", "async", ctx, make)
 
 
+def _compress_off(cls) -> dict:
+    """``compress=False`` when this redis_saver's constructor takes it (the zstd storage format), else Unavailable."""
+    from bench.previous import supports
+
+    if not supports(cls, "compress"):
+        raise Unavailable("this redis_saver has no compress option (it stores serde bytes as they are)")
+    return {"compress": False}
+
+
+def make_redis_saver_sync_no_compress(ctx):
+    """The working tree's saver with compression off: what compressing costs or saves, same code otherwise."""
+    RedisSaver, _ = _import_redis_saver()
+    kw = _compress_off(RedisSaver)
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return RedisSaver(c, prefix="lg", **kw), _sync_close(c)
+
+    return _redis_entry("redis_saver RedisSaver (compress=False)", "sync", ctx, make)
+
+
+def make_redis_saver_async_no_compress(ctx):
+    _, AsyncRedisSaver = _import_redis_saver()
+    kw = _compress_off(AsyncRedisSaver)
+
+    def make(h, p):
+        c = aioredis.Redis(host=h, port=p, **_akw())
+        return AsyncRedisSaver(c, prefix="lg", **kw), _async_close(ctx, c)
+
+    return _redis_entry("redis_saver AsyncRedisSaver (compress=False)", "async", ctx, make)
+
+
+def make_previous_sync(ctx):
+    """The previous release (bench/previous.py: 0.1.0, storage format 3), imported beside the working tree."""
+    from bench import previous
+
+    RedisSaver, _ = previous.savers()
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return RedisSaver(c, prefix="lg"), _sync_close(c)
+
+    e = _redis_entry(f"{previous.LABEL} RedisSaver", "sync", ctx, make)
+    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}")
+    return e
+
+
+def make_previous_async(ctx):
+    from bench import previous
+
+    _, AsyncRedisSaver = previous.savers()
+
+    def make(h, p):
+        c = aioredis.Redis(host=h, port=p, **_akw())
+        return AsyncRedisSaver(c, prefix="lg"), _async_close(ctx, c)
+
+    e = _redis_entry(f"{previous.LABEL} AsyncRedisSaver", "async", ctx, make)
+    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}")
+    return e
+
+
 def make_memory(ctx):
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -384,6 +445,10 @@ FACTORIES: list[tuple[str, Callable]] = [
     ("redis_saver RedisSaver", make_redis_saver_sync),
     ("redis_saver AsyncRedisSaver", make_redis_saver_async),
     ("redis_saver RedisSaver (telemetry off)", make_redis_saver_sync_no_telemetry),
+    ("redis_saver RedisSaver (compress=False)", make_redis_saver_sync_no_compress),
+    ("redis_saver AsyncRedisSaver (compress=False)", make_redis_saver_async_no_compress),
+    ("redis_saver 0.1.0 (format 3) RedisSaver", make_previous_sync),
+    ("redis_saver 0.1.0 (format 3) AsyncRedisSaver", make_previous_async),
     ("InMemorySaver", make_memory),
     ("SqliteSaver", make_sqlite),
     ("PostgresSaver", make_pg_sync),
