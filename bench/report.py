@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
+# the operations compared with the minimal floor (its delta history is LangGraph's default walk, no yardstick)
+MIN_OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "invoke turn"]
 
 
 def _us(v):
@@ -37,7 +39,10 @@ def markdown(res: dict) -> str:
              f"put_writes calls ({w['writes_per_step']} writes each), replayed exactly against every saver. "
              f"{m['reps']} repetitions, savers interleaved call by call (order rotated per call and per repetition). "
              f"Ratios are p50(saver)/p50(floor of the same sync/async kind), taken per repetition, median over "
-             f"repetitions. Client CPU = `process_time` of the benchmark process per operation.")
+             f"repetitions. Client CPU = `process_time` of the benchmark process per operation. Two floors: "
+             f"the *floor* (`bench/floor.py`, the same work laid out plainly) and the *minimal floor* "
+             f"(`bench/floor_min.py`, the fewest commands one round trip can do); the brackets below are "
+             f"ratios to the floor, the next table has both.")
     L.append("")
     L.append("## Latency p50 (ratio to floor) and p99")
     L.append("")
@@ -55,6 +60,19 @@ def markdown(res: dict) -> str:
             cells.append(f"{_us(d['p50_us'])}{' (' + _x(r) + ')' if r is not None else ''} / p99 {_us(d['p99_us'])}")
         L.append(f"| {n} | " + " | ".join(cells) + " |")
     L.append("")
+    rmin = res.get("ratios_min") or {}
+    if any(rmin.values()):
+        L.append("## Ratio to the minimal floor / to the floor (p50, same sync/async kind)")
+        L.append("")
+        L.append("| saver | " + " | ".join(MIN_OPS) + " |")
+        L.append("|---|" + "---|" * len(MIN_OPS))
+        for n in names:
+            a, b = rmin.get(n, {}), res["ratios"].get(n, {})
+            if not a:
+                continue
+            L.append(f"| {n} | " + " | ".join(
+                f"{_x(a.get(op))} / {_x(b.get(op))}" if op in a else "–" for op in MIN_OPS) + " |")
+        L.append("")
     L.append("## Client CPU per operation (mean)")
     L.append("")
     L.append("| saver | " + " | ".join(OPS) + " |")

@@ -32,7 +32,15 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 from bench import report  # noqa: E402
 from bench.infra import TurnProxy, Unavailable  # noqa: E402
-from bench.savers import FACTORIES, FLOOR_ASYNC, FLOOR_SYNC, Entry, resolve_pg_url  # noqa: E402
+from bench.savers import (  # noqa: E402
+    FACTORIES,
+    FLOOR_ASYNC,
+    FLOOR_SYNC,
+    MIN_FLOOR_ASYNC,
+    MIN_FLOOR_SYNC,
+    Entry,
+    resolve_pg_url,
+)
 from bench.workload import Call, build_chat_graph, call_for_thread, capture, user_input  # noqa: E402
 
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
@@ -41,6 +49,7 @@ TARGETS = {  # op -> max p50 ratio to the floor
     "list limit=10": 1.2, "invoke turn": 1.15,
 }
 SCALE_TARGET, BYTES_TARGET = 1.3, 1.1
+FLOORS = (FLOOR_SYNC, FLOOR_ASYNC, MIN_FLOOR_SYNC, MIN_FLOOR_ASYNC)  # always run: every ratio needs them
 
 
 FAILED = object()  # returned by guarded() when the call raised
@@ -436,7 +445,7 @@ def main(argv=None) -> int:
     entries: list[Entry] = []
     skipped: dict[str, str] = {}
     for name, fac in FACTORIES:
-        if wanted and name not in (FLOOR_SYNC, FLOOR_ASYNC) and not any(w in name.lower() for w in wanted):
+        if wanted and name not in FLOORS and not any(w in name.lower() for w in wanted):
             continue
         try:
             log(f"starting {name}")
@@ -685,7 +694,9 @@ def main(argv=None) -> int:
     # ---- aggregate
     latency: dict[str, dict] = {}
     ratios: dict[str, dict] = {}
+    ratios_min: dict[str, dict] = {}  # the same against the minimal floor of the same kind
     floor_of = {e.name: e.floor for e in entries}
+    min_floor_of = {e.name: MIN_FLOOR_SYNC if e.mode == "sync" else MIN_FLOOR_ASYNC for e in entries}
     for name in names:
         latency[name] = {}
         for op, per_rep in timer.wall[name].items():
@@ -693,23 +704,24 @@ def main(argv=None) -> int:
             latency[name][op] = {"p50_us": pct(xs, .5) / 1e3, "p99_us": pct(xs, .99) / 1e3,
                                  "mean_us": statistics.fmean(xs) / 1e3, "n": len(xs),
                                  "client_cpu_us": timer.cpu[name][op] / len(xs) / 1e3}
-    for name in names:
-        fl = floor_of[name]
-        ratios[name] = {}
-        if name == fl or fl not in timer.wall:
-            continue
-        for op in timer.wall[name]:
-            per = []
-            for r, xs in timer.wall[name][op].items():
-                fx = timer.wall[fl][op].get(r)
-                if xs and fx:
-                    per.append(pct(xs, .5) / pct(fx, .5))
-            if per:
-                ratios[name][op] = statistics.median(per)
+    for out, floors in ((ratios, floor_of), (ratios_min, min_floor_of)):
+        for name in names:
+            fl = floors[name]
+            out[name] = {}
+            if name == fl or fl not in timer.wall:
+                continue
+            for op in timer.wall[name]:
+                per = []
+                for r, xs in timer.wall[name][op].items():
+                    fx = timer.wall[fl][op].get(r)
+                    if xs and fx:
+                        per.append(pct(xs, .5) / pct(fx, .5))
+                if per:
+                    out[name][op] = statistics.median(per)
 
     targets: dict[str, dict] = {}
     for name in names:
-        if name in (FLOOR_SYNC, FLOOR_ASYNC):
+        if name in FLOORS:
             continue
         t = {}
         for op, lim in TARGETS.items():
@@ -763,8 +775,9 @@ def main(argv=None) -> int:
                          "delta_calls": len(dchat.calls),
                          "writes_per_step": sorted({len(c.args[1]) for c in chat.calls if c.op == "put_writes"})},
         },
-        "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "notes": e.notes} for e in entries},
-        "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios,
+        "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "min_floor": min_floor_of[e.name],
+                            "notes": e.notes} for e in entries},
+        "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios, "ratios_min": ratios_min,
         "scaling": {k: {str(s): v for s, v in d.items()} for k, d in scaling.items()},
         "throughput": dict(throughput), "bytes_per_checkpoint": bytes_per_cp, "wire": wire,
         "correctness": correctness, "targets": targets,
