@@ -73,6 +73,22 @@ def markdown(res: dict) -> str:
             L.append(f"| {n} | " + " | ".join(
                 f"{_x(a.get(op))} / {_x(b.get(op))}" if op in a else "–" for op in MIN_OPS) + " |")
         L.append("")
+    if res.get("split"):
+        sp = res["split"]
+        ops = [op for op in MIN_OPS if any(op in d for d in sp.values())]
+        L.append("## Server time and client time per call (p50: wall = server + client; client CPU in brackets)")
+        L.append("")
+        L.append("Server = `INFO commandstats` usec of EVALSHA around each call (`bench/where.py`); client = wall - "
+                 "server (Python, network, kernel); client CPU = `process_time` of the bench process. Only the "
+                 "savers whose calls are all EVALSHA; interleaved call by call, medians per call.")
+        L.append("")
+        L.append("| saver | " + " | ".join(ops) + " |")
+        L.append("|---|" + "---|" * len(ops))
+        for n, d in sp.items():
+            L.append(f"| {n} | " + " | ".join(
+                f"{_us(d[op]['wall_us'])} = {_us(d[op]['server_us'])} + {_us(d[op]['client_us'])} "
+                f"({_us(d[op]['client_cpu_us'])})" if op in d else "–" for op in ops) + " |")
+        L.append("")
     L.append("## Client CPU per operation (mean)")
     L.append("")
     L.append("| saver | " + " | ".join(OPS) + " |")

@@ -30,7 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import report  # noqa: E402
+from bench import report, split  # noqa: E402
 from bench.infra import TurnProxy, Unavailable  # noqa: E402
 from bench.savers import (  # noqa: E402
     FACTORIES,
@@ -410,7 +410,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fill-budget", type=float, help="seconds allowed to fill one saver to one size")
     ap.add_argument("--turns", type=int, default=25, help="chat turns captured (~1.9 KB of messages per turn)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,wire,invoke")
+    ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,split,wire,invoke")
     a = ap.parse_args(argv)
 
     q = a.quick
@@ -570,6 +570,12 @@ def main(argv=None) -> int:
                         if guarded(e, "invoke", timer.time, e.name, "invoke turn", r, e.invoke, graphs[e.name],
                                    user_input(a.turns + r * k_invoke + k), cfg) is FAILED:
                             stopped.add(e.name)
+
+        # ---- server time and client time per call (the floors and redis_saver: EVALSHA only)
+        split_res: dict[str, dict] = {}
+        if "split" not in skip_phases:
+            split_res = split.phase(entries, chat.calls, mid_id, graphs if "invoke" not in skip_phases else {},
+                                    user_input, a.turns, n_reads, k_invoke, log, guarded, FAILED)
 
         # ---- scaling: per saver one thread per size (filled by put in a loop, timed, budgeted); then every size
         # of every saver is measured in the same interleaved rounds, so load changes hit all sizes alike
@@ -778,6 +784,7 @@ def main(argv=None) -> int:
         "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "min_floor": min_floor_of[e.name],
                             "notes": e.notes} for e in entries},
         "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios, "ratios_min": ratios_min,
+        "split": split_res,
         "scaling": {k: {str(s): v for s, v in d.items()} for k, d in scaling.items()},
         "throughput": dict(throughput), "bytes_per_checkpoint": bytes_per_cp, "wire": wire,
         "correctness": correctness, "targets": targets,
