@@ -5,6 +5,7 @@ from __future__ import annotations
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
 # the operations compared with the minimal floor (its delta history is LangGraph's default walk, no yardstick)
 MIN_OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "invoke turn"]
+TP_LEVELS = ["sync x1", "4 threads", "4 processes", "async x1", "async x8", "async x64"]
 
 
 def _us(v):
@@ -135,18 +136,38 @@ def markdown(res: dict) -> str:
         L.append("")
 
     if res["throughput"]:
-        cols = ["async x1", "async x8", "async x64", "4 threads"]
-        L.append("## Throughput: put + put_writes steps/s, each worker on its own thread (client CPU %)")
+        cols = [c for c in TP_LEVELS if any(c in d for d in res["throughput"].values())]
+        L.append("## Throughput: put + put_writes steps/s (step latency p50 / p99)")
+        L.append("")
+        L.append(f"Each worker writes its own thread; sync: OS threads sharing one saver, or forked processes with "
+                 f"a saver each; async: tasks on one event loop. {m.get('throughput_seconds', '?')} s per run, "
+                 f"median of {m.get('throughput_reps', '?')} run(s) per cell. in flight = steps/s x mean latency "
+                 f"(Little's law): close to the number of workers when the figures agree.")
         L.append("")
         L.append("| saver | " + " | ".join(cols) + " |")
         L.append("|---|" + "---|" * len(cols))
+        skips = []
         for n in names:
             tp = res["throughput"].get(n, {})
             if not tp:
                 continue
-            L.append(f"| {n} | " + " | ".join(
-                f"{tp[c]['steps_per_s']:,.0f} ({tp[c]['client_cpu_pct']:.0f}%)" if c in tp else "–" for c in cols
-            ) + " |")
+            cells = []
+            for c in cols:
+                d = tp.get(c)
+                if not d:
+                    cells.append("–")
+                elif "skipped" in d:
+                    cells.append("skipped")
+                    skips.append(f"{n}, {c}: {d['skipped']}")
+                elif "p99_ms" in d:  # results written before step latencies were recorded have none
+                    cells.append(f"{d['steps_per_s']:,.0f} ({_us(1e3 * d['p50_ms'])} / {_us(1e3 * d['p99_ms'])}; "
+                                 f"in flight {d['in_flight']:.1f}; CPU {d['client_cpu_pct']:.0f}%)")
+                else:
+                    cells.append(f"{d['steps_per_s']:,.0f} (CPU {d['client_cpu_pct']:.0f}%)")
+            L.append(f"| {n} | " + " | ".join(cells) + " |")
+        if skips:
+            L.append("")
+            L += [f"- {x}" for x in skips]
         L.append("")
 
     L.append("## Bytes stored per checkpoint, and wire cost per operation")
@@ -268,9 +289,8 @@ def chart(res: dict, path) -> None:
         if ax.get_lines():
             ax.legend(fontsize=7)
 
-    cols = ["async x1", "async x8", "async x64", "4 threads"]
     tn = [n for n in names if res["throughput"].get(n)]
-    bars(axs[2][0], tn, cols, lambda n, c: res["throughput"][n].get(c, {}).get("steps_per_s"),
+    bars(axs[2][0], tn, TP_LEVELS, lambda n, c: res["throughput"][n].get(c, {}).get("steps_per_s"),
          "put+put_writes steps/s (log)", "Throughput (median of runs)")
 
     ax = axs[2][1]
