@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,split,wire,invoke")
     ap.add_argument("--tp-reps", type=int, help="throughput repetitions per level (median; default 1 quick, 3 full)")
-    ap.add_argument("--tp-seconds", type=float, help="seconds per throughput run (default 1 quick, 2 full)")
+    ap.add_argument("--tp-seconds", type=float, help="seconds per throughput run (default 0.7 quick, 2 full)")
     a = ap.parse_args(argv)
 
     q = a.quick
@@ -346,7 +346,7 @@ def main(argv=None) -> int:
     k_invoke = 3 if q else 5
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else ([10, 1000, 10000] if q else [10, 1000, 10000, 100000])
     budget = a.fill_budget or (4.0 if q else 90.0)
-    tp_dur = a.tp_seconds or (1.0 if q else 2.0)
+    tp_dur = a.tp_seconds or (0.7 if q else 2.0)
     tp_reps = a.tp_reps or (1 if q else 3)
     scale_n = 15 if q else 40
     skip_phases = set(filter(None, a.skip.split(",")))

@@ -149,7 +149,7 @@ def _proc_worker(make: Callable, target: tuple[str, int], tpl, pw, thread: str, 
 
 def run_processes(e, nprocs: int, dur: float, tpl, pw, tag: str) -> dict[str, Any]:
     if e.make_probe is None or e.probe_target is None:
-        raise Skip("runs inside the bench process: 4 processes would be 4 separate stores")
+        raise Skip("an in-process saver: the entry cannot build a saver on the same store in another process")
     try:
         ctx = multiprocessing.get_context("fork")
     except ValueError as ex:
