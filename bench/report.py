@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
+# the operations compared with the minimal floor (its delta history is LangGraph's default walk, no yardstick)
+MIN_OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "invoke turn"]
+TP_LEVELS = ["sync x1", "4 threads", "4 processes", "async x1", "async x8", "async x64"]
 
 
 def _us(v):
@@ -37,7 +40,10 @@ def markdown(res: dict) -> str:
              f"put_writes calls ({w['writes_per_step']} writes each), replayed exactly against every saver. "
              f"{m['reps']} repetitions, savers interleaved call by call (order rotated per call and per repetition). "
              f"Ratios are p50(saver)/p50(floor of the same sync/async kind), taken per repetition, median over "
-             f"repetitions. Client CPU = `process_time` of the benchmark process per operation.")
+             f"repetitions. Client CPU = `process_time` of the benchmark process per operation. Two floors: "
+             f"the *floor* (`bench/floor.py`, the same work laid out plainly) and the *minimal floor* "
+             f"(`bench/floor_min.py`, the fewest commands one round trip can do); the brackets below are "
+             f"ratios to the floor, the next table has both.")
     L.append("")
     L.append("## Latency p50 (ratio to floor) and p99")
     L.append("")
@@ -55,6 +61,35 @@ def markdown(res: dict) -> str:
             cells.append(f"{_us(d['p50_us'])}{' (' + _x(r) + ')' if r is not None else ''} / p99 {_us(d['p99_us'])}")
         L.append(f"| {n} | " + " | ".join(cells) + " |")
     L.append("")
+    rmin = res.get("ratios_min") or {}
+    if any(rmin.values()):
+        L.append("## Ratio to the minimal floor / to the floor (p50, same sync/async kind)")
+        L.append("")
+        L.append("| saver | " + " | ".join(MIN_OPS) + " |")
+        L.append("|---|" + "---|" * len(MIN_OPS))
+        for n in names:
+            a, b = rmin.get(n, {}), res["ratios"].get(n, {})
+            if not a:
+                continue
+            L.append(f"| {n} | " + " | ".join(
+                f"{_x(a.get(op))} / {_x(b.get(op))}" if op in a else "–" for op in MIN_OPS) + " |")
+        L.append("")
+    if res.get("split"):
+        sp = res["split"]
+        ops = [op for op in MIN_OPS if any(op in d for d in sp.values())]
+        L.append("## Server time and client time per call (p50: wall = server + client; client CPU in brackets)")
+        L.append("")
+        L.append("Server = `INFO commandstats` usec of EVALSHA around each call (`bench/where.py`); client = wall - "
+                 "server (Python, network, kernel); client CPU = `process_time` of the bench process. Only the "
+                 "savers whose calls are all EVALSHA; interleaved call by call, medians per call.")
+        L.append("")
+        L.append("| saver | " + " | ".join(ops) + " |")
+        L.append("|---|" + "---|" * len(ops))
+        for n, d in sp.items():
+            L.append(f"| {n} | " + " | ".join(
+                f"{_us(d[op]['wall_us'])} = {_us(d[op]['server_us'])} + {_us(d[op]['client_us'])} "
+                f"({_us(d[op]['client_cpu_us'])})" if op in d else "–" for op in ops) + " |")
+        L.append("")
     L.append("## Client CPU per operation (mean)")
     L.append("")
     L.append("| saver | " + " | ".join(OPS) + " |")
@@ -101,18 +136,38 @@ def markdown(res: dict) -> str:
         L.append("")
 
     if res["throughput"]:
-        cols = ["async x1", "async x8", "async x64", "4 threads"]
-        L.append("## Throughput: put + put_writes steps/s, each worker on its own thread (client CPU %)")
+        cols = [c for c in TP_LEVELS if any(c in d for d in res["throughput"].values())]
+        L.append("## Throughput: put + put_writes steps/s (step latency p50 / p99)")
+        L.append("")
+        L.append(f"Each worker writes its own thread; sync: OS threads sharing one saver, or forked processes with "
+                 f"a saver each; async: tasks on one event loop. {m.get('throughput_seconds', '?')} s per run, "
+                 f"median of {m.get('throughput_reps', '?')} run(s) per cell. in flight = steps/s x mean latency "
+                 f"(Little's law): close to the number of workers when the figures agree.")
         L.append("")
         L.append("| saver | " + " | ".join(cols) + " |")
         L.append("|---|" + "---|" * len(cols))
+        skips = []
         for n in names:
             tp = res["throughput"].get(n, {})
             if not tp:
                 continue
-            L.append(f"| {n} | " + " | ".join(
-                f"{tp[c]['steps_per_s']:,.0f} ({tp[c]['client_cpu_pct']:.0f}%)" if c in tp else "–" for c in cols
-            ) + " |")
+            cells = []
+            for c in cols:
+                d = tp.get(c)
+                if not d:
+                    cells.append("–")
+                elif "skipped" in d:
+                    cells.append("skipped")
+                    skips.append(f"{n}, {c}: {d['skipped']}")
+                elif "p99_ms" in d:  # results written before step latencies were recorded have none
+                    cells.append(f"{d['steps_per_s']:,.0f} ({_us(1e3 * d['p50_ms'])} / {_us(1e3 * d['p99_ms'])}; "
+                                 f"in flight {d['in_flight']:.1f}; CPU {d['client_cpu_pct']:.0f}%)")
+                else:
+                    cells.append(f"{d['steps_per_s']:,.0f} (CPU {d['client_cpu_pct']:.0f}%)")
+            L.append(f"| {n} | " + " | ".join(cells) + " |")
+        if skips:
+            L.append("")
+            L += [f"- {x}" for x in skips]
         L.append("")
 
     L.append("## Bytes stored per checkpoint, and wire cost per operation")
@@ -237,9 +292,8 @@ def chart(res: dict, path) -> None:
         if ax.get_lines():
             ax.legend(fontsize=7)
 
-    cols = ["async x1", "async x8", "async x64", "4 threads"]
     tn = [n for n in names if res["throughput"].get(n)]
-    bars(axs[2][0], tn, cols, lambda n, c: res["throughput"][n].get(c, {}).get("steps_per_s"),
+    bars(axs[2][0], tn, TP_LEVELS, lambda n, c: res["throughput"][n].get(c, {}).get("steps_per_s"),
          "put+put_writes steps/s (log)", "Throughput (median of runs)")
 
     ax = axs[2][1]

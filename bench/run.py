@@ -20,7 +20,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections import defaultdict
@@ -30,9 +29,18 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import report  # noqa: E402
+from bench import report, split  # noqa: E402
+from bench import throughput as tput  # noqa: E402
 from bench.infra import TurnProxy, Unavailable  # noqa: E402
-from bench.savers import FACTORIES, FLOOR_ASYNC, FLOOR_SYNC, Entry, resolve_pg_url  # noqa: E402
+from bench.savers import (  # noqa: E402
+    FACTORIES,
+    FLOOR_ASYNC,
+    FLOOR_SYNC,
+    MIN_FLOOR_ASYNC,
+    MIN_FLOOR_SYNC,
+    Entry,
+    resolve_pg_url,
+)
 from bench.workload import Call, build_chat_graph, call_for_thread, capture, user_input  # noqa: E402
 
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
@@ -41,6 +49,7 @@ TARGETS = {  # op -> max p50 ratio to the floor
     "list limit=10": 1.2, "invoke turn": 1.15,
 }
 SCALE_TARGET, BYTES_TARGET = 1.3, 1.1
+FLOORS = (FLOOR_SYNC, FLOOR_ASYNC, MIN_FLOOR_SYNC, MIN_FLOOR_ASYNC)  # always run: every ratio needs them
 
 
 FAILED = object()  # returned by guarded() when the call raised
@@ -250,82 +259,6 @@ def fill(e: Entry, thread, tpl, ids, start, stop, deadline):
     return e.run(go())
 
 
-def throughput_async(e: Entry, conc, dur, tpl, pw, tag):
-    from langgraph.checkpoint.base.id import uuid6
-
-    cfg0, cp0, md0, nv = tpl.args
-    writes, task_id, task_path = pw.args[1], pw.args[2], pw.args[3]
-
-    async def worker(w, end):
-        n, parent = 0, None
-        thread = f"tp-{tag}-{w}"
-        while time.perf_counter() < end:
-            cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "", **({"checkpoint_id": parent}
-                                                                                   if parent else {})}}
-            cid = str(uuid6(clock_seq=n))
-            out = await e.saver.aput(cfg, {**cp0, "id": cid}, {**md0, "step": n}, nv)
-            await e.saver.aput_writes(out, writes, task_id, task_path)
-            parent = cid
-            n += 1
-        return n
-
-    async def go():
-        end = time.perf_counter() + dur
-        return await asyncio.gather(*(worker(w, end) for w in range(conc)))
-
-    gc.collect()
-    c0, t0 = time.process_time(), time.perf_counter()
-    counts = e.run(go())
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    n = sum(counts)
-    return {"steps_per_s": n / wall, "steps": n, "client_cpu_pct": 100 * cpu / wall,
-            "client_cpu_us_per_step": 1e6 * cpu / max(n, 1)}
-
-
-def throughput_threads(e: Entry, nthreads, dur, tpl, pw, tag):
-    from langgraph.checkpoint.base.id import uuid6
-
-    cfg0, cp0, md0, nv = tpl.args
-    writes, task_id, task_path = pw.args[1], pw.args[2], pw.args[3]
-    counts, errors = [0] * nthreads, []
-    end = [0.0]
-    barrier = threading.Barrier(nthreads + 1)
-
-    def worker(w):
-        n, parent = 0, None
-        thread = f"tp-{tag}-{w}"
-        barrier.wait()
-        try:
-            while time.perf_counter() < end[0]:
-                cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
-                                        **({"checkpoint_id": parent} if parent else {})}}
-                cid = str(uuid6(clock_seq=n))
-                out = e.saver.put(cfg, {**cp0, "id": cid}, {**md0, "step": n}, nv)
-                e.saver.put_writes(out, writes, task_id, task_path)
-                parent = cid
-                n += 1
-        except Exception as ex:
-            errors.append(f"{type(ex).__name__}: {ex}")
-        counts[w] = n
-
-    ths = [threading.Thread(target=worker, args=(w,)) for w in range(nthreads)]
-    for t in ths:
-        t.start()
-    gc.collect()
-    c0, t0 = time.process_time(), time.perf_counter()
-    end[0] = t0 + dur
-    barrier.wait()
-    for t in ths:
-        t.join()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    n = sum(counts)
-    r = {"steps_per_s": n / wall, "steps": n, "client_cpu_pct": 100 * cpu / wall,
-         "client_cpu_us_per_step": 1e6 * cpu / max(n, 1)}
-    if errors:
-        r["error"] = errors[0][:200]
-    return r
-
-
 def commandstats(e: Entry):
     if e.admin is None:
         return None
@@ -401,7 +334,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fill-budget", type=float, help="seconds allowed to fill one saver to one size")
     ap.add_argument("--turns", type=int, default=25, help="chat turns captured (~1.9 KB of messages per turn)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,wire,invoke")
+    ap.add_argument("--skip", default="", help="phases to skip: scaling,throughput,split,wire,invoke")
+    ap.add_argument("--tp-reps", type=int, help="throughput repetitions per level (median; default 1 quick, 3 full)")
+    ap.add_argument("--tp-seconds", type=float, help="seconds per throughput run (default 0.7 quick, 2 full)")
     a = ap.parse_args(argv)
 
     q = a.quick
@@ -411,8 +346,8 @@ def main(argv=None) -> int:
     k_invoke = 3 if q else 5
     sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else ([10, 1000, 10000] if q else [10, 1000, 10000, 100000])
     budget = a.fill_budget or (4.0 if q else 90.0)
-    tp_dur = 1.0 if q else 2.0
-    tp_reps = 1 if q else 3
+    tp_dur = a.tp_seconds or (0.7 if q else 2.0)
+    tp_reps = a.tp_reps or (1 if q else 3)
     scale_n = 15 if q else 40
     skip_phases = set(filter(None, a.skip.split(",")))
     t_start = time.time()
@@ -436,7 +371,7 @@ def main(argv=None) -> int:
     entries: list[Entry] = []
     skipped: dict[str, str] = {}
     for name, fac in FACTORIES:
-        if wanted and name not in (FLOOR_SYNC, FLOOR_ASYNC) and not any(w in name.lower() for w in wanted):
+        if wanted and name not in FLOORS and not any(w in name.lower() for w in wanted):
             continue
         try:
             log(f"starting {name}")
@@ -562,6 +497,12 @@ def main(argv=None) -> int:
                                    user_input(a.turns + r * k_invoke + k), cfg) is FAILED:
                             stopped.add(e.name)
 
+        # ---- server time and client time per call (the floors and redis_saver: EVALSHA only)
+        split_res: dict[str, dict] = {}
+        if "split" not in skip_phases:
+            split_res = split.phase(entries, chat.calls, mid_id, graphs if "invoke" not in skip_phases else {},
+                                    user_input, a.turns, n_reads, k_invoke, log, guarded, FAILED)
+
         # ---- scaling: per saver one thread per size (filled by put in a loop, timed, budgeted); then every size
         # of every saver is measured in the same interleaved rounds, so load changes hit all sizes alike
         scaling: dict[str, dict] = defaultdict(dict)
@@ -644,28 +585,10 @@ def main(argv=None) -> int:
                     except Exception as ex:
                         d["incorrect"] = f"check raised {type(ex).__name__}"
 
-        # ---- throughput: put+put_writes steps/s, each worker on its own thread
-        throughput: dict[str, dict] = defaultdict(dict)
+        # ---- throughput: put+put_writes steps/s and step latency at each level (bench/throughput.py)
+        throughput: dict[str, dict] = {}
         if "throughput" not in skip_phases:
-            configs = [("async x1", 1), ("async x8", 8), ("async x64", 64), ("4 threads", 4)]
-            runs: dict = defaultdict(lambda: defaultdict(list))
-            for tr in range(tp_reps):  # round-robin, rotated, median over tp_reps runs
-                for label, n in configs:
-                    el = [e for e in entries if (e.mode == "async") == label.startswith("async")]
-                    el = el[tr % max(len(el), 1):] + el[:tr % max(len(el), 1)]
-                    for e in el:
-                        log(f"throughput {label} ({tr + 1}/{tp_reps}): {e.name}")
-                        fn = throughput_async if label.startswith("async") else throughput_threads
-                        tag = label.replace(" ", "")
-                        if tr == 0:
-                            guarded(e, f"throughput warm-up {label}", fn, e, n, 0.3, tpl, pw_tpl, "warm" + tag)
-                        res = guarded(e, f"throughput {label}", fn, e, n, tp_dur, tpl, pw_tpl, f"{tag}r{tr}")
-                        if res is not FAILED:
-                            runs[e.name][label].append(res)
-            for name, d in runs.items():
-                for label, rs in d.items():
-                    med = sorted(rs, key=lambda x: x["steps_per_s"])[len(rs) // 2]
-                    throughput[name][label] = {**med, "runs_steps_per_s": [round(x["steps_per_s"]) for x in rs]}
+            throughput = tput.phase(entries, tp_dur, tp_reps, tpl, pw_tpl, log, guarded)
 
         # ---- wire: round trips and commands per operation
         wire: dict[str, dict] = {}
@@ -685,7 +608,9 @@ def main(argv=None) -> int:
     # ---- aggregate
     latency: dict[str, dict] = {}
     ratios: dict[str, dict] = {}
+    ratios_min: dict[str, dict] = {}  # the same against the minimal floor of the same kind
     floor_of = {e.name: e.floor for e in entries}
+    min_floor_of = {e.name: MIN_FLOOR_SYNC if e.mode == "sync" else MIN_FLOOR_ASYNC for e in entries}
     for name in names:
         latency[name] = {}
         for op, per_rep in timer.wall[name].items():
@@ -693,23 +618,24 @@ def main(argv=None) -> int:
             latency[name][op] = {"p50_us": pct(xs, .5) / 1e3, "p99_us": pct(xs, .99) / 1e3,
                                  "mean_us": statistics.fmean(xs) / 1e3, "n": len(xs),
                                  "client_cpu_us": timer.cpu[name][op] / len(xs) / 1e3}
-    for name in names:
-        fl = floor_of[name]
-        ratios[name] = {}
-        if name == fl or fl not in timer.wall:
-            continue
-        for op in timer.wall[name]:
-            per = []
-            for r, xs in timer.wall[name][op].items():
-                fx = timer.wall[fl][op].get(r)
-                if xs and fx:
-                    per.append(pct(xs, .5) / pct(fx, .5))
-            if per:
-                ratios[name][op] = statistics.median(per)
+    for out, floors in ((ratios, floor_of), (ratios_min, min_floor_of)):
+        for name in names:
+            fl = floors[name]
+            out[name] = {}
+            if name == fl or fl not in timer.wall:
+                continue
+            for op in timer.wall[name]:
+                per = []
+                for r, xs in timer.wall[name][op].items():
+                    fx = timer.wall[fl][op].get(r)
+                    if xs and fx:
+                        per.append(pct(xs, .5) / pct(fx, .5))
+                if per:
+                    out[name][op] = statistics.median(per)
 
     targets: dict[str, dict] = {}
     for name in names:
-        if name in (FLOOR_SYNC, FLOOR_ASYNC):
+        if name in FLOORS:
             continue
         t = {}
         for op, lim in TARGETS.items():
@@ -756,6 +682,7 @@ def main(argv=None) -> int:
             "started_utc": started.isoformat(timespec="seconds"), "duration_s": round(time.time() - t_start, 1),
             "mode": "quick" if q else "full", "reps": reps, "reads_per_rep": n_reads, "invokes_per_rep": k_invoke,
             "scaling_sizes": sizes, "fill_budget_s": budget, "throughput_seconds": tp_dur,
+            "throughput_reps": tp_reps,
             "python": platform.python_version(), "machine": f"{platform.machine()} {os.cpu_count()} cpu",
             "load_avg_start": load_start, "versions": versions, "postgres": pg_url or pg_reason,
             "workload": {"turns": a.turns, "message_bytes": chat.message_bytes, "puts": chat.n_puts,
@@ -763,8 +690,10 @@ def main(argv=None) -> int:
                          "delta_calls": len(dchat.calls),
                          "writes_per_step": sorted({len(c.args[1]) for c in chat.calls if c.op == "put_writes"})},
         },
-        "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "notes": e.notes} for e in entries},
-        "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios,
+        "savers": {e.name: {"mode": e.mode, "kind": e.kind, "floor": e.floor, "min_floor": min_floor_of[e.name],
+                            "notes": e.notes} for e in entries},
+        "skipped": skipped, "errors": dict(errors), "latency": latency, "ratios": ratios, "ratios_min": ratios_min,
+        "split": split_res,
         "scaling": {k: {str(s): v for s, v in d.items()} for k, d in scaling.items()},
         "throughput": dict(throughput), "bytes_per_checkpoint": bytes_per_cp, "wire": wire,
         "correctness": correctness, "targets": targets,

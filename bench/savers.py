@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from bench.infra import Server, Unavailable, start_plain, start_stack
 
 FLOOR_SYNC, FLOOR_ASYNC = "floor (sync)", "floor (async)"
+MIN_FLOOR_SYNC, MIN_FLOOR_ASYNC = "minimal floor (sync)", "minimal floor (async)"  # bench/floor_min.py
 
 
 def _rkw() -> dict:
@@ -156,6 +157,26 @@ def make_floor_async(ctx):
         return AsyncFloorSaver(c), _async_close(ctx, c)
 
     return _redis_entry(FLOOR_ASYNC, "async", ctx, make)
+
+
+def make_min_floor_sync(ctx):
+    from bench.floor_min import MinFloorSaver
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return MinFloorSaver(c), _sync_close(c)
+
+    return _redis_entry(MIN_FLOOR_SYNC, "sync", ctx, make)
+
+
+def make_min_floor_async(ctx):
+    from bench.floor_min import AsyncMinFloorSaver
+
+    def make(h, p):
+        c = aioredis.Redis(host=h, port=p, **_akw())
+        return AsyncMinFloorSaver(c), _async_close(ctx, c)
+
+    return _redis_entry(MIN_FLOOR_ASYNC, "async", ctx, make)
 
 
 def _import_redis_saver():
@@ -442,6 +463,8 @@ def make_plain_async(ctx):
 FACTORIES: list[tuple[str, Callable]] = [
     (FLOOR_SYNC, make_floor_sync),
     (FLOOR_ASYNC, make_floor_async),
+    (MIN_FLOOR_SYNC, make_min_floor_sync),
+    (MIN_FLOOR_ASYNC, make_min_floor_async),
     ("redis_saver RedisSaver", make_redis_saver_sync),
     ("redis_saver AsyncRedisSaver", make_redis_saver_async),
     ("redis_saver RedisSaver (telemetry off)", make_redis_saver_sync_no_telemetry),
