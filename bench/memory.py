@@ -5,7 +5,8 @@
 The chat is bench/memory_lab.py's (``build_chat``): a LangGraph graph (``assistant`` -> ``bookkeeping``,
 ``add_messages``) whose messages are prose paragraphs of the stdlib's ``pydoc_data/topics.py`` drawn without
 repetition, lognormal lengths (user median ~160 chars, assistant ~900), realistic ``response_metadata`` /
-``usage_metadata``. It runs once on a recording InMemorySaver; every saver then gets exactly the calls LangGraph
+``usage_metadata``. It runs once on a recording InMemorySaver (with the working tree's ``get_next_version``:
+the channel versions LangGraph gets from redis_saver); every saver then gets exactly the calls LangGraph
 made (``put``, ``put_writes`` and the ``get_tuple`` that starts each turn), in order, on one thread.
 
 Entries, each on its own fresh ``redis-server`` (bench/infra.py ``start_plain``), so nothing mixes:
@@ -59,9 +60,16 @@ def fmt_b(n: float) -> str:
 def chats(turns: int):
     """(calls with LangGraph's reads, the same without them) as memory_lab Chats, with per-turn marks."""
     from bench.memory_lab import Chat, build_chat
-    from bench.workload import Call
+    from bench.workload import Call, RecordingSaver
+    from redis_saver._base import RedisSaverBase
 
-    chat = build_chat(turns, keep=RECORDED_OPS)
+    # LangGraph asks the checkpointer for channel versions (get_next_version): record the chat with the
+    # working tree's, as it would run on it (every entry then replays the same calls)
+    RecordingSaver.get_next_version = RedisSaverBase.get_next_version  # type: ignore[method-assign]
+    try:
+        chat = build_chat(turns, keep=RECORDED_OPS)
+    finally:
+        del RecordingSaver.get_next_version
     calls, marks = [], {}
     old_marks = {v: t for t, v in chat.marks.items()}
     for i, c in enumerate(chat.calls):

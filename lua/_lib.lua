@@ -161,8 +161,11 @@ end
 -- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
 -- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
 -- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
--- mark is kept, "dmg" = a key of the thread was lost (what)
+-- mark is kept, "dmg" = a key of the thread was lost (what); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys")
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N = nil, nil
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
 -- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
@@ -176,9 +179,9 @@ local WR_MARK = ''
 local OLDER_FORMATS = {['3'] = true, ['4'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM = m[5], m[6], m[7], m[8]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4 and ' .. FORMAT)
   end
@@ -191,7 +194,8 @@ end
 -- came back missing, and with O(1) counts (check_counts()), using these invariants:
 --   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
 --   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
---   first put: mark_cps());
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
 --   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
 --   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
 --   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
@@ -231,6 +235,7 @@ local function record_loss(what)
   if thread_expiring() then
     redis.call('UNLINK', unpack(THREAD_KEYS))
     META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+    META_NC, META_N = nil, nil
   else
     redis.call('HSET', K_META, 'dmg', what)
     META_DMG = what
@@ -255,8 +260,12 @@ local function check_counts(index)
     local name = index == K_CPNS and 'cp_ns' or 'cp_id'
     return damaged(ncp .. ' checkpoint records but ' .. nix .. ' in its index ' .. name)
   end
-  local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
-  if nchain ~= ncp then return damaged(ncp .. ' checkpoint records but ' .. nchain .. ' in chain') end
+  if META_NC ~= '1' then
+    local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
+    if nchain ~= ncp then return damaged(ncp .. ' checkpoint records but ' .. nchain .. ' in chain') end
+  elseif tonumber(META_N) ~= ncp then
+    return damaged(ncp .. ' checkpoint records but ' .. tostring(META_N) .. ' counted in meta')
+  end
   local nwr, nord = redis.call('HLEN', K_WR), redis.call('ZCARD', K_WORD)
   local want = (META_IX == 'inf' or META_WM == '1') and 1 or 0  -- the wr mark
   if nwr - want ~= nord then
@@ -275,11 +284,11 @@ local function check_cp_keys()
   if not META_V then return false end  -- check_counts() found no key of the thread
   local marks = META_C == '1' and 1 or 0
   if marks == 1 and redis.call('HEXISTS', K_CHAIN, CHAIN_MARK) == 0 then return damaged('key chain was lost') end
-  local n = {redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID),
-    redis.call('HLEN', K_CHAIN) - marks}
+  local n = {redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)}
   local names = {'cp', 'cp_ns', 'cp_id', 'chain'}
-  local most = math.max(n[1], n[2], n[3], n[4])
-  for i = 1, 4 do
+  if META_NC ~= '1' then n[4] = redis.call('HLEN', K_CHAIN) - marks else n[4] = tonumber(META_N) or 0 end
+  local most = math.max(n[1], n[2], n[3], n[4] or 0)
+  for i = 1, #n do
     if n[i] < most then
       return damaged('key ' .. names[i] .. ' holds ' .. n[i] .. ' of ' .. most .. ' checkpoints')
     end
@@ -381,7 +390,13 @@ local function init_meta()
     if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then
       record_loss('meta')
     end
-    redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+    if not META_V then
+      -- a new thread keeps no chain entries (its records are small enough to walk)
+      redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT, 'nc', '1', 'n', '0')
+      META_NC, META_N = '1', '0'
+    else
+      redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+    end
     META_V = FORMAT
   end
 end
@@ -389,7 +404,7 @@ end
 -- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
 -- (see "Lost keys" above); before touch(), which gives the keys their expiry
 local function mark_cps()
-  if META_C ~= '1' then
+  if META_C ~= '1' and META_NC ~= '1' then
     redis.call('HSET', K_CHAIN, CHAIN_MARK, '1')
     redis.call('HSET', K_META, 'c', '1')
     META_C = '1'
@@ -695,11 +710,27 @@ local function referenced_fields(ns_e, member, entry, out)
   end
 end
 
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+local function refs_of(ns_e, members, out)
+  if META_NC == '1' then
+    local raws = hmget(K_CP, members)
+    for j = 1, #members do
+      if raws[j] then
+        for _, f in ipairs(blob_fields(ns_e, rec_field(raws[j], CP_VERSIONS))) do out[#out + 1] = f end
+      end
+    end
+    return
+  end
+  local entries = hmget(K_CHAIN, members)
+  for j, m in ipairs(members) do referenced_fields(ns_e, m, entries[j], out) end
+end
+
 local function gc_blobs()
   for ns_e, set in pairs(GC) do
     local members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')
-    local entries, refs = hmget(K_CHAIN, members), {}
-    for j, m in ipairs(members) do referenced_fields(ns_e, m, entries[j], refs) end
+    local refs = {}
+    refs_of(ns_e, members, refs)
     for _, f in ipairs(refs) do set[f] = nil end
     local gone = {}
     for f, _ in pairs(set) do gone[#gone + 1] = f end
@@ -730,6 +761,7 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   if not raw then return end
   local rec = unpack_rec(raw)
   redis.call('HDEL', K_CP, field)
+  if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
   redis.call('HDEL', K_CHAIN, field)
   redis.call('ZREM', K_CPNS, field)
   redis.call('ZREM', K_CPID, cid_e .. ns_e)
@@ -743,7 +775,10 @@ local function drop_cp(ns_e, cid_e, keep_writes)
 end
 
 -- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
--- channel of its versions record: what delta history reads of each ancestor. In an entry,
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
 -- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
 -- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
 local function chain_entry(rec)
@@ -760,7 +795,9 @@ end
 -- the caller has it (put), else built from rec
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
-  if redis.call('HSETNX', K_CP, field, raw) == 0 then
+  local new = redis.call('HSETNX', K_CP, field, raw) == 1
+  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
+  if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
       return  -- an idempotent retry of the same put: nothing changes
@@ -773,7 +810,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     end
     redis.call('HSET', K_CP, field, raw)
   end
-  redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec))
+  if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end

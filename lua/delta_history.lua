@@ -85,7 +85,8 @@ for ch, _ in pairs(remaining) do
   blob_prefix[ch] = ns_e .. enc(ch)
 end
 local function link(field)
-  local entry = redis.call('HGET', K_CHAIN, field)
+  local entry = nil
+  if META_NC ~= '1' then entry = redis.call('HGET', K_CHAIN, field) end
   if not entry then
     local raw = redis.call('HGET', K_CP, field)
     if not raw then return nil end

@@ -29,9 +29,8 @@ if not ns_e or not cursor or not budget or budget < 1 then fail('RS_BADARG', 'ba
 local from = lo(ns_e)
 if cursor ~= '' then from = '(' .. cursor end
 local members = redis.call('ZRANGE', K_CPNS, from, hi(ns_e), 'BYLEX', 'LIMIT', 0, budget)
-local entries = hmget(K_CHAIN, members)
 local out = {}
-for j, m in ipairs(members) do referenced_fields(ns_e, m, entries[j], out) end
+refs_of(ns_e, members, out)
 local nxt = ''
 if #members == budget then nxt = members[#members] end
 return {nxt, out}

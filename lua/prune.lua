@@ -108,7 +108,7 @@ local function detach(ns_e, cid_e)
   if rec[CP_PARENT] == '' then return end
   rec[CP_PARENT] = ''
   redis.call('HSET', K_CP, ns_e .. cid_e, pack_rec(rec))
-  redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry(rec))
+  if META_NC ~= '1' then redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry(rec)) end
 end
 
 -- writes stored against ids older than the latest whose checkpoint does not exist (writes

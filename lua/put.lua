@@ -8,7 +8,8 @@ ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent i
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
 ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's latest
 ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
-         record's versions (K_CHAIN, see _lib.lua chain_entry(); built by the client)
+         record's versions (K_CHAIN, see _lib.lua chain_entry()), or "" (what redis_saver sends:
+         only threads an earlier format started keep chain entries, built from the record)
 ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
 ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded values" in
          _lib.lua): e(channel) "\0" sid, mode ("n" = a new stream | "a" = append one frame |
@@ -31,10 +32,12 @@ if nblobs == nil or nstreams == nil or #ARGV ~= sbase + 5 * nstreams then fail('
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
 local rec = validate_record(raw)
 if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
--- the chain entry starts with the record's parent and ends a component
-local parent_e = enc(rec[CP_PARENT])
-if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 then
-  fail('RS_BADARG', 'chain entry does not match the record')
+-- a chain entry given starts with the record's parent and ends a component
+if entry ~= '' then
+  local parent_e = enc(rec[CP_PARENT])
+  if string.sub(entry, 1, #parent_e) ~= parent_e or string.byte(entry, -1) ~= 0 then
+    fail('RS_BADARG', 'chain entry does not match the record')
+  end
 end
 for i = 1, nblobs do
   if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
@@ -88,7 +91,7 @@ init_meta()
 if fresh and parent ~= '' then record_loss('parent') end
 mark_cps()
 apply_blobs(blobs)
-store_cp(ns_e, cid_e, raw, rec, entry)
+store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
 elseif fence ~= '1' and META_FH == '1' then

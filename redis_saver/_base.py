@@ -169,23 +169,44 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         """Called at the end of ``__init__`` (AsyncRedisSaver binds to a running loop)."""
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """String versions ``"<counter:012>.<10 random hex digits>"`` (23 bytes).
+        """String versions: the counter's digit count, its digits, ``.``, 6 random letters or digits
+        (``"17.f0cA2z"`` for 7: 9 bytes; InMemorySaver's ``"<counter:032>.<random float>"`` takes 51).
 
-        They order like InMemorySaver's ``"<counter:032>.<random float>"`` (51 bytes), and every
-        one of them sorts above any such version of a lower counter (the 32-digit form of a
-        counter below 10**20 starts with 20 zeros), so threads written with the long form go
-        on. A version appears several times in every checkpoint (its record, its chain entry,
-        its serialized channel_versions and versions_seen, a blob field name): the short form
-        saves ~0.5 KB per checkpoint of a 5-channel graph. The random part keeps forks of one
-        channel at the same counter apart (40 bits).
+        The digit count in front makes them sort like the counters, and every one of them sorts
+        above any version in the zero-padded forms earlier releases wrote (which start with
+        ``0``), so threads written with those go on. LangGraph compares versions as strings
+        (``max`` over a checkpoint's versions, ``>`` against ``versions_seen``). A version
+        appears some 20 times per checkpoint (records, serialized ``channel_versions`` and
+        ``versions_seen``, blob field names): the short form saves ~0.5 KB of a 5-channel
+        checkpoint. The random part (35 bits) keeps forks of one channel at the same counter apart.
+        Other savers parse versions as zero-padded integers: a thread moved to one by hand needs
+        its versions rewritten (redis_saver's own export / import and copies keep them).
         """
         if current is None:
             current_v = 0
         elif isinstance(current, int):
             current_v = current
         else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:012}.{random.getrandbits(40):010x}"
+            current_v = _counter(current)
+        digits = str(current_v + 1)
+        n = len(digits)
+        r = random.getrandbits(36)
+        tail = "".join([_B62[(r >> (6 * i)) % 62] for i in range(6)])
+        return f"{n if n < 10 else chr(87 + n)}{digits}.{tail}"
+
+
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _counter(version: str) -> int:
+    """The counter of a version: ``get_next_version``'s form (a digit count, then the digits),
+    or a plain (zero-padded) integer as InMemorySaver and earlier releases write."""
+    head = version.split(".", 1)[0]
+    if len(head) >= 2 and head[0] != "0":
+        n = int(head[0]) if head[0].isdigit() else ord(head[0]) - 87
+        if n == len(head) - 1:
+            return int(head[1:])
+    return int(head)
 
 
 def check_client(client: Any) -> None:

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import MalformedReplyError
-from .keys import enc
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
@@ -174,6 +173,41 @@ def filter_record(metadata: Mapping[str, Any]) -> bytes:
     return pack(parts)
 
 
+# a checkpoint's metadata type when the metadata is stored only in the filter record (format 5):
+# every value's canonical JSON reads back to exactly that value (types, key order), so a read
+# rebuilds the metadata from it; a serializer's type never starts with \x1f
+MD_IN_FILTER = b"\x1fm"
+
+
+def _exact(a: Any, b: Any) -> bool:
+    """``a == b`` with the same types and dict key order, throughout."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(_exact(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def filter_holds(metadata: Mapping[str, Any]) -> bool:
+    """True when ``filter_record(metadata)`` holds every value in full, as JSON that reads back
+    to exactly that value (no digest, no bool made an int, no float made an int, no tuple...)."""
+    for v in metadata.values():
+        cj = canonical_json(v)
+        if cj is None or len(cj) > FILTER_DIGEST_OVER:
+            return False
+        t = type(v)
+        if not (t is str or t is int or v is None) and not _exact(json.loads(cj), v):
+            return False  # str, int and None read back exactly; anything else is checked
+    return True
+
+
+def metadata_from_filter(flt: bytes) -> dict[str, Any]:
+    parts = unpack(flt)
+    return {parts[i].decode(): json.loads(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
+
+
 def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
     """``[n, key, want, ...]``; a value that has no JSON form can match nothing.
 
@@ -204,20 +238,6 @@ def versions_record(versions: dict[str, Any]) -> bytes:
         parts.append(ch.encode())
         parts.append(str(ver).encode())
     return pack(parts)
-
-
-def chain_entry(parent: str, versions: dict[str, Any]) -> bytes:
-    """A checkpoint's chain entry: e(parent), then \\x01 e(channel) \\x02 e(version) per channel.
-
-    The same bytes as ``chain_entry()`` in lua/_lib.lua builds from a record (copy_thread, prune).
-    """
-    s = parent + "\0" + "".join([f"\x01{ch}\0\x02{ver}\0" for ch, ver in versions.items()])
-    if s.count("\0") == 1 + 2 * len(versions):
-        return s.encode()  # no name or version holds a NUL: every e() is the text and a NUL
-    out = [enc(parent)]
-    for ch, ver in versions.items():
-        out += [b"\x01", enc(ch), b"\x02", enc(str(ver))]
-    return b"".join(out)
 
 
 def pairs(items: Sequence[bytes]) -> list[tuple[bytes, bytes]]:

@@ -13,7 +13,7 @@ import bisect
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -181,8 +181,16 @@ class Plans:
         streams: dict[bytes, values_.Stream],
         remember: bool = False,
     ) -> CheckpointTuple:
-        parent_b, cp_type, cp_bytes, md_type, md_bytes = codec.unpack_head(raw, codec.CP.PARTS, codec.CP.MD_BYTES + 1)
-        checkpoint: Checkpoint = self._load(cp_type, cp_bytes)
+        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = codec.unpack_head(
+            raw, codec.CP.PARTS, codec.CP.FILTER + 1
+        )
+        if cp_type.endswith(values_.ZSTD_MARK):
+            cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
+        if cp_type.endswith(values_.VERSIONS_MARK_B):
+            checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
+            checkpoint["channel_versions"] = {k.decode(): v.decode() for k, v in codec.pairs(codec.unpack(vrec))}
+        else:
+            checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
         for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value
             chan = blobs[i].decode()
@@ -197,7 +205,10 @@ class Plans:
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
             checkpoint=checkpoint,
-            metadata=self._load(md_type, md_bytes),
+            metadata=cast(
+                CheckpointMetadata,
+                codec.metadata_from_filter(flt) if md_type == codec.MD_IN_FILTER else self._load(md_type, md_bytes),
+            ),
             parent_config=(
                 {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
                 if parent
@@ -247,8 +258,20 @@ class Plans:
             raise TypeError(
                 f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
             ) from None
-        cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress)
-        md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
+        # the record's versions part holds channel_versions: with compression on, the serialized
+        # checkpoint leaves them out (~140 bytes) and reads put them back (VERSIONS_MARK)
+        mark = ""
+        if self.compress and versions and all(type(v) is str for v in versions.values()):
+            c.pop("channel_versions")
+            mark = values_.VERSIONS_MARK
+        cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress, mark)
+        flt = codec.filter_record(md)
+        if self.compress and codec.filter_holds(md):
+            # the filter record already holds every value as JSON that reads back exactly:
+            # the metadata is stored once, there (MD_IN_FILTER)
+            md_type, md_bytes = codec.MD_IN_FILTER, b""
+        else:
+            md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
         dumps = self.serde.dumps_typed
         serialized: list[Serialized] = []
         for ch, ver in new_versions.items():
@@ -272,7 +295,7 @@ class Plans:
                 md_type,
                 md_bytes,
                 codec.versions_record(versions),
-                codec.filter_record(md),
+                flt,
                 "" if run_id is None else str(run_id),
                 codec.pack([str(k) for k in delta]) if delta and isinstance(delta, dict) else b";",
                 codec.pack([str(x) for kv in parents.items() for x in kv]) if parents else b";",
@@ -285,8 +308,7 @@ class Plans:
             record,
             self.history,
             "1" if self.fencing else "0",
-            codec.chain_entry(parent, versions),
-            len(new_versions),
+            b"",  # no chain entry: put.lua builds one from the record for a thread that keeps them
         ]
         keys = self.keys.thread_keys(thread_id)
         args, appends = self._blob_args(thread_id, ns, serialized, True)
@@ -307,15 +329,20 @@ class Plans:
     def _blob_args(
         self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool
     ) -> tuple[list[bytes | int], list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]]]:
-        """put.lua's blob and stream arguments; the appends, to remember once stored."""
-        args: list[bytes | int] = []
+        """put.lua's blob and stream arguments; the appends, to remember once stored.
+
+        A channel without a value gets no blob field at all (since format 5): reads take a
+        version with no field for a channel without a value, as they take ``EMPTY_BLOB``, which
+        earlier formats stored (~90 bytes per such version: LangGraph's ``branch:to:*``
+        channels get one at every step)."""
+        args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
         for item in serialized:
             ch, ch_e, v, typed = item
-            args.append(ch_e + v)
             if typed is None:
-                args.append(codec.EMPTY_BLOB)
-            elif self.compress:
+                continue
+            args.append(ch_e + v)
+            if self.compress:
                 known = self._streams.get((thread_id, ns, ch)) if cached else None
                 rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known)
                 args.append(rec)
@@ -325,6 +352,7 @@ class Plans:
                 if b"\x1f" in typed[0]:
                     raise ValueError(f"serializer type {typed[0]!r} contains \\x1f, which marks encoded values")
                 args.append(codec.blob_record(typed[0].decode(), typed[1]))
+        args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
         args.append(len(sent))
         for a in sent:

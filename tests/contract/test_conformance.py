@@ -109,8 +109,13 @@ def test_get_next_version_monotonic(kind: str) -> None:
         seen.append(v)
     assert all(type(x) is type(seen[0]) for x in seen)
     assert all(a < b for a, b in itertools.pairwise(seen)), seen
-    # accepts what other savers stored
+    # accepts what other savers (and earlier releases) stored, and sorts above it
+    from redis_saver._base import _counter
+
     nxt = saver.get_next_version(5, None)
-    assert int(str(nxt).split(".")[0]) == 6
-    nxt = saver.get_next_version("00000000000000000000000000000009.0123", None)
-    assert int(str(nxt).split(".")[0]) == 10
+    assert _counter(nxt) == 6
+    old = "00000000000000000000000000000009.0123"
+    nxt = saver.get_next_version(old, None)
+    assert _counter(nxt) == 10 and nxt > old
+    twelve = "000000000041.5e2a"
+    assert _counter(saver.get_next_version(twelve, None)) == 42 and saver.get_next_version(twelve, None) > twelve

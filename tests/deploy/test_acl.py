@@ -41,7 +41,7 @@ SAVER_ACL_COMMANDS = (
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
     "+time +unlink +persist +pexpire +pexpireat +exists +pttl "
-    "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan +hstrlen "
+    "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan +hstrlen +hincrby "
     "+zadd +zcard +zrange +zlexcount +zrem +zscore"
 )
 

@@ -168,9 +168,10 @@ async def test_delete_for_runs_removes_exactly_one_run(saver, sync_client, prefi
     for suffix, skip in ((b"cp", 0), (b"cp_ns", 0), (b"wr", 0), (b"wr_ord", 0), (b"runs", 1)):
         assert not (_fields_by_cid(sync_client, tp + suffix, skip) & doomed_b), suffix
     assert not sync_client.zrangebylex(tp + b"runs", b"[" + enc(victim), b"[" + enc(victim) + b"\xff")
-    # every blob left is referenced by a remaining checkpoint, and every reference resolves
+    # every blob left is referenced by a remaining checkpoint (a reference without a field is a
+    # channel without a value: no blob is stored for those; reads are compared above)
     blobs = blob_fields(sync_client, tp + b"blob")  # value records (and the streams checked)
-    assert blobs and blobs == referenced_blob_fields(sync_client, tp)
+    assert blobs and blobs <= referenced_blob_fields(sync_client, tp)
 
     # the other thread lost exactly its checkpoints of that run
     other_left = await alist(saver, cfg(other))

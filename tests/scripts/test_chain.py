@@ -1,9 +1,13 @@
 """Chain entries (the ``chain`` hash: what delta history reads of each ancestor), on a real server.
 
-``put`` stores the entry the client builds (redis_saver/_codec.py chain_entry); copy_thread
-and prune build it inside Lua from the checkpoint record (lua/_lib.lua chain_entry). The two
-must be the same bytes, and delta history must give InMemorySaver's answer (when the chain key
-was lost, e.g. evicted, the read raises DamagedThreadError: tests/faults/test_eviction.py).
+Only threads an earlier format started keep them (format 5 reads the records, which compression
+made small): these tests start their threads as such, and check that a thread format 5 starts
+keeps none and gives the same answers.
+
+put, copy_thread and prune build an entry inside Lua from the checkpoint record (lua/_lib.lua
+chain_entry); ``entry()`` below spells the layout independently, and the two must agree. Delta
+history must give InMemorySaver's answer (when the chain key was lost, e.g. evicted, the read
+raises DamagedThreadError: tests/faults/test_eviction.py).
 """
 
 from __future__ import annotations
@@ -21,9 +25,13 @@ AWKWARD = ["messages", "a\x00b", "\x01x\x02", "", "ünï"]  # NUL, \x01, \x02, e
 PLAIN = ["messages", "branch:to:chat", "__start__", "ünï"]
 
 
-def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int = 5) -> dict:
-    """A linear thread over ``names``; "a\\x00b" also gets versions holding a NUL."""
+def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int = 5, legacy: bool = True) -> dict:
+    """A linear thread over ``names``; "a\\x00b" also gets versions holding a NUL. ``legacy``: a
+    thread an earlier format started (its meta says format 4, without "nc"), which keeps its
+    chain entries; a thread format 5 starts keeps none (``legacy=False``)."""
     cfg = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    if legacy and isinstance(saver, RedisSaver):
+        saver.client.hset(saver.keys.thread_keys(tid)[0], mapping={"tid": tid, "v": "4"})
     for i in range(n):
         cp = empty_checkpoint()
         cp["id"] = str(uuid6())
@@ -34,6 +42,14 @@ def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int =
         cfg = saver.put(cfg, cp, {"step": i}, dict(cp["channel_versions"]))
         saver.put_writes(cfg, [(ch, f"w{i}:{ch}") for ch in names], f"task{i}", "p")
     return cfg
+
+
+def entry(parent: str, versions: dict) -> bytes:
+    """A checkpoint's chain entry: e(parent), then \\x01 e(channel) \\x02 e(version) per channel."""
+    out = [enc(parent)]
+    for ch, ver in versions.items():
+        out += [b"\x01", enc(ch), b"\x02", enc(str(ver))]
+    return b"".join(out)
 
 
 def _chain(client, saver, tid: str) -> dict:
@@ -49,9 +65,16 @@ def test_client_and_script_build_the_same_entries(sync_client, prefix):
         _fill(saver, src, names=names)
         mine = _chain(sync_client, saver, src)
         assert len(mine) == 12
+        for t in saver.list({"configurable": {"thread_id": src}}):
+            c = t.config["configurable"]
+            want = entry(t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else "",
+                         t.checkpoint["channel_versions"])
+            assert mine[enc(c["checkpoint_ns"]) + enc(c["checkpoint_id"])] == want
         first = min(mine)
         assert mine[first].startswith(enc("") + b"\x01")  # the root has no parent
-        saver.copy_thread(src, src + "-copy")  # import.lua builds every entry from its record
+        # import.lua builds every entry from its record (into a target an earlier format started)
+        sync_client.hset(saver.keys.thread_keys(src + "-copy")[0], mapping={"tid": src + "-copy", "v": "4"})
+        saver.copy_thread(src, src + "-copy")
         assert _chain(sync_client, saver, src + "-copy") == mine
 
 
@@ -108,3 +131,24 @@ def test_delta_history_tells_lookalike_channels_apart(sync_client, prefix):
         assert all(w[1] == c for c in chans for w in got[c]["writes"])
     # the root's seed, then the writes of all 11 ancestors
     assert len(saver.get_delta_channel_history(config=last, channels=["messages"])["messages"]["writes"]) == 11
+
+
+def test_a_thread_format_5_starts_keeps_no_chain_and_answers_the_same(sync_client, prefix):
+    saver = RedisSaver(sync_client, prefix=prefix)
+    ref = InMemorySaver()
+    last = _fill(saver, "new", legacy=False)
+    old = _fill(saver, "old")
+    _fill(ref, "t")
+    assert _chain(sync_client, saver, "new") == {} and len(_chain(sync_client, saver, "old")) == 12
+    assert sync_client.hget(saver.keys.thread_keys("new")[0], "nc") == b"1"
+    chans = ["messages", "a\x00b", "\x01x\x02", "", "ünï", "missing"]
+    ref_last = next(iter(ref.list({"configurable": {"thread_id": "t"}}, limit=1))).config
+    expected = ref.get_delta_channel_history(config=ref_last, channels=chans)
+    assert saver.get_delta_channel_history(config=last, channels=chans) == expected
+    assert saver.get_delta_channel_history(config=old, channels=chans) == expected
+    # prune and the blob collection read the records: the latest checkpoint reads the same after
+    before = saver.get_tuple(last)
+    saver.prune(["new"], strategy="keep_latest")
+    after = saver.get_tuple(last)
+    assert after.checkpoint == before.checkpoint and after.pending_writes == before.pending_writes
+    assert len(list(saver.list({"configurable": {"thread_id": "new"}}))) == 1

@@ -97,8 +97,9 @@ def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
         (lambda a: a[:7] + [a[7][:-3]] + a[8:], "record"),  # checkpoint record truncated
         (lambda a: a[:7] + [_odd_versions(a[7])] + a[8:], "channel, version pairs"),
         (lambda a: a[:8] + ["some"] + a[9:], "bad history mode"),
-        (lambda a: a[:10] + [b"other\0" + a[10]] + a[11:], "chain entry"),  # another parent
-        (lambda a: a[:10] + [a[10][:-1]] + a[11:], "chain entry"),  # last component unterminated
+        # redis_saver sends no chain entry (""); one given must match the record
+        (lambda a: a[:10] + [b"other\0\x01c\0\x021\0"] + a[11:], "chain entry"),  # another parent
+        (lambda a: a[:10] + [b"\0\x01c\0\x021"] + a[11:], "chain entry"),  # last component unterminated
     ],
 )
 def test_put_refuses_a_bad_call_before_writing(setup, corrupt, match):
