@@ -614,63 +614,78 @@ local function plan_blobs(pairs_, sargs, ns_e)
       end
     end
   end
-  -- appends to one stream apply in order (a rewrite sends several): each checked against
-  -- the stream as the appends before it leave it
-  local appends, at = {}, {}
+  -- appends to one stream apply in order (a rewrite sends several): each checked against the
+  -- stream as the appends before it leave it; dirs[d] = the directory as they leave it, parts
+  -- (its frames to delete in gone[d]); written once by apply_blobs()
+  local appends, dirs, gone = {}, {}, {}
   for k = 1, #sargs - 4, 5 do
     local d = ns_e .. sargs[k]
     if refs[d] then
-      local mode, base, len = sargs[k + 1], sargs[k + 2], sargs[k + 3]
-      local st = at[d]
+      local mode, base, len, frame = sargs[k + 1], sargs[k + 2], sargs[k + 3], sargs[k + 4]
+      local dir = dirs[d]
       if mode == 'n' then
-        if st or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
-        at[d] = {len, 1}
+        if dir or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
+        dirs[d], gone[d] = {len, '0', '1', '0', len}, {}
+        appends[#appends + 1] = {d, d .. '\0' .. '0', frame}
       else
-        if not st then
+        if not dir then
           local cur = redis.call('HGET', K_BLOB, d)
           if not cur then return nil end
-          local dir = unpack_rec(cur)
-          st = {dir[1], (#dir - 3) / 2}
+          dir = unpack_rec(cur)
+          dirs[d], gone[d] = dir, {}
         end
-        if st[1] ~= base then return nil end
-        if mode == 'a' and st[2] >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
-        if mode == 'a' then at[d] = {len, st[2] + 1} else at[d] = {len, 1} end
+        if dir[1] ~= base then return nil end
+        local fn = dir[3]
+        if mode == 'm' then
+          for j = 4, #dir - 1, 2 do gone[d][#gone[d] + 1] = d .. '\0' .. dir[j] end
+          dir = {len, dir[2], fn, fn, len}
+          dirs[d] = dir
+        else
+          if (#dir - 3) / 2 >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
+          dir[#dir + 1] = fn
+          dir[#dir + 1] = len
+          dir[1] = len
+        end
+        dir[3] = tostring(tonumber(fn) + 1)
+        appends[#appends + 1] = {d, d .. '\0' .. fn, frame}
       end
-      appends[#appends + 1] = {d, mode, len, sargs[k + 4]}
     end
   end
   for d, _ in pairs(refs) do
-    if not at[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
+    if not dirs[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
   end
-  return {writes, refs, unrefs, appends}
+  return {writes, refs, unrefs, appends, dirs, gone}
 end
 
 local function apply_blobs(plan)
-  local writes, refs, unrefs, appends = plan[1], plan[2], plan[3], plan[4]
+  local writes, refs, unrefs, appends, dirs, gone = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
   if #writes == 0 then return end
   mark_blobs()
-  for _, ap in ipairs(appends) do
-    local d, mode, len, frame = ap[1], ap[2], ap[3], ap[4]
-    if mode == 'n' then
-      redis.call('HSET', K_BLOB, d .. '\0' .. '0', frame, d, pack_rec({len, '0', '1', '0', len}))
-    else
-      local dir = unpack_rec(redis.call('HGET', K_BLOB, d))
-      local fn = dir[3]
-      if mode == 'm' then
-        local gone = {}
-        for j = 4, #dir - 1, 2 do gone[#gone + 1] = d .. '\0' .. dir[j] end
-        redis.call('HDEL', K_BLOB, unpack(gone))
-        dir = {len, dir[2], fn, fn, len}
-      else
-        dir[#dir + 1] = fn
-        dir[#dir + 1] = len
-        dir[1] = len
-      end
-      dir[3] = tostring(tonumber(fn) + 1)
-      redis.call('HSET', K_BLOB, d .. '\0' .. fn, frame, d, pack_rec(dir))
+  local args, listed = {}, {}
+  for d, dir in pairs(dirs) do
+    for j = 4, #dir - 1, 2 do listed[d .. '\0' .. dir[j]] = true end
+    dir[2] = tostring(tonumber(dir[2]) + (refs[d] or 0))
+    refs[d] = nil
+    args[#args + 1] = d
+    args[#args + 1] = pack_rec(dir)
+  end
+  -- a merge drops the frames it replaces; a frame this call appended and then merged away is
+  -- never written
+  local del = {}
+  for _, fs in pairs(gone) do
+    for _, f in ipairs(fs) do
+      if not listed[f] then del[#del + 1] = f end
     end
   end
-  redis.call('HSET', K_BLOB, unpack(writes))
+  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+  for _, ap in ipairs(appends) do
+    if listed[ap[2]] then
+      args[#args + 1] = ap[2]
+      args[#args + 1] = ap[3]
+    end
+  end
+  for i = 1, #writes do args[#args + 1] = writes[i] end
+  redis.call('HSET', K_BLOB, unpack(args))
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end

@@ -165,12 +165,29 @@ def filter_value(cj: bytes) -> bytes:
 
 
 def filter_record(metadata: Mapping[str, Any]) -> bytes:
+    return filter_record_holds(metadata)[0]
+
+
+def filter_record_holds(metadata: Mapping[str, Any]) -> tuple[bytes, bool]:
+    """``filter_record(metadata)``, and whether it holds every value in full, as JSON that reads
+    back to exactly that value (``filter_holds``), in one pass."""
     parts: list[bytes] = []
+    holds = True
     for k, v in metadata.items():
         cj = canonical_json(v)
-        if cj is not None:
+        if cj is None:
+            holds = False
+            continue
+        if len(cj) > FILTER_DIGEST_OVER:
+            holds = False
             parts += [k.encode(), filter_value(cj)]
-    return pack(parts)
+            continue
+        parts += [k.encode(), cj]
+        if holds:
+            t = type(v)
+            # str, int and None read back exactly; anything else is checked
+            holds = t is str or t is int or v is None or _exact(json.loads(cj), v)
+    return pack(parts), holds
 
 
 # a checkpoint's metadata type when the metadata is stored only in the filter record (format 5):
@@ -193,14 +210,7 @@ def _exact(a: Any, b: Any) -> bool:
 def filter_holds(metadata: Mapping[str, Any]) -> bool:
     """True when ``filter_record(metadata)`` holds every value in full, as JSON that reads back
     to exactly that value (no digest, no bool made an int, no float made an int, no tuple...)."""
-    for v in metadata.values():
-        cj = canonical_json(v)
-        if cj is None or len(cj) > FILTER_DIGEST_OVER:
-            return False
-        t = type(v)
-        if not (t is str or t is int or v is None) and not _exact(json.loads(cj), v):
-            return False  # str, int and None read back exactly; anything else is checked
-    return True
+    return filter_record_holds(metadata)[1]
 
 
 def metadata_from_filter(flt: bytes) -> dict[str, Any]:

@@ -265,8 +265,8 @@ class Plans:
             c.pop("channel_versions")
             mark = values_.VERSIONS_MARK
         cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress, mark)
-        flt = codec.filter_record(md)
-        if self.compress and codec.filter_holds(md):
+        flt, holds = codec.filter_record_holds(md)
+        if self.compress and holds:
             # the filter record already holds every value as JSON that reads back exactly:
             # the metadata is stored once, there (MD_IN_FILTER)
             md_type, md_bytes = codec.MD_IN_FILTER, b""

@@ -69,10 +69,16 @@ class Stream:
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """A cache entry: the stream a channel's latest seen value lives in, and that value's ops."""
+    """A cache entry: the stream a channel's latest seen value lives in, that value's ops, and
+    the value itself (what the next put compares with: kept, not rebuilt from the stream)."""
 
     stream: Stream
     ops: tuple[Op, ...]
+    value: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.stream.raw) + (0 if self.value is self.stream.raw else len(self.value))
 
 
 @dataclass(slots=True)
@@ -205,6 +211,8 @@ def _normalize(ops: Sequence[Op]) -> list[Op]:
 
 def common_prefix(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0  # a list's msgpack header is its first byte: it changes whenever its length does
     i, step = 0, 4096
     while i < n and a[i : i + step] == b[i : i + step]:
         i += step
@@ -240,7 +248,7 @@ def splice(new: bytes, base: bytes, base_ops: Sequence[Op], stream_len: int) -> 
             i, j = n + d, n + k
             if j > len(base) or i > len(new):
                 continue
-            if new[i : i + 64] == base[j : j + 64] and new.startswith(base[j:], i):
+            if new[i : i + 64] == base[j : j + 64] and new.startswith(memoryview(base)[j:], i):
                 ops.append(new[n:i])
                 ops += _sub_ops(base_ops, j, len(base))
                 tail = i + len(base) - j
@@ -257,8 +265,8 @@ def splice(new: bytes, base: bytes, base_ops: Sequence[Op], stream_len: int) -> 
 
 
 class StreamCache:
-    """Per (thread, namespace, channel): the latest value's stream and ops. LRU, bounded by
-    the bytes of the streams it holds; entries are immutable, replaced under a lock held only
+    """Per (thread, namespace, channel): the latest value's stream, ops and bytes. LRU, bounded by
+    the bytes of the streams and values it holds; entries are immutable, replaced under a lock held only
     for the dict operation. A stale entry cannot corrupt anything (stream bytes and records
     never change); it costs put.lua's answer 3 and a new stream."""
 
@@ -282,7 +290,7 @@ class StreamCache:
             return k
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
-        size = len(known.stream.raw)
+        size = known.nbytes
         if size > self.max_bytes // 4:
             self.drop(key)
             return
@@ -298,7 +306,7 @@ class StreamCache:
                 self._forget(k, gone)
 
     def _forget(self, key: tuple[str, str, str], known: Known) -> None:
-        self._bytes -= len(known.stream.raw)
+        self._bytes -= known.nbytes
         if self._sids.get((key[0], known.stream.sid)) is known.stream:
             del self._sids[key[0], known.stream.sid]
 
@@ -336,7 +344,7 @@ def encode_channel(
         return _record(type_, data), None
     if known is not None:
         st = known.stream
-        base = materialize(st.raw, known.ops)
+        base = known.value
         spliced = splice(data, base, known.ops, len(st.raw))
         length = len(st.raw) + (len(spliced[1]) if spliced else 0)
         # dead bytes stay bounded: a stream at most twice what its newest value needs
@@ -352,7 +360,7 @@ def encode_channel(
                     mode, frame, frames = b"a", compress(suffix), st.frames + 1
                 else:
                     mode, frame, frames = b"a", b"", st.frames  # nothing new: an empty append
-                nk = Known(Stream(st.sid, raw, frames), tuple(ops))
+                nk = Known(Stream(st.sid, raw, frames), tuple(ops), data)
                 if mode == b"a" and not suffix:
                     # no bytes to add: the record only points into what is stored; no append
                     return rec, StreamAppend(ch_e + b"\0" + st.sid, b"-", len(st.raw), len(raw), b"", nk)
@@ -367,7 +375,7 @@ def encode_channel(
     sid = new_sid()
     ops1: tuple[Op, ...] = ((0, len(data)),)
     rec = _record(type_ + STREAM_MARK, stream_payload(sid, ops1))
-    nk = Known(Stream(sid, data, 1), ops1)
+    nk = Known(Stream(sid, data, 1), ops1, data)
     return rec, StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
 
 
@@ -407,4 +415,5 @@ def decode_stream_value(payload: bytes, streams: dict[bytes, Stream]) -> tuple[b
     for op in ops:
         if not isinstance(op, bytes) and not 0 <= op[0] <= op[1] <= len(st.raw):
             raise MalformedReplyError(f"stream {sid!r}: range {op} outside its {len(st.raw)} bytes")
-    return materialize(st.raw, ops), Known(st, tuple(ops))
+    value = materialize(st.raw, ops)
+    return value, Known(st, tuple(ops), value)
