@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from bench.memory_lab import raw_bytes, zstd
     except ImportError as e:
-        print(f"memory benchmark not run: {e} (pip install backports.zstd on Python < 3.14)")
+        print(f"memory benchmark not run: {e} (pip install -r bench/requirements.txt)")
         return 1
     t_start = time.time()
     turns, half = a.turns, a.turns // 2

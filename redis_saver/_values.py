@@ -14,7 +14,8 @@ Pure and I/O-free, like the plans that call it. What is stored (see docs/data-mo
   of its new bytes, whatever the list's length: memory grows linearly with a thread's turns.
   Every ``MERGE_AT`` frames the put replaces them with one frame of the whole stream (same raw
   bytes: no record changes), so a read decompresses at most ``MERGE_AT`` frames of one stream
-  per channel, in one zstd call, whatever the history's length.
+  per channel (with the thread's reused zstd context: ~1.5 us per small frame), whatever the
+  history's length.
 
 The client keeps, per (thread, namespace, channel), the stream its last read or write of that
 channel used (``StreamCache``, bounded in bytes), so a put finds the shared bytes by comparison
@@ -31,10 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-try:  # Python >= 3.14 (PEP 784)
-    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - depends on the Python version
-    from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+import zstandard
 
 from .errors import MalformedReplyError
 
@@ -96,24 +94,32 @@ class StreamAppend:
         return [self.dir_suffix, self.mode, self.base, self.length, self.frame]
 
 
-# ---- zstd, one compressor per thread (LangGraph calls put_writes from worker threads) --------
+# ---- zstd: contexts reused, one set per thread (they are not thread-safe, and LangGraph calls
+# put_writes from worker threads); every frame records its content size
 _local = threading.local()
 
 
+def _contexts() -> Any:
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = (
+            zstandard.ZstdCompressor(level=LEVEL_SMALL),
+            zstandard.ZstdCompressor(level=LEVEL),
+            zstandard.ZstdDecompressor(),
+        )
+    return ctx
+
+
 def compress(data: bytes) -> bytes:
-    small = len(data) < SMALL
-    c = getattr(_local, "small" if small else "large", None)
-    if c is None:
-        c = zstd.ZstdCompressor(level=LEVEL_SMALL if small else LEVEL)
-        setattr(_local, "small" if small else "large", c)
-    out: bytes = c.compress(data, mode=zstd.ZstdCompressor.FLUSH_FRAME)
+    small, large, _ = _contexts()
+    out: bytes = (small if len(data) < SMALL else large).compress(data)
     return out
 
 
 def decompress(data: bytes) -> bytes:
     try:
-        out: bytes = zstd.decompress(data)
-    except zstd.ZstdError as exc:
+        out: bytes = _contexts()[2].decompress(data)
+    except zstandard.ZstdError as exc:
         raise MalformedReplyError(f"corrupt zstd data: {exc}") from exc
     return out
 
@@ -398,7 +404,7 @@ def decode_streams(
         if held is not None and len(held.raw) == int(dir_[0]) and held.frames == len(frames):
             out[sid] = held
             continue
-        raw = decompress(b"".join(frames)) if frames else b""
+        raw = b"".join([decompress(f) for f in frames]) if len(frames) != 1 else decompress(frames[0])
         if len(raw) != int(dir_[0]) or len(frames) != (len(dir_) - 3) // 2:
             raise MalformedReplyError(
                 f"stream {sid!r}: {len(raw)} bytes in {len(frames)} frames, directory says otherwise"
