@@ -214,8 +214,13 @@ def filter_holds(metadata: Mapping[str, Any]) -> bool:
 
 
 def metadata_from_filter(flt: bytes) -> dict[str, Any]:
+    """The metadata a filter record holds in full (``MD_IN_FILTER``): one JSON object, parsed once."""
     parts = unpack(flt)
-    return {parts[i].decode(): json.loads(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
+    body = b",".join(
+        [_encode_str(parts[i].decode()).encode() + b":" + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
+    )
+    out: dict[str, Any] = json.loads(b"{" + body + b"}")
+    return out
 
 
 def filter_args(flt: dict[str, Any] | None) -> list[bytes]:

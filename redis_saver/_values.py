@@ -296,6 +296,9 @@ class StreamCache:
             return k
 
     def put(self, key: tuple[str, str, str], known: Known) -> None:
+        old = self._d.get(key)
+        if old is not None and old.stream is known.stream and old.ops == known.ops:
+            return  # a read of what the cache holds (no lock: a stale answer only costs a put)
         size = known.nbytes
         if size > self.max_bytes // 4:
             self.drop(key)
