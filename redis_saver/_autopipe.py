@@ -1,0 +1,305 @@
+"""Automatic pipelining of script calls for AsyncRedisSaver (its ``auto_pipeline`` option).
+
+redis-py's asyncio client sends every command on its own: take a pooled connection, write,
+wait for the reply, give the connection back. Here, as with ioredis' ``enableAutoPipelining``
+or rueidis, the EVALSHA / EVAL calls that concurrent tasks issue in the same event-loop
+iteration leave in one write on one connection per server (in a cluster, per primary: the
+node that serves the thread's slot), and each reply goes back to the call it answers.
+
+A *lane* owns one connection to one server and one worker task that does all its I/O: it
+writes every call queued since its last write in one ``send_packed_command``, then reads the
+replies in order, each resolving the future of the call it answers (Redis answers one
+connection's commands in the order they arrived). The first call queued on an idle lane
+starts the worker, whose first step runs at the next iteration of the loop, so every call
+queued in the same iteration leaves in that write; calls queued while the worker reads leave
+with its next write, after the next reply arrives. Hence:
+
+- each call is still one round trip; at concurrency 1 it costs less than redis-py's own path
+  (no pool round trip per command; measured in ``bench/autopipeline.py``);
+- a caller that is cancelled (or whose own timeout fires) only stops waiting: its command is
+  dropped if not written yet, else its reply is read and thrown away, so the connection's
+  reply stream stays in step for every other call;
+- a reply that is an error (a script error, NOSCRIPT, OOM...) goes to its own call only: the
+  engine then does its EVAL fallback, error mapping and retries per call, as without lanes;
+- only a failure of the connection itself (reset, socket timeout) fails the calls written on
+  it and not answered yet (their replies are lost with it); calls not written yet go out on a
+  new connection.
+
+Not through a lane: WAIT (it blocks its connection for up to ``wait_timeout_ms``: the script
+and its WAIT keep their own pooled connection), fan-out pipelines, scans and setup. In a
+cluster, a call whose reply redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or whose connection
+failed is sent again through redis-py's cluster path, which follows the redirect and
+refreshes the slot map (every script is idempotent); while redis-py has a refresh pending,
+calls take that path directly.
+
+A lane keeps its connection between bursts and gives it back to its pool after ``IDLE``
+seconds without calls. Lanes belong to the client (savers sharing a client share its lanes)
+and to the running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+IDLE = 1.0  # seconds without calls after which a lane gives its connection back
+COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
+_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+
+async def _stale(conn: Any) -> bool:
+    """A connection held since the lane's last burst that must not be written to as it is: the
+    server closed it (idle ``timeout``, restart, ``CLIENT KILL``), it has unread data, or redis-py
+    marked it for reconnection (failover); the check the pool makes when it hands one out."""
+    marked = getattr(conn, "should_reconnect", None)
+    if marked is not None and marked():
+        return True
+    check = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis-py < 5.3: the latter only
+    try:
+        return bool(await check())
+    except (ConnectionError, RedisTimeoutError, OSError):
+        return True
+
+
+def supported(client: Any) -> bool:
+    """A redis-py asyncio client (standalone, Sentinel ``master_for`` or cluster); not a fake."""
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
+
+
+def _copy(exc: BaseException) -> BaseException:
+    """One instance per failed call (each caller's traceback is its own)."""
+    if isinstance(exc, asyncio.CancelledError):
+        err: BaseException = ConnectionError("the connection's worker task was cancelled")
+    else:
+        try:
+            err = type(exc)(*exc.args)
+        except Exception:  # an exception type with another constructor
+            err = ConnectionError(str(exc))
+    err.__cause__ = exc
+    return err
+
+
+class Lane:
+    """One connection to one server, shared by every call to it (see the module docstring).
+
+    Args:
+        loop: the event loop the lane serves.
+        acquire: coroutine function returning a connection (from the client's pool).
+        release: gives a connection back to its pool.
+        callbacks: the client's response callbacks (applied as redis-py does).
+    """
+
+    __slots__ = ("_acquire", "_release", "callbacks", "conn", "idle", "loop", "node", "queue", "sent", "worker")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        acquire: Callable[[], Awaitable[Any]],
+        release: Callable[[Any], Awaitable[None]],
+        callbacks: dict[Any, Any],
+        node: Any = None,
+    ) -> None:
+        self.loop = loop
+        self._acquire = acquire
+        self._release = release
+        self.callbacks = callbacks
+        self.node = node  # the cluster node served (None: standalone)
+        self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # not written yet
+        self.sent: deque[tuple[Any, asyncio.Future[Any]]] = deque()  # written, reply not read yet
+        self.conn: Any = None
+        self.worker: asyncio.Task[None] | None = None
+        self.idle: asyncio.TimerHandle | None = None
+
+    def submit(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Queue one command; the future gets its reply (an error reply as its exception)."""
+        fut = self.loop.create_future()
+        self.queue.append((command, fut))
+        if self.worker is None:
+            self.worker = self.loop.create_task(self._work())
+        return fut
+
+    async def _work(self) -> None:
+        sent = self.sent
+        conn = None
+        try:
+            if self.idle is not None:
+                self.idle.cancel()
+                self.idle = None
+            conn = self.conn
+            try:
+                if conn is None:
+                    conn = self.conn = await self._acquire()  # connected, and checked by the pool
+                elif conn.is_connected and await _stale(conn):
+                    await conn.disconnect()  # the next write connects again
+            except BaseException as exc:  # nothing was written: the calls waiting get the error
+                self._fail_queued(exc)
+                raise
+            while True:
+                if self.queue:
+                    batch, self.queue = self.queue, []
+                    commands = []
+                    for command, fut in batch:
+                        if not fut.done():  # a caller cancelled before the write: not sent at all
+                            commands.append(command)
+                            sent.append((command[0], fut))
+                    if commands:
+                        # a health-check PING (redis-py, after health_check_interval idle) reads its own
+                        # reply: only when no reply of ours is still on the way
+                        await conn.send_packed_command(
+                            conn.pack_commands(commands), check_health=len(sent) == len(commands)
+                        )
+                if not sent:
+                    return
+                try:
+                    reply = await conn.read_response()
+                except ResponseError as exc:  # an error reply: the call's own error
+                    reply = exc
+                name, fut = sent.popleft()
+                if fut.done():  # its caller was cancelled: the reply is read and dropped
+                    continue
+                if isinstance(reply, ResponseError):
+                    fut.set_exception(reply)
+                else:
+                    callback = self.callbacks.get(name)
+                    fut.set_result(reply if callback is None else callback(reply))
+        except BaseException as exc:
+            # the connection failed (redis-py disconnected it): the replies of the calls written on
+            # it are lost with it; calls queued since go out on a new connection (next worker)
+            while sent:
+                _, fut = sent.popleft()
+                if not fut.done():
+                    fut.set_exception(_copy(exc))
+            if not isinstance(exc, Exception):  # cancelled (the loop is shutting down) or exiting
+                self._fail_queued(exc)
+                raise
+        finally:
+            self.worker = None
+            if self.queue:
+                self.worker = self.loop.create_task(self._work())
+            elif self.conn is not None and not self.loop.is_closed():
+                self.idle = self.loop.call_later(IDLE, self._on_idle)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        queued, self.queue = self.queue, []
+        for _, fut in queued:
+            if not fut.done():
+                fut.set_exception(_copy(exc))
+
+    def _on_idle(self) -> None:
+        self.idle = None
+        if self.worker is None and self.conn is not None:
+            conn, self.conn = self.conn, None
+            task: asyncio.Task[None] = self.loop.create_task(_released(self._release, conn))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()  # idle releases in flight (a task needs a reference)
+
+
+async def _released(release: Callable[[Any], Awaitable[None]], conn: Any) -> None:
+    await release(conn)
+
+
+class Router:
+    """The lanes of one client on one event loop, and the choice of lane for each call."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = hasattr(client, "get_node_from_key")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lanes: dict[Any, Lane] = {}
+
+    def _lane(self, args: tuple[Any, ...]) -> Lane | None:
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # a new loop: the old lanes' connections belong to the old one
+            self.loop, self.lanes = loop, {}
+        if not self.cluster:
+            lane = self.lanes.get(None)
+            if lane is None:
+                pool = self.client.connection_pool
+                lane = self.lanes[None] = Lane(loop, _pool_acquire(pool), pool.release, self.client.response_callbacks)
+            return lane
+        if not args[1] or getattr(self.client, "_initialize", False):
+            return None  # no key to route by, or redis-py must refresh its slot map first
+        try:
+            node = self.client.get_node_from_key(args[2])
+        except SlotNotCoveredError:
+            return None
+        lane = self.lanes.get(node.name)
+        if lane is None or lane.node is not node:  # a node object replaced by a slot-map refresh
+            acquire, release = _node_acquire(node), _node_release(node)
+            lane = self.lanes[node.name] = Lane(loop, acquire, release, node.response_callbacks, node)
+        return lane
+
+    async def call(self, name: str, args: tuple[Any, ...]) -> Any:
+        """``client.<name>(*args)`` (``name``: a key of COMMANDS), through the call's lane."""
+        lane = self._lane(args)
+        command = COMMANDS[name]
+        if lane is None:
+            return await self.client.execute_command(command, *args)
+        try:
+            return await lane.submit((command, *args))
+        except _REDIRECTS:
+            if not self.cluster:
+                raise
+        except ConnectionError:
+            if not self.cluster:
+                raise
+            self.client._initialize = True  # as redis-py does after a node's connection error
+        # redis-py's cluster path follows the redirect / refreshes the slot map, then sends it
+        return await self.client.execute_command(command, *args)
+
+
+def _pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
+    # redis-py >= 5.3 deprecates the command-name argument that older versions require
+    first = next(iter(inspect.signature(pool.get_connection).parameters.values()), None)
+    if first is not None and first.default is inspect.Parameter.empty and first.kind is not first.VAR_POSITIONAL:
+        return lambda: pool.get_connection("EVALSHA")
+    return pool.get_connection  # type: ignore[no-any-return]
+
+
+def _node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:
+    async def acquire() -> Any:
+        return node.acquire_connection()
+
+    return acquire
+
+
+def _node_release(node: Any) -> Callable[[Any], Awaitable[None]]:
+    async def release(conn: Any) -> None:
+        node.release(conn)
+
+    return release
+
+
+_routers: weakref.WeakKeyDictionary[Any, Router] = weakref.WeakKeyDictionary()
+
+
+def router_for(client: Any) -> Router:
+    """The client's router: savers on one client share its lanes."""
+    try:
+        router = _routers.get(client)
+        if router is None:
+            router = _routers[client] = Router(client)
+    except TypeError:  # a client that cannot be weakly referenced: a router of its own
+        router = Router(client)
+    return router
