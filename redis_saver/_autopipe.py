@@ -40,7 +40,10 @@ and to the running event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import math
+import sys
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -56,6 +59,11 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
+    from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
+else:  # a redis-py dependency on these versions
+    from async_timeout import timeout as _timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 IDLE = 1.0  # seconds without calls after which a lane gives its connection back
 COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
@@ -82,6 +90,11 @@ def supported(client: Any) -> bool:
     from redis.asyncio.cluster import RedisCluster
 
     return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
+
+
+def _peer(conn: Any) -> str:
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    return f"{host}:{port}" if host is not None else str(getattr(conn, "path", "the server"))
 
 
 def _copy(exc: BaseException) -> BaseException:
@@ -123,7 +136,8 @@ class Lane:
         self.callbacks = callbacks
         self.node = node  # the cluster node served (None: standalone)
         self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # not written yet
-        self.sent: deque[tuple[Any, asyncio.Future[Any]]] = deque()  # written, reply not read yet
+        # written, reply not read yet: (command name, future, deadline of the reply or None)
+        self.sent: deque[tuple[Any, asyncio.Future[Any], float | None]] = deque()
         self.conn: Any = None
         self.worker: asyncio.Task[None] | None = None
         self.idle: asyncio.TimerHandle | None = None
@@ -138,6 +152,7 @@ class Lane:
 
     async def _work(self) -> None:
         sent = self.sent
+        loop = self.loop
         conn = None
         try:
             if self.idle is not None:
@@ -152,14 +167,17 @@ class Lane:
             except BaseException as exc:  # nothing was written: the calls waiting get the error
                 self._fail_queued(exc)
                 raise
+            timeout = conn.socket_timeout or None
+            expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
                 if self.queue:
                     batch, self.queue = self.queue, []
                     commands = []
+                    deadline = None if timeout is None else loop.time() + timeout
                     for command, fut in batch:
                         if not fut.done():  # a caller cancelled before the write: not sent at all
                             commands.append(command)
-                            sent.append((command[0], fut))
+                            sent.append((command[0], fut, deadline))
                     if commands:
                         # a health-check PING (redis-py, after health_check_interval idle) reads its own
                         # reply: only when no reply of ours is still on the way
@@ -168,12 +186,33 @@ class Lane:
                         )
                 if not sent:
                     return
+                deadline = sent[expired][2]
                 try:
-                    reply = await conn.read_response()
+                    if deadline is None:
+                        reply = await conn.read_response(disconnect_on_error=False)
+                    else:
+                        # each call's own socket timeout, from its write: the reply may still come after
+                        # it, so the connection stays (read_response would close it on its own timeout)
+                        async with _timeout(deadline - loop.time()):
+                            reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
                 except ResponseError as exc:  # an error reply: the call's own error
                     reply = exc
-                name, fut = sent.popleft()
-                if fut.done():  # its caller was cancelled: the reply is read and dropped
+                except (asyncio.TimeoutError, RedisTimeoutError):
+                    now = loop.time() + 0.001  # a timer may fire up to the clock's resolution early
+                    while expired < len(sent) and (sent[expired][2] or math.inf) <= now:
+                        fut = sent[expired][1]
+                        if not fut.done():
+                            fut.set_exception(RedisTimeoutError(f"Timeout reading from {_peer(conn)}"))
+                        expired += 1
+                    if expired == len(sent):  # no call is waiting on this connection: start afresh
+                        sent.clear()
+                        expired = 0
+                        await conn.disconnect(nowait=True)
+                    continue
+                name, fut, _ = sent.popleft()
+                if expired:
+                    expired -= 1
+                if fut.done():  # its caller was cancelled or timed out: the reply is read and dropped
                     continue
                 if isinstance(reply, ResponseError):
                     fut.set_exception(reply)
@@ -181,21 +220,24 @@ class Lane:
                     callback = self.callbacks.get(name)
                     fut.set_result(reply if callback is None else callback(reply))
         except BaseException as exc:
-            # the connection failed (redis-py disconnected it): the replies of the calls written on
-            # it are lost with it; calls queued since go out on a new connection (next worker)
+            # the connection failed: the replies of the calls written on it are lost with it; calls
+            # queued since go out on a new connection (the next worker)
             while sent:
-                _, fut = sent.popleft()
+                fut = sent.popleft()[1]
                 if not fut.done():
                     fut.set_exception(_copy(exc))
+            if conn is not None and conn.is_connected:
+                with contextlib.suppress(BaseException):
+                    await conn.disconnect(nowait=True)
             if not isinstance(exc, Exception):  # cancelled (the loop is shutting down) or exiting
                 self._fail_queued(exc)
                 raise
         finally:
             self.worker = None
             if self.queue:
-                self.worker = self.loop.create_task(self._work())
-            elif self.conn is not None and not self.loop.is_closed():
-                self.idle = self.loop.call_later(IDLE, self._on_idle)
+                self.worker = loop.create_task(self._work())
+            elif self.conn is not None and not loop.is_closed():
+                self.idle = loop.call_later(IDLE, self._on_idle)
 
     def _fail_queued(self, exc: BaseException) -> None:
         queued, self.queue = self.queue, []
