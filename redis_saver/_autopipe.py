@@ -7,23 +7,30 @@ iteration leave in one write on one connection per server (in a cluster, per pri
 node that serves the thread's slot), and each reply goes back to the call it answers.
 
 A *lane* owns one connection to one server and one worker task that does all its I/O: it
-writes every call queued since its last write in one ``send_packed_command``, then reads the
-replies in order, each resolving the future of the call it answers (Redis answers one
-connection's commands in the order they arrived). The first call queued on an idle lane
-starts the worker, whose first step runs at the next iteration of the loop, so every call
-queued in the same iteration leaves in that write; calls queued while the worker reads leave
-with its next write, after the next reply arrives. Hence:
+writes every call queued so far in one ``send_packed_command``, then reads the replies in
+order, each resolving the future of the call it answers (Redis answers one connection's
+commands in the order they arrived). The first call queued on an idle lane starts the worker,
+whose first step runs at the next iteration of the loop, so every call queued in the same
+iteration leaves in that write. One write is in flight at a time: the calls queued while its
+replies come back leave together right after the last of them. (Writing after every reply
+instead settles, under load, into one call per write: replies trickle in one by one, each
+wakes one caller, whose next call goes alone, and the server answers it alone again.) Hence:
 
 - each call is still one round trip; at concurrency 1 it costs less than redis-py's own path
-  (no pool round trip per command; measured in ``bench/autopipeline.py``);
+  (no pool round trip per command), and under concurrency the client and the server spend
+  about half the CPU per call (``bench/autopipeline.py``);
 - a caller that is cancelled (or whose own timeout fires) only stops waiting: its command is
   dropped if not written yet, else its reply is read and thrown away, so the connection's
   reply stream stays in step for every other call;
 - a reply that is an error (a script error, NOSCRIPT, OOM...) goes to its own call only: the
   engine then does its EVAL fallback, error mapping and retries per call, as without lanes;
-- only a failure of the connection itself (reset, socket timeout) fails the calls written on
-  it and not answered yet (their replies are lost with it); calls not written yet go out on a
-  new connection.
+- a socket timeout runs from each call's own write and fails that call only; the connection
+  stays (a late reply is read and dropped) while another call still waits on it, and is
+  replaced once none does (so a call queued behind a write to a server that hangs fails
+  within twice the socket timeout: the rest of that write's, then its own);
+- only a failure of the connection itself (reset, refused) fails the calls written on it and
+  not answered yet (their replies are lost with it); calls not written yet go out on a new
+  connection.
 
 Not through a lane: WAIT (it blocks its connection for up to ``wait_timeout_ms``: the script
 and its WAIT keep their own pooled connection), fan-out pipelines, scans and setup. In a
@@ -170,7 +177,7 @@ class Lane:
             timeout = conn.socket_timeout or None
             expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
-                if self.queue:
+                if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
                     batch, self.queue = self.queue, []
                     commands = []
                     deadline = None if timeout is None else loop.time() + timeout

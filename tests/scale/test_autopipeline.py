@@ -282,11 +282,12 @@ async def test_a_socket_timeout_fails_only_the_calls_it_belongs_to(redis_url, wr
         first = asyncio.create_task(call(client, SLOW, args=(1000, "late")))
         same_write = asyncio.create_task(call(client, ECHO, args=("same",)))
         await asyncio.sleep(0.3)
-        later = asyncio.create_task(call(client, ECHO, args=("later",)))  # written 0.3 s after: its deadline too
+        later = asyncio.create_task(call(client, ECHO, args=("later",)))
         results = await asyncio.gather(first, same_write, later, return_exceptions=True)
         assert isinstance(results[0], redis.exceptions.TimeoutError)
         assert isinstance(results[1], redis.exceptions.TimeoutError)
-        # 'later' waited 0.7 s for SLOW (> its own 0.4 s) too: it timed out on its own deadline
+        # 'later' left at 0.4 s, on a new connection, once no call waited on the first one any more;
+        # the server, busy with SLOW until 1 s, did not answer it by 0.8 s: its own timeout
         assert isinstance(results[2], redis.exceptions.TimeoutError)
         await asyncio.sleep(0.5)  # the server is free again
         assert await asyncio.gather(*(call(client, ECHO, args=(str(i),)) for i in range(10))) == [
@@ -297,7 +298,8 @@ async def test_a_socket_timeout_fails_only_the_calls_it_belongs_to(redis_url, wr
 
 
 async def test_a_call_written_after_a_slow_one_still_gets_its_reply(redis_url):
-    # the SLOW call times out (0.4 s), the connection stays: a call written 0.3 s later has until 0.7 s
+    # the SLOW call times out at 0.4 s; the call queued at 0.3 s leaves then, with its own 0.4 s, and the
+    # server (free at 0.5 s) answers it in time
     client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(0.4, 2.0))
     try:
         first = asyncio.create_task(call(client, SLOW, args=(500, "late")))
