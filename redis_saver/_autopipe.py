@@ -73,6 +73,7 @@ else:  # a redis-py dependency on these versions
     from async_timeout import timeout as _timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 IDLE = 1.0  # seconds without calls after which a lane gives its connection back
+SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a pool of fewer connections
 COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
@@ -125,9 +126,13 @@ class Lane:
         acquire: coroutine function returning a connection (from the client's pool).
         release: gives a connection back to its pool.
         callbacks: the client's response callbacks (applied as redis-py does).
+        node: the cluster node served (None: standalone).
+        hold: seconds the connection is kept between bursts (0: given back at once).
     """
 
-    __slots__ = ("_acquire", "_release", "callbacks", "conn", "idle", "loop", "node", "queue", "sent", "worker")
+    __slots__ = (
+        "_acquire", "_release", "callbacks", "conn", "hold", "idle", "loop", "node", "queue", "sent", "worker",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -136,12 +141,14 @@ class Lane:
         release: Callable[[Any], Awaitable[None]],
         callbacks: dict[Any, Any],
         node: Any = None,
+        hold: float = IDLE,
     ) -> None:
         self.loop = loop
         self._acquire = acquire
         self._release = release
         self.callbacks = callbacks
         self.node = node  # the cluster node served (None: standalone)
+        self.hold = hold  # seconds the connection is kept without calls
         self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # not written yet
         # written, reply not read yet: (command name, future, deadline of the reply or None)
         self.sent: deque[tuple[Any, asyncio.Future[Any], float | None]] = deque()
@@ -192,6 +199,9 @@ class Lane:
                             conn.pack_commands(commands), check_health=len(sent) == len(commands)
                         )
                 if not sent:
+                    if not self.hold and not self.queue:  # a small pool: the connection goes back now
+                        self.conn = None
+                        await self._release(conn)
                     return
                 deadline = sent[expired][2]
                 try:
@@ -244,7 +254,10 @@ class Lane:
             if self.queue:
                 self.worker = loop.create_task(self._work())
             elif self.conn is not None and not loop.is_closed():
-                self.idle = loop.call_later(IDLE, self._on_idle)
+                if self.hold:
+                    self.idle = loop.call_later(self.hold, self._on_idle)
+                else:
+                    self._on_idle()
 
     def _fail_queued(self, exc: BaseException) -> None:
         queued, self.queue = self.queue, []
@@ -285,7 +298,8 @@ class Router:
             lane = self.lanes.get(None)
             if lane is None:
                 pool = self.client.connection_pool
-                lane = self.lanes[None] = Lane(loop, _pool_acquire(pool), pool.release, self.client.response_callbacks)
+                acquire, callbacks = _pool_acquire(pool), self.client.response_callbacks
+                lane = self.lanes[None] = Lane(loop, acquire, pool.release, callbacks, hold=_hold(pool))
             return lane
         if not args[1] or getattr(self.client, "_initialize", False):
             return None  # no key to route by, or redis-py must refresh its slot map first
@@ -296,26 +310,56 @@ class Router:
         lane = self.lanes.get(node.name)
         if lane is None or lane.node is not node:  # a node object replaced by a slot-map refresh
             acquire, release = _node_acquire(node), _node_release(node)
-            lane = self.lanes[node.name] = Lane(loop, acquire, release, node.response_callbacks, node)
+            lane = self.lanes[node.name] = Lane(loop, acquire, release, node.response_callbacks, node, _hold(node))
         return lane
 
     async def call(self, name: str, args: tuple[Any, ...]) -> Any:
-        """``client.<name>(*args)`` (``name``: a key of COMMANDS), through the call's lane."""
+        """``client.<name>(*args)`` (``name``: a key of COMMANDS), through the call's lane, with the
+        client's own retry policy, as redis-py would send it."""
         lane = self._lane(args)
-        command = COMMANDS[name]
+        command = (COMMANDS[name], *args)
         if lane is None:
-            return await self.client.execute_command(command, *args)
+            return await self.client.execute_command(*command)
+        if not self.cluster:
+            retry = self.client.get_retry()
+            if not _retries(retry):
+                return await lane.submit(command)
+            # redis-py retries a command that failed with ConnectionError (and TimeoutError, by
+            # default) after a backoff: the lane sends it again, on a new connection
+            return await retry.call_with_retry(lambda: lane.submit(command), _ignore)
         try:
-            return await lane.submit((command, *args))
+            return await lane.submit(command)
         except _REDIRECTS:
-            if not self.cluster:
+            pass  # redis-py's cluster path follows it (and fixes its slot map)
+        except (ConnectionError, RedisTimeoutError):
+            self.client._initialize = True  # as redis-py does: its next command refreshes the slot map
+            if not _retries(getattr(self.client, "retry", None)):
                 raise
-        except ConnectionError:
-            if not self.cluster:
-                raise
-            self.client._initialize = True  # as redis-py does after a node's connection error
-        # redis-py's cluster path follows the redirect / refreshes the slot map, then sends it
-        return await self.client.execute_command(command, *args)
+            # redis-py would retry after the refresh: its cluster path does
+        return await self.client.execute_command(*command)
+
+
+def _retries(retry: Any) -> int:
+    """How many times a redis-py ``Retry`` retries (None: no retry)."""
+    if retry is None:
+        return 0
+    count = getattr(retry, "get_retries", None)
+    return int(count() if count is not None else retry._retries)
+
+
+async def _ignore(*_: Any) -> None:
+    """``Retry.call_with_retry``'s failure handler: the lane has already dealt with the connection."""
+
+
+def _hold(pool: Any) -> float:
+    """How long a lane keeps its connection without calls: ``IDLE``, but not at all from a pool so
+    small (or one that makes callers wait for a free connection) that the connection it holds
+    would be missed by the saver's other commands (WAIT, fan-outs) or the application's."""
+    from redis.asyncio import BlockingConnectionPool
+
+    if isinstance(pool, BlockingConnectionPool) or getattr(pool, "max_connections", 0) < SMALL_POOL:
+        return 0.0
+    return IDLE
 
 
 def _pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:

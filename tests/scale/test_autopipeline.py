@@ -328,6 +328,58 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced(aclient, pr
     assert (await saver.aget_tuple(cfg("k"))).checkpoint["channel_values"]["msg"] == "k/0"
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_the_clients_retry_policy_applies(redis_url, prefix, retries):
+    # redis-py retries a command whose connection failed as often as the client's Retry says; so does a lane
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from tests.faults._proxy import FaultProxy
+
+    host, port = redis_url.split("//")[1].split("/")[0].split(":")
+    with FaultProxy(host, int(port)) as proxy:
+        kwargs = {**async_client_kwargs(2.0, 2.0), "retry": Retry(NoBackoff(), retries)}
+        client = redis.asyncio.Redis(host=proxy.host, port=proxy.port, **kwargs)
+        try:
+            saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)  # saver retries=0
+            await chat_round(saver, "r", 0, None)
+            proxy.cut_next()  # the next write reaches the server, its reply is lost, the connection reset
+            if retries:
+                assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+            else:
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await saver.aget_tuple(cfg("r"))
+            assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("pool_kind", ["small", "blocking"])
+async def test_a_small_pool_gets_the_connection_back_between_bursts(redis_url, prefix, pool_kind):
+    # one connection in all: the lane must not keep it while the saver's fan-outs (pipelines) need it
+    kwargs = {**async_client_kwargs(5.0, 5.0), "max_connections": 1}
+    if pool_kind == "blocking":
+        pool = redis.asyncio.BlockingConnectionPool.from_url(redis_url, timeout=0.5, **kwargs)
+    else:
+        pool = redis.asyncio.ConnectionPool.from_url(redis_url, **kwargs)
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        if pool_kind == "blocking":  # concurrent callers wait for the connection
+            await asyncio.gather(*(chat_round(saver, f"p{i}", 0, None) for i in range(5)))
+        else:  # a non-blocking pool of one serves one caller at a time, lanes or not
+            for i in range(5):
+                await chat_round(saver, f"p{i}", 0, None)
+        start = asyncio.get_running_loop().time()
+        listed = [t async for t in saver.alist(None)]  # a pipeline on the pool's one connection
+        assert asyncio.get_running_loop().time() - start < 0.4
+        assert len(listed) == 5
+        await saver.adelete_thread("p0")
+        assert await saver.aget_tuple(cfg("p0")) is None
+    finally:
+        await client.aclose()
+
+
 async def test_savers_sharing_a_client_share_its_lanes(aclient, prefix, writes):
     a = AsyncRedisSaver(aclient, prefix=prefix + "a", auto_pipeline=True)
     b = AsyncRedisSaver(aclient, prefix=prefix + "b", auto_pipeline=True)
