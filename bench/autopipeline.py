@@ -1,8 +1,8 @@
 """AsyncRedisSaver with ``auto_pipeline`` on and off, side by side (``redis_saver/_autopipe.py``).
 
 One step = ``aput`` of a new checkpoint (two channels, ~1 KB) + ``aput_writes`` of two writes
-for it, each task on a thread of its own. Per repetition: a fresh ``redis-server``, then both
-modes in turn (the order alternates between repetitions), each on its own saver and client:
+for it, each task on a thread of its own. Per repetition: a fresh ``redis-server`` (``--cluster``:
+a fresh local 3-primary Redis Cluster) and both modes, each on its own saver and client:
 
 - latency at concurrency 1: p50 / p90 of one step (the checkpoint is built before the clock starts);
 - throughput at concurrency 8 and 64: steps per second over ``--seconds``.
@@ -11,7 +11,8 @@ Both savers are open at once and measured in alternation (``--rounds`` times per
 load from elsewhere on the machine hits both alike; the last line gives the on/off ratio of each
 figure per repetition.
 
-    .venv/bin/python bench/autopipeline.py [--reps 5] [--rounds 5] [--steps 2000] [--seconds 5] [--json FILE]
+    .venv/bin/python bench/autopipeline.py [--reps 5] [--rounds 5] [--steps 2000] [--seconds 5]
+                                           [--cluster] [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 
-from devkit.servers import start_standalone  # noqa: E402
+from devkit.servers import start_cluster, start_standalone  # noqa: E402
 from redis_saver import AsyncRedisSaver  # noqa: E402
 
 TEXT = "x" * 1000
@@ -138,12 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="alternations of the two modes per repetition")
     ap.add_argument("--steps", type=int, default=2000, help="c=1 steps per mode and repetition")
     ap.add_argument("--seconds", type=float, default=5.0, help="throughput seconds per mode, concurrency, repetition")
+    ap.add_argument("--cluster", action="store_true", help="a local 3-primary Redis Cluster instead of one server")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for rep in range(a.reps):
-        with start_standalone() as server:
-            for r in asyncio.run(one_rep(server.url, rep, a.rounds, a.steps, a.seconds)):
+        with start_cluster(3, 0) if a.cluster else start_standalone() as server:
+            url = server.url.replace("redis://", "redis+cluster://") if a.cluster else server.url
+            for r in asyncio.run(one_rep(url, rep, a.rounds, a.steps, a.seconds)):
                 rows.append(r)
                 print(
                     f"rep {rep} auto_pipeline={'on ' if r['auto_pipeline'] else 'off'}  p50 {r['p50_us']:6.0f} us  "
