@@ -248,6 +248,7 @@ class Lane:
                     await conn.disconnect(nowait=True)
             if not isinstance(exc, Exception):  # cancelled (the loop is shutting down) or exiting
                 self._fail_queued(exc)
+                self.conn = None  # closed above; no task is started to give it back now
                 raise
         finally:
             self.worker = None

@@ -486,7 +486,29 @@ async def test_cluster_slot_map_refresh_pending_takes_redis_py_path(cluster, pre
         await client.aclose()
 
 
-async def test_a_fresh_server_per_lane_loop(prefix):
+def test_a_loop_that_ends_with_a_reply_outstanding(redis_url, caplog):
+    # asyncio.run() returns while a lane still waits for the reply of an abandoned call: its worker is
+    # cancelled with the loop, quietly; a new loop gets new lanes on the same client
+    client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(5.0, 5.0))
+
+    async def abandon() -> None:
+        task = asyncio.create_task(call(client, SLOW, args=(200, "slow")))
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    async def again() -> bytes:
+        try:
+            return await call(client, ECHO, args=("again",))
+        finally:
+            await client.aclose()
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(abandon())
+        assert asyncio.run(again()) == b"again"
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+
+
+async def test_lanes_follow_the_event_loop(prefix):
     # a saver used from two event loops in turn (asyncio.run twice): the lanes follow the loop
     with start_standalone() as server:
 
