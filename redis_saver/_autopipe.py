@@ -231,11 +231,16 @@ class Lane:
                     expired -= 1
                 if fut.done():  # its caller was cancelled or timed out: the reply is read and dropped
                     continue
-                if isinstance(reply, ResponseError):
+                callback = self.callbacks.get(name)
+                if callback is not None and not isinstance(reply, ResponseError):
+                    try:
+                        reply = callback(reply)
+                    except Exception as exc:  # the call's own error, as with redis-py
+                        reply = exc
+                if isinstance(reply, Exception):
                     fut.set_exception(reply)
                 else:
-                    callback = self.callbacks.get(name)
-                    fut.set_result(reply if callback is None else callback(reply))
+                    fut.set_result(reply)
         except BaseException as exc:
             # the connection failed: the replies of the calls written on it are lost with it; calls
             # queued since go out on a new connection (the next worker)
