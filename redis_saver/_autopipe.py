@@ -18,7 +18,7 @@ wakes one caller, whose next call goes alone, and the server answers it alone ag
 
 - each call is still one round trip; at concurrency 1 it costs less than redis-py's own path
   (no pool round trip per command), and under concurrency the client spends about half the
-  CPU per call, the server a quarter less (``bench/autopipeline.py``);
+  CPU per call (``bench/autopipeline.py``);
 - a caller that is cancelled (or whose own timeout fires) only stops waiting: its command is
   dropped if not written yet, else its reply is read and thrown away, so the connection's
   reply stream stays in step for every other call;
