@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
 
-from . import _policy
+from . import _autopipe, _policy
 from ._engine import Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
 from ._plans import Call, Plan
 from ._telemetry import Telemetry
@@ -110,8 +110,15 @@ class SyncDriver(_Driver):
 
 
 class AsyncDriver(_Driver):
+    router: _autopipe.Router | None = None  # auto-pipelining of script calls (_autopipe.py), when on
+
+    def set_auto_pipeline(self, on: bool) -> None:
+        self.router = _autopipe.router_for(self.client) if on and _autopipe.supported(self.client) else None
+
     async def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
+            if self.router is not None and op.name in _autopipe.COMMANDS:
+                return await self.router.call(op.name, tuple(op.args))
             if op.kwargs is None:
                 return await getattr(self.client, op.name)(*op.args)
             return await getattr(self.client, op.name)(*op.args, **op.kwargs)

@@ -23,6 +23,10 @@ from ._plans import Plan, RewriteStats
 
 T = TypeVar("T")
 
+# the default of AsyncRedisSaver(auto_pipeline=...): on, as it measured faster at concurrency 1 too
+# (docs/architecture.md#automatic-pipelining-asyncredissaver)
+AUTO_PIPELINE = True
+
 
 class AsyncRedisSaver(RedisSaverBase):
     """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
@@ -32,11 +36,33 @@ class AsyncRedisSaver(RedisSaverBase):
     ``put``, ...) may be called from other threads while that loop runs (as
     ``AsyncPostgresSaver``); on the loop's own thread they raise ``asyncio.InvalidStateError``
     instead of deadlocking.
+
+    Script calls of concurrent tasks are pipelined automatically (``auto_pipeline``, on by
+    default): one connection per server (per cluster primary) carries them, those issued in
+    the same event-loop iteration in one write.
     """
 
     _driver_cls = AsyncDriver
     _driver: AsyncDriver
     loop: asyncio.AbstractEventLoop | None
+
+    def __init__(self, client: Any, *, auto_pipeline: bool | None = None, **options: Any) -> None:
+        """See :class:`redis_saver._base.RedisSaverBase` for ``options``.
+
+        Args:
+            auto_pipeline: script calls that concurrent tasks issue in the same event-loop
+                iteration leave in one write on one connection per server (per cluster node),
+                each reply going back to its own call (``_autopipe.py``); ``False``: each call
+                takes a pooled connection of its own, as redis-py does. ``None`` (default):
+                the module's ``AUTO_PIPELINE`` (on).
+        """
+        if auto_pipeline is None:
+            auto_pipeline = AUTO_PIPELINE
+        if not isinstance(auto_pipeline, bool):
+            raise TypeError("auto_pipeline must be True or False")
+        super().__init__(client, **options)
+        self.auto_pipeline = auto_pipeline
+        self._driver.set_auto_pipeline(auto_pipeline)
 
     def _bound(self) -> None:
         try:  # bound now when built inside a running loop (as AsyncPostgresSaver), else lazily
@@ -48,7 +74,7 @@ class AsyncRedisSaver(RedisSaverBase):
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
+        saver_opts = {k: options.pop(k) for k in (*SAVER_OPTIONS, "auto_pipeline") if k in options}
         saver_opts.setdefault("retries", 3)
         client = await make_async_client(url, **options)
         try:

@@ -10,6 +10,7 @@
   ``AsyncRedisSaver(async_client, prefix=prefix)``.
 - ``make_saver(kind, **kwargs)``: a saver (``kind`` = ``"sync"`` / ``"async"``) on a fresh client, with the
   test's prefix unless ``prefix=`` is given; e.g. ``make_saver("async", ttl=..., history="latest")``.
+- ``REDIS_SAVER_AUTO_PIPELINE=1`` / ``0`` in the environment: AsyncRedisSaver's ``auto_pipeline`` default.
 - ``wire``: a ``devkit.wire.CountingProxy`` in front of the ``redis_url`` server, plus
   ``wire_client(kind)`` / ``wire_saver(kind, **kwargs)`` fixtures connecting through it.
 """
@@ -33,6 +34,16 @@ from devkit.servers import (  # noqa: E402
 from devkit.wire import CountingProxy  # noqa: E402
 
 SOCKET_TIMEOUT = 5.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # REDIS_SAVER_AUTO_PIPELINE=1 / 0: every AsyncRedisSaver the tests build without an explicit
+    # auto_pipeline= gets it on / off (to run the whole suite both ways); unset: the library's default
+    flag = os.environ.get("REDIS_SAVER_AUTO_PIPELINE")
+    if flag is not None:
+        import redis_saver.aio
+
+        redis_saver.aio.AUTO_PIPELINE = flag not in ("", "0", "false", "off")
 
 
 # --------------------------------------------------------------------------- servers

@@ -1,0 +1,404 @@
+"""Automatic pipelining of script calls for AsyncRedisSaver (its ``auto_pipeline`` option).
+
+redis-py's asyncio client sends every command on its own: take a pooled connection, write,
+wait for the reply, give the connection back. Here, as with ioredis' ``enableAutoPipelining``
+or rueidis, the EVALSHA / EVAL calls that concurrent tasks issue in the same event-loop
+iteration leave in one write on one connection per server (in a cluster, per primary: the
+node that serves the thread's slot), and each reply goes back to the call it answers.
+
+A *lane* owns one connection to one server and one worker task that does all its I/O: it
+writes every call queued so far in one ``send_packed_command``, then reads the replies in
+order, each resolving the future of the call it answers (Redis answers one connection's
+commands in the order they arrived). The first call queued on an idle lane starts the worker,
+whose first step runs at the next iteration of the loop, so every call queued in the same
+iteration leaves in that write. One write is in flight at a time: the calls queued while its
+replies come back leave together right after the last of them. (Writing after every reply
+instead settles, under load, into one call per write: replies trickle in one by one, each
+wakes one caller, whose next call goes alone, and the server answers it alone again.) Hence:
+
+- each call is still one round trip; at concurrency 1 it costs less than redis-py's own path
+  (no pool round trip per command), and under concurrency the client spends about half the
+  CPU per call (``bench/autopipeline.py``);
+- a caller that is cancelled (or whose own timeout fires) only stops waiting: its command is
+  dropped if not written yet, else its reply is read and thrown away, so the connection's
+  reply stream stays in step for every other call;
+- a reply that is an error (a script error, NOSCRIPT, OOM...) goes to its own call only: the
+  engine then does its EVAL fallback, error mapping and retries per call, as without lanes;
+- a socket timeout runs from each call's own write and fails that call only; the connection
+  stays (a late reply is read and dropped) while another call still waits on it, and is
+  replaced once none does (so a call queued behind a write to a server that hangs fails
+  within twice the socket timeout: the rest of that write's, then its own);
+- only a failure of the connection itself (reset, refused) fails the calls written on it and
+  not answered yet (their replies are lost with it); calls not written yet go out on a new
+  connection.
+
+Not through a lane: WAIT (it blocks its connection for up to ``wait_timeout_ms``: the script
+and its WAIT keep their own pooled connection), fan-out pipelines, scans and setup. In a
+cluster, a call whose reply redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or whose connection
+failed is sent again through redis-py's cluster path, which follows the redirect and
+refreshes the slot map (every script is idempotent); while redis-py has a refresh pending,
+calls take that path directly.
+
+A lane keeps its connection between bursts and gives it back to its pool after ``IDLE``
+seconds without calls. Lanes belong to the client (savers sharing a client share its lanes)
+and to the running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+import sys
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
+    from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
+else:  # a redis-py dependency on these versions
+    from async_timeout import timeout as _timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
+
+IDLE = 1.0  # seconds without calls after which a lane gives its connection back
+SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a pool of fewer connections
+COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
+_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+
+async def _stale(conn: Any) -> bool:
+    """A connection held since the lane's last burst that must not be written to as it is: the
+    server closed it (idle ``timeout``, restart, ``CLIENT KILL``), it has unread data, or redis-py
+    marked it for reconnection (failover); the check the pool makes when it hands one out."""
+    marked = getattr(conn, "should_reconnect", None)
+    if marked is not None and marked():
+        return True
+    check = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis-py < 5.3: the latter only
+    try:
+        return bool(await check())
+    except (ConnectionError, RedisTimeoutError, OSError):
+        return True
+
+
+def supported(client: Any) -> bool:
+    """A redis-py asyncio client (standalone, Sentinel ``master_for`` or cluster); not a fake."""
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
+
+
+def _peer(conn: Any) -> str:
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    return f"{host}:{port}" if host is not None else str(getattr(conn, "path", "the server"))
+
+
+def _copy(exc: BaseException) -> BaseException:
+    """One instance per failed call (each caller's traceback is its own)."""
+    if isinstance(exc, asyncio.CancelledError):
+        err: BaseException = ConnectionError("the connection's worker task was cancelled")
+    else:
+        try:
+            err = type(exc)(*exc.args)
+        except Exception:  # an exception type with another constructor
+            err = ConnectionError(str(exc))
+    err.__cause__ = exc
+    return err
+
+
+class Lane:
+    """One connection to one server, shared by every call to it (see the module docstring).
+
+    Args:
+        loop: the event loop the lane serves.
+        acquire: coroutine function returning a connection (from the client's pool).
+        release: gives a connection back to its pool.
+        callbacks: the client's response callbacks (applied as redis-py does).
+        node: the cluster node served (None: standalone).
+        hold: seconds the connection is kept between bursts (0: given back at once).
+    """
+
+    __slots__ = (
+        "_acquire", "_release", "callbacks", "conn", "hold", "idle", "loop", "node", "queue", "sent", "worker",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        acquire: Callable[[], Awaitable[Any]],
+        release: Callable[[Any], Awaitable[None]],
+        callbacks: dict[Any, Any],
+        node: Any = None,
+        hold: float = IDLE,
+    ) -> None:
+        self.loop = loop
+        self._acquire = acquire
+        self._release = release
+        self.callbacks = callbacks
+        self.node = node  # the cluster node served (None: standalone)
+        self.hold = hold  # seconds the connection is kept without calls
+        self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # not written yet
+        # written, reply not read yet: (command name, future, deadline of the reply or None)
+        self.sent: deque[tuple[Any, asyncio.Future[Any], float | None]] = deque()
+        self.conn: Any = None
+        self.worker: asyncio.Task[None] | None = None
+        self.idle: asyncio.TimerHandle | None = None
+
+    def submit(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Queue one command; the future gets its reply (an error reply as its exception)."""
+        fut = self.loop.create_future()
+        self.queue.append((command, fut))
+        if self.worker is None:
+            self.worker = self.loop.create_task(self._work())
+        return fut
+
+    async def _work(self) -> None:
+        sent = self.sent
+        loop = self.loop
+        conn = None
+        try:
+            if self.idle is not None:
+                self.idle.cancel()
+                self.idle = None
+            conn = self.conn
+            try:
+                if conn is None:
+                    conn = self.conn = await self._acquire()  # connected, and checked by the pool
+                elif conn.is_connected and await _stale(conn):
+                    await conn.disconnect()  # the next write connects again
+            except BaseException as exc:  # nothing was written: the calls waiting get the error
+                self._fail_queued(exc)
+                raise
+            timeout = conn.socket_timeout or None
+            expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
+            while True:
+                if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
+                    batch, self.queue = self.queue, []
+                    commands = []
+                    deadline = None if timeout is None else loop.time() + timeout
+                    for command, fut in batch:
+                        if not fut.done():  # a caller cancelled before the write: not sent at all
+                            commands.append(command)
+                            sent.append((command[0], fut, deadline))
+                    if commands:
+                        # a health-check PING (redis-py, after health_check_interval idle) reads its own
+                        # reply: only when no reply of ours is still on the way
+                        await conn.send_packed_command(
+                            conn.pack_commands(commands), check_health=len(sent) == len(commands)
+                        )
+                if not sent:
+                    if not self.hold and not self.queue:  # a small pool: the connection goes back now
+                        self.conn = None
+                        await self._release(conn)
+                    return
+                deadline = sent[expired][2]
+                try:
+                    if deadline is None:
+                        reply = await conn.read_response(disconnect_on_error=False)
+                    else:
+                        # each call's own socket timeout, from its write: the reply may still come after
+                        # it, so the connection stays (read_response would close it on its own timeout)
+                        async with _timeout(deadline - loop.time()):
+                            reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
+                except ResponseError as exc:  # an error reply: the call's own error
+                    reply = exc
+                except (asyncio.TimeoutError, RedisTimeoutError):
+                    now = loop.time() + 0.001  # a timer may fire up to the clock's resolution early
+                    while expired < len(sent) and (sent[expired][2] or math.inf) <= now:
+                        fut = sent[expired][1]
+                        if not fut.done():
+                            fut.set_exception(RedisTimeoutError(f"Timeout reading from {_peer(conn)}"))
+                        expired += 1
+                    if expired == len(sent):  # no call is waiting on this connection: start afresh
+                        sent.clear()
+                        expired = 0
+                        await conn.disconnect(nowait=True)
+                    continue
+                name, fut, _ = sent.popleft()
+                if expired:
+                    expired -= 1
+                if fut.done():  # its caller was cancelled or timed out: the reply is read and dropped
+                    continue
+                callback = self.callbacks.get(name)
+                if callback is not None and not isinstance(reply, ResponseError):
+                    try:
+                        reply = callback(reply)
+                    except Exception as exc:  # the call's own error, as with redis-py
+                        reply = exc
+                if isinstance(reply, Exception):
+                    fut.set_exception(reply)
+                else:
+                    fut.set_result(reply)
+        except BaseException as exc:
+            # the connection failed: the replies of the calls written on it are lost with it; calls
+            # queued since go out on a new connection (the next worker)
+            while sent:
+                fut = sent.popleft()[1]
+                if not fut.done():
+                    fut.set_exception(_copy(exc))
+            if conn is not None and conn.is_connected:
+                with contextlib.suppress(BaseException):
+                    await conn.disconnect(nowait=True)
+            if not isinstance(exc, Exception):  # cancelled (the loop is shutting down) or exiting
+                self._fail_queued(exc)
+                self.conn = None  # closed above; no task is started to give it back now
+                raise
+        finally:
+            self.worker = None
+            if self.queue:
+                self.worker = loop.create_task(self._work())
+            elif self.conn is not None and not loop.is_closed():
+                if self.hold:
+                    self.idle = loop.call_later(self.hold, self._on_idle)
+                else:
+                    self._on_idle()
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        queued, self.queue = self.queue, []
+        for _, fut in queued:
+            if not fut.done():
+                fut.set_exception(_copy(exc))
+
+    def _on_idle(self) -> None:
+        self.idle = None
+        if self.worker is None and self.conn is not None:
+            conn, self.conn = self.conn, None
+            task: asyncio.Task[None] = self.loop.create_task(_released(self._release, conn))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()  # idle releases in flight (a task needs a reference)
+
+
+async def _released(release: Callable[[Any], Awaitable[None]], conn: Any) -> None:
+    await release(conn)
+
+
+class Router:
+    """The lanes of one client on one event loop, and the choice of lane for each call."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = hasattr(client, "get_node_from_key")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lanes: dict[Any, Lane] = {}
+
+    def _lane(self, args: tuple[Any, ...]) -> Lane | None:
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # a new loop: the old lanes' connections belong to the old one
+            self.loop, self.lanes = loop, {}
+        if not self.cluster:
+            lane = self.lanes.get(None)
+            if lane is None:
+                pool = self.client.connection_pool
+                acquire, callbacks = _pool_acquire(pool), self.client.response_callbacks
+                lane = self.lanes[None] = Lane(loop, acquire, pool.release, callbacks, hold=_hold(pool))
+            return lane
+        if not args[1] or getattr(self.client, "_initialize", False):
+            return None  # no key to route by, or redis-py must refresh its slot map first
+        try:
+            node = self.client.get_node_from_key(args[2])
+        except SlotNotCoveredError:
+            return None
+        lane = self.lanes.get(node.name)
+        if lane is None or lane.node is not node:  # a node object replaced by a slot-map refresh
+            acquire, release = _node_acquire(node), _node_release(node)
+            lane = self.lanes[node.name] = Lane(loop, acquire, release, node.response_callbacks, node, _hold(node))
+        return lane
+
+    async def call(self, name: str, args: tuple[Any, ...]) -> Any:
+        """``client.<name>(*args)`` (``name``: a key of COMMANDS), through the call's lane, with the
+        client's own retry policy, as redis-py would send it."""
+        lane = self._lane(args)
+        command = (COMMANDS[name], *args)
+        if lane is None:
+            return await self.client.execute_command(*command)
+        if not self.cluster:
+            retry = self.client.get_retry()
+            if not _retries(retry):
+                return await lane.submit(command)
+            # redis-py retries a command that failed with ConnectionError (and TimeoutError, by
+            # default) after a backoff: the lane sends it again, on a new connection
+            return await retry.call_with_retry(lambda: lane.submit(command), _ignore)
+        try:
+            return await lane.submit(command)
+        except _REDIRECTS:
+            pass  # redis-py's cluster path follows it (and fixes its slot map)
+        except (ConnectionError, RedisTimeoutError):
+            self.client._initialize = True  # as redis-py does: its next command refreshes the slot map
+            if not _retries(getattr(self.client, "retry", None)):
+                raise
+            # redis-py would retry after the refresh: its cluster path does
+        return await self.client.execute_command(*command)
+
+
+def _retries(retry: Any) -> int:
+    """How many times a redis-py ``Retry`` retries (None: no retry)."""
+    if retry is None:
+        return 0
+    count = getattr(retry, "get_retries", None)
+    return int(count() if count is not None else retry._retries)
+
+
+async def _ignore(*_: Any) -> None:
+    """``Retry.call_with_retry``'s failure handler: the lane has already dealt with the connection."""
+
+
+def _hold(pool: Any) -> float:
+    """How long a lane keeps its connection without calls: ``IDLE``, but not at all from a pool so
+    small (or one that makes callers wait for a free connection) that the connection it holds
+    would be missed by the saver's other commands (WAIT, fan-outs) or the application's."""
+    from redis.asyncio import BlockingConnectionPool
+
+    if isinstance(pool, BlockingConnectionPool) or getattr(pool, "max_connections", 0) < SMALL_POOL:
+        return 0.0
+    return IDLE
+
+
+def _pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
+    # redis-py >= 5.3 deprecates the command-name argument that older versions require
+    first = next(iter(inspect.signature(pool.get_connection).parameters.values()), None)
+    if first is not None and first.default is inspect.Parameter.empty and first.kind is not first.VAR_POSITIONAL:
+        return lambda: pool.get_connection("EVALSHA")
+    return pool.get_connection  # type: ignore[no-any-return]
+
+
+def _node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:
+    async def acquire() -> Any:
+        return node.acquire_connection()
+
+    return acquire
+
+
+def _node_release(node: Any) -> Callable[[Any], Awaitable[None]]:
+    async def release(conn: Any) -> None:
+        node.release(conn)
+
+    return release
+
+
+_routers: weakref.WeakKeyDictionary[Any, Router] = weakref.WeakKeyDictionary()
+
+
+def router_for(client: Any) -> Router:
+    """The client's router: savers on one client share its lanes."""
+    try:
+        router = _routers.get(client)
+        if router is None:
+            router = _routers[client] = Router(client)
+    except TypeError:  # a client that cannot be weakly referenced: a router of its own
+        router = Router(client)
+    return router

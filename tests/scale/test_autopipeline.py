@@ -1,0 +1,525 @@
+"""Automatic pipelining (``AsyncRedisSaver(auto_pipeline=True)``, ``redis_saver/_autopipe.py``) on real servers.
+
+What must hold: script calls of concurrent tasks issued in one event-loop iteration leave in one
+write on one connection per server (per primary in a cluster); every caller gets its own reply,
+in the order the server answered; an error reply (a script error, NOSCRIPT, a saver conflict)
+reaches its own call only, and the engine's EVAL fallback still works per call; a cancelled
+caller, or one whose own timeout fires, leaves every other call and every later call correct
+(the connection's reply stream stays in step); a socket timeout fails the calls it belongs to;
+a connection the server closed while the lane was idle is replaced; the sync saver is unchanged.
+
+Raw calls go through the client's router (``_autopipe.router_for``), the way the driver sends
+them; writes are counted by wrapping redis-py's ``send_packed_command``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from redis.asyncio.connection import AbstractConnection
+
+from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
+from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver, _autopipe
+from tests.faults._util import cfg
+
+ECHO = "return ARGV[1]"
+INCR = "return redis.call('INCR', KEYS[1])"
+FAIL = "return redis.error_reply('BOOM ' .. ARGV[1])"
+# busy for ARGV[1] ms (the server answers nobody meanwhile), then ARGV[2]
+SLOW = """
+local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return ARGV[2]
+"""
+
+
+class Writes:
+    """Every ``send_packed_command`` that carried scripts: (connection, number of scripts)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.log: list[tuple[int, int]] = []
+        original = AbstractConnection.send_packed_command
+
+        async def spy(conn: Any, command: Any, check_health: bool = True) -> None:
+            data = command if isinstance(command, bytes) else b"".join(bytes(c) for c in command)
+            n = data.count(b"\r\nEVALSHA\r\n") + data.count(b"\r\nEVAL\r\n")
+            if n:
+                self.log.append((id(conn), n))
+            await original(conn, command, check_health)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", spy)
+
+    def reset(self) -> None:
+        self.log.clear()
+
+    @property
+    def connections(self) -> set[int]:
+        return {c for c, _ in self.log}
+
+    @property
+    def scripts(self) -> int:
+        return sum(n for _, n in self.log)
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
+    return Writes(monkeypatch)
+
+
+@pytest.fixture
+async def aclient(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(5.0, 5.0))
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def checkpoint(value: str, step: int) -> dict:
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid6())
+    cp["channel_versions"] = {"msg": f"{step + 1:032}.0"}
+    cp["channel_values"] = {"msg": value}
+    return cp
+
+
+def call(client: Any, script: str, keys: tuple[Any, ...] = (), args: tuple[Any, ...] = ()) -> Any:
+    """One EVAL through the client's lanes (a coroutine)."""
+    return _autopipe.router_for(client).call("eval", (script, len(keys), *keys, *args))
+
+
+def evalsha(client: Any, sha: str, args: tuple[Any, ...] = ()) -> Any:
+    return _autopipe.router_for(client).call("evalsha", (sha, 0, *args))
+
+
+async def chat_round(saver: AsyncRedisSaver, thread: str, step: int, parent: dict | None) -> dict:
+    """put a child of ``parent`` + put_writes for it on ``thread``; returns the new config."""
+    cp = checkpoint(f"{thread}/{step}", step)
+    md = {"source": "loop", "step": step}
+    conf = await saver.aput(parent or cfg(thread), cp, md, {"msg": cp["channel_versions"]["msg"]})
+    await saver.aput_writes(conf, [("msg", f"w {thread}/{step}")], f"task-{step}")
+    return conf
+
+
+# --------------------------------------------------------------------------- one write, own replies, order
+
+
+async def test_calls_of_one_iteration_leave_in_one_write(aclient, writes):
+    args = [f"arg-{i}-{uuid.uuid4().hex}" for i in range(100)]
+    replies = await asyncio.gather(*(call(aclient, ECHO, args=(a,)) for a in args))
+    assert replies == [a.encode() for a in args]
+    assert writes.log == [(writes.log[0][0], 100)]  # one write of 100 scripts, one connection
+
+
+async def test_replies_keep_the_order_of_the_connection(aclient, writes):
+    key = f"ap:{uuid.uuid4().hex}"
+
+    async def burst(n: int) -> list[int]:
+        await asyncio.sleep(0)  # the bursts start in different iterations: several writes
+        return await asyncio.gather(*(call(aclient, INCR, (key,)) for _ in range(n)))
+
+    results = await asyncio.gather(*(burst(50) for _ in range(4)))
+    flat = [r for rs in results for r in rs]
+    assert sorted(flat) == list(range(1, 201))  # every caller its own reply
+    for rs in results:
+        assert rs == sorted(rs)  # in the order the calls were queued
+    assert len(writes.connections) == 1
+    assert writes.scripts == 200
+
+
+@pytest.mark.parametrize("deployment", ["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+async def test_concurrent_saver_calls_get_their_own_state(deployment, request, redis_url, prefix, writes):
+    if deployment == "cluster":
+        client = request.getfixturevalue("cluster").async_client(socket_timeout=5.0, socket_connect_timeout=2.0)
+        await client.initialize()
+        primaries = len(client.get_primaries())
+    else:
+        client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(5.0, 5.0))
+        primaries = 1
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        await saver.asetup()
+        threads = [f"t{i}-{uuid.uuid4().hex[:6]}" for i in range(64)]
+
+        async def chat(thread: str) -> dict:
+            conf = None
+            for step in range(3):
+                conf = await chat_round(saver, thread, step, conf)
+            return conf
+
+        writes.reset()
+        confs = await asyncio.gather(*(chat(t) for t in threads))
+        # 64 tasks x 3 rounds x 2 calls, coalesced into far fewer writes, on one connection per primary
+        assert writes.scripts == 64 * 3 * 2
+        assert len(writes.log) < writes.scripts / 4
+        assert len(writes.connections) <= primaries
+
+        tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+        for thread, conf, tup in zip(threads, confs, tuples, strict=True):
+            assert tup.config["configurable"]["thread_id"] == thread
+            assert tup.checkpoint["id"] == conf["configurable"]["checkpoint_id"]
+            assert tup.checkpoint["channel_values"]["msg"] == f"{thread}/2"
+            assert [w[1:] for w in tup.pending_writes] == [("msg", f"w {thread}/2")]
+    finally:
+        await client.aclose()
+
+
+# --------------------------------------------------------------------------- errors stay with their call
+
+
+async def test_an_error_reply_reaches_its_own_call_only(aclient, writes):
+    kinds = ["ok", "fail", "ok", "noscript", "ok"] * 12
+
+    def one(i: int, kind: str) -> Any:
+        if kind == "fail":
+            return call(aclient, FAIL, args=(str(i),))
+        if kind == "noscript":
+            return evalsha(aclient, "0" * 40, (str(i),))
+        return call(aclient, ECHO, args=(str(i),))
+
+    replies = await asyncio.gather(*(one(i, k) for i, k in enumerate(kinds)), return_exceptions=True)
+    for i, (kind, reply) in enumerate(zip(kinds, replies, strict=True)):
+        if kind == "ok":
+            assert reply == str(i).encode()
+        elif kind == "fail":
+            assert isinstance(reply, redis.exceptions.ResponseError) and f"BOOM {i}" in str(reply)
+        else:
+            assert isinstance(reply, redis.exceptions.NoScriptError)
+    assert len(writes.log) == 1
+    assert await call(aclient, ECHO, args=("after",)) == b"after"  # the connection is still in step
+
+
+async def test_a_conflict_stays_with_its_call(aclient, prefix):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, fencing=True, auto_pipeline=True)
+    threads = [f"f{i}" for i in range(20)]
+    first = await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
+    await asyncio.gather(*(chat_round(saver, t, 1, c) for t, c in zip(threads, first, strict=True)))
+    # round 2: thread f7 writes from a stale parent (round 0's checkpoint), the others from the latest
+    latest = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+    parents = [first[i] if t == "f7" else latest[i].config for i, t in enumerate(threads)]
+    results = await asyncio.gather(
+        *(chat_round(saver, t, 2, p) for t, p in zip(threads, parents, strict=True)), return_exceptions=True
+    )
+    for t, r in zip(threads, results, strict=True):
+        if t == "f7":
+            assert isinstance(r, ConflictError)
+        else:
+            assert isinstance(r, dict) and r["configurable"]["thread_id"] == t
+
+
+async def test_noscript_falls_back_to_eval_per_call(aclient, prefix, writes):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)
+    threads = [f"n{i}" for i in range(30)]
+    await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
+    await aclient.script_flush()
+    writes.reset()
+    tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+    assert [t.checkpoint["channel_values"]["msg"] for t in tuples] == [f"{t}/0" for t in threads]
+    # one write of 30 EVALSHA answered NOSCRIPT, then the EVALs: each call did its own fallback
+    assert writes.log[0][1] == 30 and writes.scripts == 60
+    assert len(writes.connections) == 1
+
+
+# --------------------------------------------------------------------------- cancellation and timeouts
+
+
+async def test_a_call_cancelled_before_its_write_is_not_sent(aclient):
+    key = f"ap:{uuid.uuid4().hex}"
+    tasks = [asyncio.create_task(call(aclient, INCR, (key,))) for _ in range(5)]
+    await asyncio.sleep(0)  # every task has queued its call; the lane's first write comes next
+    tasks[2].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(done[2], asyncio.CancelledError)
+    assert [done[i] for i in (0, 1, 3, 4)] == [1, 2, 3, 4]
+    assert int(await aclient.get(key)) == 4  # the cancelled INCR never reached the server
+
+
+async def test_a_caller_cancelled_while_waiting_leaves_the_others_correct(aclient, writes):
+    slow = asyncio.create_task(call(aclient, SLOW, args=(300, "slow")))
+    behind = [asyncio.create_task(call(aclient, ECHO, args=(f"b{i}",))) for i in range(6)]
+    await asyncio.sleep(0.1)  # all written, the server busy with SLOW
+    assert writes.scripts == 7
+    behind[1].cancel()
+    behind[4].cancel()
+    results = await asyncio.gather(slow, *behind, return_exceptions=True)
+    assert results[0] == b"slow"
+    for i, r in enumerate(results[1:]):
+        if i in (1, 4):
+            assert isinstance(r, asyncio.CancelledError)
+        else:
+            assert r == f"b{i}".encode()
+    # the replies of the cancelled calls were read and dropped: later calls get their own
+    after = await asyncio.gather(*(call(aclient, ECHO, args=(f"a{i}",)) for i in range(50)))
+    assert after == [f"a{i}".encode() for i in range(50)]
+    assert len(writes.connections) == 1  # never reconnected
+
+
+async def test_a_callers_own_timeout_stays_with_it(aclient, prefix):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)
+    await chat_round(saver, "x", 0, None)
+    slow = asyncio.create_task(call(aclient, SLOW, args=(300, "slow")))
+    await asyncio.sleep(0.05)
+    patient = asyncio.create_task(saver.aget_tuple(cfg("x")))
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(saver.aget_tuple(cfg("x")), 0.05)
+    assert (await patient).checkpoint["channel_values"]["msg"] == "x/0"
+    assert await slow == b"slow"
+    assert (await saver.aget_tuple(cfg("x"))).checkpoint["channel_values"]["msg"] == "x/0"
+
+
+async def test_a_socket_timeout_fails_only_the_calls_it_belongs_to(redis_url, writes):
+    client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(0.4, 2.0))
+    try:
+        first = asyncio.create_task(call(client, SLOW, args=(1000, "late")))
+        same_write = asyncio.create_task(call(client, ECHO, args=("same",)))
+        await asyncio.sleep(0.3)
+        later = asyncio.create_task(call(client, ECHO, args=("later",)))
+        results = await asyncio.gather(first, same_write, later, return_exceptions=True)
+        assert isinstance(results[0], redis.exceptions.TimeoutError)
+        assert isinstance(results[1], redis.exceptions.TimeoutError)
+        # 'later' left at 0.4 s, on a new connection, once no call waited on the first one any more;
+        # the server, busy with SLOW until 1 s, did not answer it by 0.8 s: its own timeout
+        assert isinstance(results[2], redis.exceptions.TimeoutError)
+        await asyncio.sleep(0.5)  # the server is free again
+        assert await asyncio.gather(*(call(client, ECHO, args=(str(i),)) for i in range(10))) == [
+            str(i).encode() for i in range(10)
+        ]
+    finally:
+        await client.aclose()
+
+
+async def test_a_call_written_after_a_slow_one_still_gets_its_reply(redis_url):
+    # the SLOW call times out at 0.4 s; the call queued at 0.3 s leaves then, with its own 0.4 s, and the
+    # server (free at 0.5 s) answers it in time
+    client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(0.4, 2.0))
+    try:
+        first = asyncio.create_task(call(client, SLOW, args=(500, "late")))
+        await asyncio.sleep(0.3)
+        second = asyncio.create_task(call(client, ECHO, args=("mine",)))
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        assert isinstance(results[0], redis.exceptions.TimeoutError)
+        assert results[1] == b"mine"
+    finally:
+        await client.aclose()
+
+
+# --------------------------------------------------------------------------- connections
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(aclient, prefix):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)  # retries=0: no second chance
+    await chat_round(saver, "k", 0, None)
+    lane = _autopipe.router_for(aclient).lanes[None]
+    held = lane.conn
+    assert held is not None and held.is_connected
+    killed = await aclient.client_kill_filter(_type="normal", skipme=True)  # from a pooled connection
+    assert killed >= 1
+    await asyncio.sleep(0.05)  # the EOF reaches the lane's idle connection
+    assert lane.conn is held
+    assert (await saver.aget_tuple(cfg("k"))).checkpoint["channel_values"]["msg"] == "k/0"
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+async def test_the_clients_retry_policy_applies(redis_url, prefix, retries):
+    # redis-py retries a command whose connection failed as often as the client's Retry says; so does a lane
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from tests.faults._proxy import FaultProxy
+
+    host, port = redis_url.split("//")[1].split("/")[0].split(":")
+    with FaultProxy(host, int(port)) as proxy:
+        kwargs = {**async_client_kwargs(2.0, 2.0), "retry": Retry(NoBackoff(), retries)}
+        client = redis.asyncio.Redis(host=proxy.host, port=proxy.port, **kwargs)
+        try:
+            saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)  # saver retries=0
+            await chat_round(saver, "r", 0, None)
+            proxy.cut_next()  # the next write reaches the server, its reply is lost, the connection reset
+            if retries:
+                assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+            else:
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await saver.aget_tuple(cfg("r"))
+            assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("pool_kind", ["small", "blocking"])
+async def test_a_small_pool_gets_the_connection_back_between_bursts(redis_url, prefix, pool_kind):
+    # one connection in all: the lane must not keep it while the saver's fan-outs (pipelines) need it
+    kwargs = {**async_client_kwargs(5.0, 5.0), "max_connections": 1}
+    if pool_kind == "blocking":
+        pool = redis.asyncio.BlockingConnectionPool.from_url(redis_url, timeout=0.5, **kwargs)
+    else:
+        pool = redis.asyncio.ConnectionPool.from_url(redis_url, **kwargs)
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        if pool_kind == "blocking":  # concurrent callers wait for the connection
+            await asyncio.gather(*(chat_round(saver, f"p{i}", 0, None) for i in range(5)))
+        else:  # a non-blocking pool of one serves one caller at a time, lanes or not
+            for i in range(5):
+                await chat_round(saver, f"p{i}", 0, None)
+        start = asyncio.get_running_loop().time()
+        listed = [t async for t in saver.alist(None)]  # a pipeline on the pool's one connection
+        assert asyncio.get_running_loop().time() - start < 0.4
+        assert len(listed) == 5
+        await saver.adelete_thread("p0")
+        assert await saver.aget_tuple(cfg("p0")) is None
+    finally:
+        await client.aclose()
+
+
+async def test_savers_sharing_a_client_share_its_lanes(aclient, prefix, writes):
+    a = AsyncRedisSaver(aclient, prefix=prefix + "a", auto_pipeline=True)
+    b = AsyncRedisSaver(aclient, prefix=prefix + "b", auto_pipeline=True)
+    await asyncio.gather(*(chat_round(s, f"s{i}", 0, None) for i in range(10) for s in (a, b)))
+    assert len(writes.connections) == 1
+    assert a._driver.router is b._driver.router
+
+
+async def test_off_by_choice_uses_the_pool(aclient, prefix, writes):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=False)
+    assert saver._driver.router is None
+    await asyncio.gather(*(chat_round(saver, f"o{i}", 0, None) for i in range(8)))
+    assert len(writes.log) == writes.scripts == 16  # one write per call
+
+
+def test_the_option_is_checked():
+    with pytest.raises(TypeError):
+        AsyncRedisSaver(redis.asyncio.Redis(), auto_pipeline="yes")
+    with pytest.raises(TypeError):
+        RedisSaver(redis.Redis(), auto_pipeline=True)  # the sync saver has no such option
+
+
+def test_sync_saver_and_sync_bridge_unaffected(redis_url, prefix):
+    # RedisSaver works as before; AsyncRedisSaver's sync methods, from another thread, go through the lanes
+    with RedisSaver.from_conn_string(redis_url, prefix=prefix) as sync_saver:
+        cp = checkpoint("sync", 0)
+        sync_saver.put(cfg("s"), cp, {"source": "loop", "step": 0}, {"msg": cp["channel_versions"]["msg"]})
+
+    async def serve(ready: threading.Event, stop: asyncio.Event, box: dict) -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(5.0, 5.0))
+        box["saver"] = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        box["loop"] = asyncio.get_running_loop()
+        ready.set()
+        await stop.wait()
+        await client.aclose()
+
+    ready, box = threading.Event(), {}
+    stop_holder: dict = {}
+
+    def run() -> None:
+        async def main() -> None:
+            stop_holder["stop"] = asyncio.Event()
+            await serve(ready, stop_holder["stop"], box)
+
+        asyncio.run(main())
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    assert ready.wait(10)
+    try:
+        got = box["saver"].get_tuple(cfg("s"))
+        assert got.checkpoint["channel_values"]["msg"] == "sync"
+        assert box["saver"]._driver.router is not None
+    finally:
+        box["loop"].call_soon_threadsafe(stop_holder["stop"].set)
+        th.join(10)
+    with redis.Redis.from_url(redis_url, **client_kwargs()) as r:
+        assert r.exists(f"{prefix}:{{s}}:cp")
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@pytest.mark.cluster
+async def test_cluster_one_lane_per_primary_and_redirects_followed(cluster, prefix, writes):
+    client = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    await client.initialize()
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        threads = [f"c{i}" for i in range(48)]
+        writes.reset()
+        await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
+        router = _autopipe.router_for(client)
+        assert set(router.lanes) == {n.name for n in client.get_primaries()}
+        assert len(writes.connections) == len(client.get_primaries())
+        # a stale slot map for three threads: their calls go to a primary that answers MOVED, and
+        # go again through redis-py's cluster path, which follows it and fixes the map (more MOVED at
+        # once than redis-py's reinitialize_steps, 5, makes redis-py close every connection, lanes or not)
+        slots = client.nodes_manager.slots_cache
+        moved = []
+        for t in threads[:3]:
+            slot = client.keyslot(f"{prefix}:{{{t}}}:cp")
+            slots[slot] = [next(n for n in client.get_primaries() if n.name != slots[slot][0].name)]
+            moved.append(slot)
+        tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+        assert [t.checkpoint["channel_values"]["msg"] for t in tuples] == [f"{t}/0" for t in threads]
+        for slot in moved:  # redis-py followed MOVED and patched its map
+            assert int(slots[slot][0].port) == cluster.primary_for_slot(slot).port
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.cluster
+async def test_cluster_slot_map_refresh_pending_takes_redis_py_path(cluster, prefix):
+    client = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    await client.initialize()
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        client._initialize = True  # what redis-py sets after a node's connection error
+        await chat_round(saver, "r", 0, None)
+        assert not client._initialize  # redis-py refreshed, through its own path
+        assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+    finally:
+        await client.aclose()
+
+
+def test_a_loop_that_ends_with_a_reply_outstanding(redis_url, caplog):
+    # asyncio.run() returns while a lane still waits for the reply of an abandoned call: its worker is
+    # cancelled with the loop, quietly; a new loop gets new lanes on the same client
+    client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(5.0, 5.0))
+
+    async def abandon() -> None:
+        task = asyncio.create_task(call(client, SLOW, args=(200, "slow")))
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    async def again() -> bytes:
+        try:
+            return await call(client, ECHO, args=("again",))
+        finally:
+            await client.aclose()
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(abandon())
+        assert asyncio.run(again()) == b"again"
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+
+
+async def test_lanes_follow_the_event_loop(prefix):
+    # a saver used from two event loops in turn (asyncio.run twice): the lanes follow the loop
+    with start_standalone() as server:
+
+        async def once(tag: str) -> str:
+            client = redis.asyncio.Redis.from_url(server.url, **async_client_kwargs(5.0, 5.0))
+            try:
+                saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+                await chat_round(saver, tag, 0, None)
+                return (await saver.aget_tuple(cfg(tag))).checkpoint["channel_values"]["msg"]
+            finally:
+                await client.aclose()
+
+        assert await once("l1") == "l1/0"
+        assert await asyncio.get_running_loop().run_in_executor(None, lambda: asyncio.run(once("l2"))) == "l2/0"
