@@ -265,7 +265,7 @@ class Plans:
             c.pop("channel_versions")
             mark = values_.VERSIONS_MARK
         cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress, mark)
-        flt, holds = codec.filter_record_holds(md)
+        flt, holds = codec.filter_record_holds(md, self.compress)
         if self.compress and holds:
             # the filter record already holds every value as JSON that reads back exactly:
             # the metadata is stored once, there (MD_IN_FILTER)
