@@ -94,7 +94,16 @@ def savers() -> tuple[type, type]:
 
 def supports(cls: type, option: str) -> bool:
     """Whether a saver class's constructor takes keyword ``option`` (e.g. the coming ``compress``)."""
-    try:
-        return option in inspect.signature(cls.__init__).parameters
-    except (TypeError, ValueError):
-        return False
+    for klass in cls.__mro__:  # a constructor taking **options hands them to its base's
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            return False
+        if option in params:
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return False
+    return False

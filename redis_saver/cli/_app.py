@@ -613,6 +613,23 @@ def delete(st: State, thread_ids: tuple[str, ...], yes: bool, dry_run: bool) -> 
         raise click.exceptions.Exit(1)
 
 
+def _targets(
+    saver: Any, thread_ids: tuple[str, ...], all_threads: bool, verb: str
+) -> tuple[Iterable[str], str, list[str]]:
+    """The threads a command acts on: the given ids that exist (each missing one reported), or
+    with --all every thread, streamed; (threads, how to name them, the missing ids)."""
+    if bool(thread_ids) == all_threads:
+        raise click.UsageError("give thread ids or --all (not both)")
+    if all_threads:
+        return ops.iter_thread_ids(saver), "every thread", []
+    found, missing = _threads_arg(saver, thread_ids)
+    for t in missing:
+        err.print(f"thread {t!r}: not found")
+    if not found:
+        raise _fail(f"nothing to {verb}")
+    return found, f"{len(found)} thread(s)", missing
+
+
 @cli.command()
 @click.argument("thread_ids", nargs=-1, metavar="[THREAD]...")
 @click.option("--all", "all_threads", is_flag=True, help="Every thread under the prefix.")
@@ -624,20 +641,8 @@ def delete(st: State, thread_ids: tuple[str, ...], yes: bool, dry_run: bool) -> 
 @pass_state
 def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: str, yes: bool, dry_run: bool) -> None:
     """Prune threads' history (saver.prune), one atomic call per thread."""
-    if bool(thread_ids) == all_threads:
-        raise click.UsageError("give thread ids or --all (not both)")
     saver = st.saver()
-    missing: list[str] = []
-    if all_threads:
-        targets: Iterable[str] = ops.iter_thread_ids(saver)
-        what = "every thread"
-    else:
-        found, missing = _threads_arg(saver, thread_ids)
-        for t in missing:
-            err.print(f"thread {t!r}: not found")
-        if not found:
-            raise _fail("nothing to prune")
-        targets, what = found, f"{len(found)} thread(s)"
+    targets, what, missing = _targets(saver, thread_ids, all_threads, "prune")
     if dry_run:
         n = 0
         for t in targets:
@@ -687,22 +692,10 @@ def rewrite(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: st
     leaving its expiry as it is; a value written meanwhile is left alone. A stopped run can be
     run again (done values are skipped) or resumed with --after, the last thread it printed.
     """
-    if bool(thread_ids) == all_threads:
-        raise click.UsageError("give thread ids or --all (not both)")
     if after is not None and not all_threads:
         raise click.UsageError("--after goes with --all")
     saver = st.saver()
-    missing: list[str] = []
-    if all_threads:
-        targets: Iterable[str] = ops.iter_thread_ids(saver)
-        what = "every thread"
-    else:
-        found, missing = _threads_arg(saver, thread_ids)
-        for t in missing:
-            err.print(f"thread {t!r}: not found")
-        if not found:
-            raise _fail("nothing to rewrite")
-        targets, what = found, f"{len(found)} thread(s)"
+    targets, what, missing = _targets(saver, thread_ids, all_threads, "rewrite")
     _confirm(f"Rewrite the raw values of {what} compressed?", yes)
     done = values = before = after_bytes = 0
     skipping = after is not None
