@@ -72,6 +72,7 @@ SAVER_OPTIONS = (
     "telemetry",
     "compress",
     "cache_bytes",
+    "auto_pipeline",
 )
 
 
@@ -110,6 +111,11 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         compress: store values compressed (default): writes and checkpoints as zstd frames,
             a channel's versions as one stream per channel (a new version of a list costs
             its new bytes). ``False`` stores serde bytes as they are; both read everything.
+        auto_pipeline: ``AsyncRedisSaver`` only: script calls that concurrent tasks issue in the
+            same event-loop iteration leave in one write on one connection per server (per
+            cluster node), each reply going back to its own call (``_autopipe.py``); ``False``:
+            each call takes a pooled connection of its own, as redis-py does; ``None``
+            (default): on (``redis_saver.aio.AUTO_PIPELINE``).
         cache_bytes: bound of the per-saver cache of the streams last read or written (LRU,
             by the streams' raw bytes; a stream above a quarter of it is not kept). A put of
             a channel the saver has not seen starts a new stream instead of a delta.
@@ -133,6 +139,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         telemetry: Telemetry | bool = True,
         compress: bool = True,
         cache_bytes: int = 64 << 20,
+        auto_pipeline: bool | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -163,7 +170,12 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
         self._driver = self._driver_cls(client, self.keys, self.retries, telemetry or None)
         self._driver.set_eviction_check(eviction_check)
+        self._set_auto_pipeline(auto_pipeline)
         self._bound()
+
+    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
+        if auto_pipeline is not None:
+            raise TypeError("auto_pipeline is an AsyncRedisSaver option (RedisSaver sends each call as it comes)")
 
     def _bound(self) -> None:
         """Called at the end of ``__init__`` (AsyncRedisSaver binds to a running loop)."""

@@ -46,21 +46,11 @@ class AsyncRedisSaver(RedisSaverBase):
     _driver: AsyncDriver
     loop: asyncio.AbstractEventLoop | None
 
-    def __init__(self, client: Any, *, auto_pipeline: bool | None = None, **options: Any) -> None:
-        """See :class:`redis_saver._base.RedisSaverBase` for ``options``.
-
-        Args:
-            auto_pipeline: script calls that concurrent tasks issue in the same event-loop
-                iteration leave in one write on one connection per server (per cluster node),
-                each reply going back to its own call (``_autopipe.py``); ``False``: each call
-                takes a pooled connection of its own, as redis-py does. ``None`` (default):
-                the module's ``AUTO_PIPELINE`` (on).
-        """
+    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
         if auto_pipeline is None:
             auto_pipeline = AUTO_PIPELINE
         if not isinstance(auto_pipeline, bool):
             raise TypeError("auto_pipeline must be True or False")
-        super().__init__(client, **options)
         self.auto_pipeline = auto_pipeline
         self._driver.set_auto_pipeline(auto_pipeline)
 
@@ -74,7 +64,7 @@ class AsyncRedisSaver(RedisSaverBase):
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        saver_opts = {k: options.pop(k) for k in (*SAVER_OPTIONS, "auto_pipeline") if k in options}
+        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
         saver_opts.setdefault("retries", 3)
         client = await make_async_client(url, **options)
         try:
