@@ -213,14 +213,24 @@ def filter_holds(metadata: Mapping[str, Any]) -> bool:
     return filter_record_holds(metadata)[1]
 
 
+def _json_value(v: bytes) -> Any:
+    """``json.loads`` of a canonical JSON value, with LangGraph's usual metadata (a plain string, an
+    int, null, an empty object) parsed directly (json.loads costs ~3 us a call)."""
+    if v[:1] == b'"' and b"\\" not in v:
+        return v[1:-1].decode()
+    if v.isdigit() or (v[:1] == b"-" and v[1:].isdigit()):
+        return int(v)
+    if v == b"{}":
+        return {}
+    if v == b"null":
+        return None
+    return json.loads(v)
+
+
 def metadata_from_filter(flt: bytes) -> dict[str, Any]:
-    """The metadata a filter record holds in full (``MD_IN_FILTER``): one JSON object, parsed once."""
+    """The metadata a filter record holds in full (``MD_IN_FILTER``)."""
     parts = unpack(flt)
-    body = b",".join(
-        [_encode_str(parts[i].decode()).encode() + b":" + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
-    )
-    out: dict[str, Any] = json.loads(b"{" + body + b"}")
-    return out
+    return {parts[i].decode(): _json_value(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
 def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
