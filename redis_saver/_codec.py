@@ -170,7 +170,8 @@ def filter_record(metadata: Mapping[str, Any]) -> bytes:
 
 def filter_record_holds(metadata: Mapping[str, Any], check: bool = True) -> tuple[bytes, bool]:
     """``filter_record(metadata)``, and whether it holds every value in full, as JSON that reads
-    back to exactly that value (``filter_holds``), in one pass (``check=False``: not asked)."""
+    back to exactly that value (no digest, no bool made an int, no float made an int, no tuple,
+    dict keys in the same order), in one pass (``check=False``: not asked)."""
     parts: list[bytes] = []
     holds = check
     for k, v in metadata.items():
@@ -205,12 +206,6 @@ def _exact(a: Any, b: Any) -> bool:
     if type(a) is list:
         return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
-
-
-def filter_holds(metadata: Mapping[str, Any]) -> bool:
-    """True when ``filter_record(metadata)`` holds every value in full, as JSON that reads back
-    to exactly that value (no digest, no bool made an int, no float made an int, no tuple...)."""
-    return filter_record_holds(metadata)[1]
 
 
 def _json_value(v: bytes) -> Any:

@@ -136,12 +136,6 @@ def encode_plain(type_: str, data: bytes, on: bool, mark: str = "") -> tuple[byt
     return t, data
 
 
-def decode_plain(type_: bytes, data: bytes) -> tuple[bytes, bytes]:
-    if type_.endswith(ZSTD_MARK):
-        return type_[:-2], decompress(data)
-    return type_, data
-
-
 # ---- stream records -------------------------------------------------------------------
 def _op_bytes(op: Op) -> bytes:
     if isinstance(op, bytes):
