@@ -592,24 +592,33 @@ end
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
 local function plan_blobs(pairs_, sargs, ns_e)
+  -- A record that names no stream is written as it comes: it can only replace the record of
+  -- the same version (a retry writes the same bytes). A stream record is written only if it
+  -- changes the field, and then counts a reference, and takes one from the stream of the
+  -- stream record it replaces. (A plain record replacing a stream record of the same version,
+  -- a re-put with compress switched off, leaves that stream one reference too many: it stays
+  -- until the thread goes; no command per plain record is spent to spare that.)
   local writes, refs, unrefs = {}, {}, {}
   for i = 1, #pairs_ - 1, 2 do
     local f, b = pairs_[i], pairs_[i + 1]
-    local n = redis.call('HSTRLEN', K_BLOB, f)
-    if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+    local sid = stream_id(b)
+    if not sid then
       writes[#writes + 1] = f
       writes[#writes + 1] = b
-      local sid = stream_id(b)
-      if sid then
-        if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
+    else
+      if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
+      local n = redis.call('HSTRLEN', K_BLOB, f)
+      if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+        writes[#writes + 1] = f
+        writes[#writes + 1] = b
         local d = blob_prefix_of(f) .. '\0' .. sid
         refs[d] = (refs[d] or 0) + 1
-      end
-      if n > 0 and n <= STREAM_REC_MAX then
-        local osid = stream_id(redis.call('HGET', K_BLOB, f))
-        if osid then
-          local d = blob_prefix_of(f) .. '\0' .. osid
-          unrefs[d] = (unrefs[d] or 0) - 1
+        if n > 0 and n <= STREAM_REC_MAX then
+          local osid = stream_id(redis.call('HGET', K_BLOB, f))
+          if osid then
+            local od = blob_prefix_of(f) .. '\0' .. osid
+            unrefs[od] = (unrefs[od] or 0) - 1
+          end
         end
       end
     end
