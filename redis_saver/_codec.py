@@ -57,9 +57,9 @@ EMPTY_TYPE = "empty"  # the serde type of a channel without a value
 EMPTY_BLOB = b"5,0;empty"  # pack([EMPTY_TYPE, b""]), the whole blob record (lua/_lib.lua EMPTY_BLOB)
 
 
-def blob_record(type_: str, data: bytes) -> bytes:
+def blob_record(type_: str | bytes, data: bytes) -> bytes:
     """``pack([type_, data])``, framed directly (put's hot path)."""
-    t = type_.encode()
+    t = type_ if isinstance(type_, bytes) else type_.encode()
     return b"%d,%d;%s%s" % (len(t), len(data), t, data)
 
 

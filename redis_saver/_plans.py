@@ -349,9 +349,8 @@ class Plans:
                 if app is not None:
                     appends.append((app, item))
             else:
-                if b"\x1f" in typed[0]:
-                    raise ValueError(f"serializer type {typed[0]!r} contains \\x1f, which marks encoded values")
-                args.append(codec.blob_record(typed[0].decode(), typed[1]))
+                values_.check_type(typed[0])
+                args.append(codec.blob_record(typed[0], typed[1]))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
         args.append(len(sent))
@@ -737,12 +736,12 @@ class Plans:
         while True:
             cursor, page = yield Call("rewrite", keys, [*head, "scan", cursor, EXPORT_COUNT, values_.MIN_ENCODED])
             for f, n in codec.pairs(page):
-                p = _after_component(f, _after_component(f, 0))
+                p = dec_first(f, dec_first(f)[1])[1]  # after e(ns)e(channel)
                 found.setdefault(f[:p], []).append((f[p:], f, int(n)))
             if cursor in (b"0", 0, "0"):
                 break
         for prefix, items in found.items():
-            ns_e = prefix[: _after_component(prefix, 0)]
+            ns_e = prefix[: dec_first(prefix)[1]]
             ch_e = prefix[len(ns_e) :]
             items.sort()
             for attempt in range(2):
@@ -816,16 +815,6 @@ class RewriteStats:
     values: int = 0  # value records replaced
     bytes_before: int = 0  # their raw records' bytes
     bytes_after: int = 0  # the new records' and the stream frames' bytes
-
-
-def _after_component(s: bytes, pos: int) -> int:
-    """Position just after the e() component starting at ``pos`` (keys.enc)."""
-    while True:
-        i = s.index(b"\0", pos)
-        if s[i + 1 : i + 2] == b"\xff":
-            pos = i + 2
-        else:
-            return i + 1
 
 
 def _batches(items: list[tuple[bytes, bytes, int]], limit: int) -> list[list[tuple[bytes, bytes, int]]]:

@@ -34,6 +34,7 @@ from typing import Any, Union
 
 import zstandard
 
+from ._codec import blob_record, unpack
 from .errors import MalformedReplyError
 
 ZSTD_MARK = b"\x1fz"  # type + mark: the bytes are one zstd frame of the serde bytes
@@ -124,10 +125,16 @@ def decompress(data: bytes) -> bytes:
     return out
 
 
+def check_type(type_: bytes) -> None:
+    """A serializer's type may not hold the byte that marks encoded values."""
+    if b"\x1f" in type_:
+        name = type_.decode(errors="replace")
+        raise ValueError(f"serializer type {name!r} contains \\x1f, which marks encoded values")
+
+
 def encode_plain(type_: str, data: bytes, on: bool, mark: str = "") -> tuple[bytes, bytes]:
     """(type, bytes) as stored for a write or a checkpoint's own bytes (``mark``: VERSIONS_MARK)."""
-    if "\x1f" in type_:
-        raise ValueError(f"serializer type {type_!r} contains \\x1f, which marks encoded values")
+    check_type(type_.encode())
     t = (type_ + mark).encode()
     if on and len(data) >= MIN_ENCODED:
         z = compress(data)
@@ -149,8 +156,6 @@ def stream_payload(sid: bytes, ops: Sequence[Op]) -> bytes:
 
 
 def parse_payload(payload: bytes) -> tuple[bytes, list[Op]]:
-    from ._codec import unpack
-
     parts = unpack(payload)
     if not parts:
         raise MalformedReplyError("empty stream record")
@@ -340,11 +345,9 @@ def encode_channel(
     type_: bytes, data: bytes, ch_e: bytes, known: Known | None
 ) -> tuple[bytes, StreamAppend | None]:
     """A channel value's blob record, and the stream change it needs (None: stored raw)."""
-    if b"\x1f" in type_:
-        name = type_.decode(errors="replace")
-        raise ValueError(f"serializer type {name!r} contains \\x1f, which marks encoded values")
+    check_type(type_)
     if len(data) < MIN_ENCODED or len(type_) > 128:
-        return _record(type_, data), None
+        return blob_record(type_, data), None
     if known is not None:
         st = known.stream
         base = known.value
@@ -355,7 +358,7 @@ def encode_channel(
             ops, suffix = spliced
             raw = st.raw + suffix
             payload = stream_payload(st.sid, ops)
-            rec = _record(type_ + STREAM_MARK, payload)
+            rec = blob_record(type_ + STREAM_MARK, payload)
             if len(rec) <= STREAM_REC_MAX:
                 if st.frames + (1 if suffix else 0) > MERGE_AT:
                     mode, frame, frames = b"m", compress(raw), 1
@@ -370,20 +373,16 @@ def encode_channel(
                 return rec, StreamAppend(ch_e + b"\0" + st.sid, mode, len(st.raw), len(raw), frame, nk)
     frame = compress(data)
     if len(frame) >= len(data) - len(data) // 8:
-        return _record(type_, data), None  # incompressible (ciphertext): as it is
+        return blob_record(type_, data), None  # incompressible (ciphertext): as it is
     if data[:1] not in _LIST_HEADS:
         # not a list: a later version is unlikely to extend it, so one zstd frame in one field
         # (a stream costs a directory and a frame field besides its record)
-        return _record(type_ + ZSTD_MARK, frame), None
+        return blob_record(type_ + ZSTD_MARK, frame), None
     sid = new_sid()
     ops1: tuple[Op, ...] = ((0, len(data)),)
-    rec = _record(type_ + STREAM_MARK, stream_payload(sid, ops1))
+    rec = blob_record(type_ + STREAM_MARK, stream_payload(sid, ops1))
     nk = Known(Stream(sid, data, 1), ops1, data)
     return rec, StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
-
-
-def _record(type_: bytes, data: bytes) -> bytes:
-    return b"%d,%d;%s%s" % (len(type_), len(data), type_, data)
 
 
 def decode_streams(
@@ -391,8 +390,6 @@ def decode_streams(
 ) -> dict[bytes, Stream]:
     """A reply's streams ({sid, directory, frame, ...} each) decoded; a stream the cache holds
     at the stored length is not decompressed again (its bytes never change)."""
-    from ._codec import unpack
-
     out: dict[bytes, Stream] = {}
     for s in streams:
         sid, d, frames = s[0], s[1], s[2:]
