@@ -494,6 +494,21 @@ local function blob_prefix_of(field)
   return string.sub(field, 1, skip(field, skip(field, 1)) - 1)
 end
 
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+local function is_stream_part(field)
+  return string.byte(field, skip(field, skip(field, 1))) == 0
+end
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+local function stored_stream(f, n)
+  n = n or redis.call('HSTRLEN', K_BLOB, f)
+  if n == 0 or n > STREAM_REC_MAX then return nil end
+  local sid = stream_id(redis.call('HGET', K_BLOB, f))
+  if sid then return blob_prefix_of(f) .. '\0' .. sid end
+  return nil
+end
+
 -- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
 -- fields[i], nil = none) name, once; nil when the thread is expiring
 local function fetch_streams(fields, blobs)
@@ -555,14 +570,8 @@ end
 local function drop_blobs(fields)
   local unref = {}
   for _, f in ipairs(fields) do
-    local n = redis.call('HSTRLEN', K_BLOB, f)
-    if n > 0 and n <= STREAM_REC_MAX then
-      local sid = stream_id(redis.call('HGET', K_BLOB, f))
-      if sid then
-        local d = blob_prefix_of(f) .. '\0' .. sid
-        unref[d] = (unref[d] or 0) - 1
-      end
-    end
+    local d = stored_stream(f)
+    if d then unref[d] = (unref[d] or 0) - 1 end
   end
   local k = 0
   for i = 1, #fields, 1000 do
@@ -613,13 +622,8 @@ local function plan_blobs(pairs_, sargs, ns_e)
         writes[#writes + 1] = b
         local d = blob_prefix_of(f) .. '\0' .. sid
         refs[d] = (refs[d] or 0) + 1
-        if n > 0 and n <= STREAM_REC_MAX then
-          local osid = stream_id(redis.call('HGET', K_BLOB, f))
-          if osid then
-            local od = blob_prefix_of(f) .. '\0' .. osid
-            unrefs[od] = (unrefs[od] or 0) - 1
-          end
-        end
+        local od = stored_stream(f, n)
+        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
       end
     end
   end

@@ -14,13 +14,9 @@ local what = ARGV[5]
 if what ~= 'cp' and what ~= 'blob' and what ~= 'wr' then fail('RS_BADARG', 'bad import kind') end
 if (#ARGV - 5) % 2 ~= 0 then fail('RS_BADARG', 'odd field/value list') end
 local recs = {}
--- a blob field that is a stream's directory or frame (see "Encoded values" in _lib.lua)
-local function stream_part(field)
-  return string.byte(field, skip(field, skip(field, 1))) == 0
-end
 for i = 6, #ARGV - 1, 2 do
   local r
-  if what == 'blob' and stream_part(ARGV[i]) then
+  if what == 'blob' and is_stream_part(ARGV[i]) then
     r = {'', ''}  -- copied as it is: the directories' reference counts count the copied records
   else
     r = unpack_rec(ARGV[i + 1])
@@ -39,15 +35,12 @@ for i = 6, #ARGV - 1, 2 do
   n = n + 1
   local field, value, r = ARGV[i], ARGV[i + 1], recs[n]
   if what == 'blob' then
-    local old_sid = nil
-    if not stream_part(field) and redis.call('HSTRLEN', K_BLOB, field) <= STREAM_REC_MAX then
-      old_sid = stream_id(redis.call('HGET', K_BLOB, field) or '')
-    end
+    local old = nil
+    if not is_stream_part(field) then old = stored_stream(field) end
     redis.call('HSET', K_BLOB, field, value)
     -- a record of the target's own that the copy replaces no longer names its stream
-    if old_sid and old_sid ~= stream_id(value) then
-      stream_ref(blob_prefix_of(field) .. '\0' .. old_sid, -1)
-    end
+    local sid = stream_id(value)
+    if old and (not sid or old ~= blob_prefix_of(field) .. '\0' .. sid) then stream_ref(old, -1) end
   elseif what == 'wr' then
     -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
     -- e(task_id) and e(channel) at the end (put_writes.lua)

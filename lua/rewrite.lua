@@ -29,7 +29,7 @@ if step == 'scan' then
   local flat, out = page[2], {}
   for i = 1, #flat - 1, 2 do
     local f, v = flat[i], flat[i + 1]
-    if f ~= '' and #v >= least and string.byte(f, skip(f, skip(f, 1))) ~= 0 then
+    if f ~= '' and #v >= least and not is_stream_part(f) then
       local _, e, a = string.find(v, '^(%d+),%d+;')
       if e and not string.find(string.sub(v, e + 1, e + a), '\31', 1, true) then
         out[#out + 1] = f
