@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from redis_saver import AsyncRedisSaver
-from redis_saver.keys import KeySchema, thread_tag
+from redis_saver.keys import KeySchema, dec_first, thread_tag
 
 
 def is_async(saver: Any) -> bool:
@@ -116,12 +116,8 @@ def blob_fields(client: Any, blob_key: bytes) -> set[bytes]:
 
 
 def _after(s: bytes, pos: int) -> int:
-    while True:
-        i = s.index(b"\0", pos)
-        if s[i + 1 : i + 2] == b"\xff":
-            pos = i + 2
-        else:
-            return i + 1
+    """Position just after the e() component that starts at ``pos``."""
+    return dec_first(s, pos)[1]
 
 
 def is_stream_part(field: bytes) -> bool:

@@ -302,8 +302,7 @@ def test_splice_finds_an_appended_list_and_a_grown_header() -> None:
 
 async def test_async_saver_streams_under_concurrency(make_saver, sync_client: Any) -> None:
     s = make_saver("async")
-    if not is_async(s):  # pragma: no cover
-        pytest.skip("async saver expected")
+    assert is_async(s)
     await asyncio.gather(*(_chat([s], 12, thread=f"g{i}") for i in range(6)))
     for i in range(6):
         check_streams(sync_client, s, f"g{i}")
