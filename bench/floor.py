@@ -60,7 +60,8 @@ local function load(p, id)
 end
 """
 
-GET = _LOAD + """
+# the bodies of get and list, after a load(prefix, id) helper (bench/floor_min.py has its own load)
+GET_BODY = """
 local id = ARGV[1]
 if id == '' then
   local r = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, 1)
@@ -69,8 +70,9 @@ if id == '' then
 end
 return load(KEYS[2], id)
 """
+GET = _LOAD + GET_BODY
 
-LIST = _LOAD + """
+LIST_BODY = """
 local maxr = '+'
 if ARGV[1] ~= '' then maxr = '(' .. ARGV[1] end
 local ids
@@ -80,6 +82,7 @@ local out = {}
 for _, id in ipairs(ids) do out[#out + 1] = load(KEYS[2], id) end
 return out
 """
+LIST = _LOAD + LIST_BODY
 
 # Walk the parent chain server-side; per ancestor return its writes and, for each still-open channel,
 # the stored blob of that channel's version (non-empty blob = seed, the channel stops there).

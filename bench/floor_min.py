@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from bench.floor import _FloorBase, _pack, _unpack
+from bench.floor import GET_BODY, LIST_BODY, _FloorBase, _pack, _unpack
 
 # KEYS: checkpoint hash, blob hash, id index.  ARGV: c, m, p, v, id, then blob field/value pairs.
 PUT = """
@@ -69,27 +69,10 @@ end
 """
 
 # KEYS: id index, key prefix.  ARGV: checkpoint id or ''.
-GET = _LOAD + """
-local id = ARGV[1]
-if id == '' then
-  local r = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, 1)
-  if #r == 0 then return false end
-  id = r[1]
-end
-return load(KEYS[2], id)
-"""
+GET = _LOAD + GET_BODY
 
 # KEYS: id index, key prefix.  ARGV: before id or '', limit (0 = all).
-LIST = _LOAD + """
-local maxr = '+'
-if ARGV[1] ~= '' then maxr = '(' .. ARGV[1] end
-local ids
-if tonumber(ARGV[2]) > 0 then ids = redis.call('ZREVRANGEBYLEX', KEYS[1], maxr, '-', 'LIMIT', 0, tonumber(ARGV[2]))
-else ids = redis.call('ZREVRANGEBYLEX', KEYS[1], maxr, '-') end
-local out = {}
-for _, id in ipairs(ids) do out[#out + 1] = load(KEYS[2], id) end
-return out
-"""
+LIST = _LOAD + LIST_BODY
 
 _EMPTY = b"empty\0"  # a new version of a channel without a value (LangGraph's "no value"); not a serde type
 
