@@ -134,7 +134,10 @@ def canonical_json(v: Any) -> bytes | None:
     """Canonical JSON of a metadata value, or None when it is not JSON-representable."""
     t = type(v)
     if t is str:
-        return _encode_str(v).encode()
+        try:
+            return _encode_str(v).encode()
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form (the nested case below too)
+            return None
     if t is int:
         return b"%d" % v
     if v is None:
@@ -185,9 +188,7 @@ def filter_record_holds(metadata: Mapping[str, Any], check: bool = True) -> tupl
             continue
         parts += [k.encode(), cj]
         if holds:
-            t = type(v)
-            # str, int and None read back exactly; anything else is checked
-            holds = t is str or t is int or v is None or _exact(json.loads(cj), v)
+            holds = _reads_back(v)
     return pack(parts), holds
 
 
@@ -197,15 +198,26 @@ def filter_record_holds(metadata: Mapping[str, Any], check: bool = True) -> tupl
 MD_IN_FILTER = b"\x1fm"
 
 
-def _exact(a: Any, b: Any) -> bool:
-    """``a == b`` with the same types and dict key order, throughout."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is dict:
-        return list(a) == list(b) and all(_exact(a[k], b[k]) for k in a)
-    if type(a) is list:
-        return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+def _reads_back(v: Any) -> bool:
+    """Whether ``json.loads(canonical_json(v))`` is exactly ``v`` (types and dict key order too),
+    without parsing: str, int (not bool), None, finite floats that are not whole (their JSON is
+    their repr, which reads back exactly; a whole one is written as an int), lists of such, and
+    dicts of str keys in sorted order (canonical JSON sorts them) of such."""
+    t = type(v)
+    if t is str or t is int or v is None:
+        return True
+    if t is float:
+        return math.isfinite(v) and not v.is_integer()
+    if t is list:
+        return all(_reads_back(x) for x in v)
+    if t is dict:
+        keys = list(v)
+        return (
+            all(type(k) is str for k in keys)
+            and all(keys[i] < keys[i + 1] for i in range(len(keys) - 1))
+            and all(_reads_back(x) for x in v.values())
+        )
+    return False
 
 
 def _json_value(v: bytes) -> Any:

@@ -1,0 +1,61 @@
+"""The metadata fast paths of format 5: the filter record stands in for the metadata only when
+every value reads back exactly, and the check that decides it never parses JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+from redis_saver import _codec
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with the same types and dict key order, throughout (what a read must give back)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is float and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+def _value(rng: random.Random, depth: int = 0) -> Any:
+    leaves = [
+        lambda: rng.choice(["", "a", "ü", "x\\y", '"q"', "\x00", "\ud800"]),
+        lambda: rng.choice([0, -1, 7, 2**70, True, False]),
+        lambda: rng.choice([0.5, -2.25, 1.0, -0.0, 1e16, 1e-7, float("inf"), float("nan")]),
+        lambda: None,
+        lambda: rng.choice([(1, 2), b"x", {1, 2}]),
+    ]
+    if depth < 3 and rng.random() < 0.4:
+        if rng.random() < 0.5:
+            return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+        keys = rng.sample(["a", "b", "c", "z", "Z", "é", "1", 1, 2.5, None], rng.randrange(4))
+        return {k: _value(rng, depth + 1) for k in keys}
+    return rng.choice(leaves)()
+
+
+def test_the_fast_check_agrees_with_a_round_trip() -> None:
+    rng = random.Random(1)
+    seen = {True: 0, False: 0}
+    for _ in range(20_000):
+        md = {"k": _value(rng)}
+        flt, holds = _codec.filter_record_holds(md)
+        cj = _codec.canonical_json(md["k"])
+        reads_back = cj is not None and len(cj) <= _codec.FILTER_DIGEST_OVER and _same(json.loads(cj), md["k"])
+        assert holds == reads_back, md
+        if holds:
+            assert _same(_codec.metadata_from_filter(flt), md), md
+        seen[holds] += 1
+    assert min(seen.values()) > 1000, seen  # both answers were exercised
+
+
+def test_unchecked_records_are_the_same_bytes() -> None:
+    md = {"source": "loop", "step": 3, "parents": {"": "1f0"}, "score": 0.5}
+    assert _codec.filter_record_holds(md, check=False) == (_codec.filter_record(md), False)
+    assert _codec.filter_record_holds(md) == (_codec.filter_record(md), True)
