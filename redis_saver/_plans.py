@@ -189,6 +189,7 @@ class Plans:
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
             checkpoint["channel_versions"] = {k.decode(): v.decode() for k, v in codec.pairs(codec.unpack(vrec))}
+            checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
@@ -258,13 +259,17 @@ class Plans:
             raise TypeError(
                 f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
             ) from None
-        # the record's versions part holds channel_versions: with compression on, the serialized
-        # checkpoint leaves them out (~140 bytes) and reads put them back (VERSIONS_MARK)
+        # the record's versions part holds channel_versions and its key the id: with compression
+        # on, the serialized checkpoint leaves both out (~180 bytes) and reads put them back
+        # (VERSIONS_MARK). What is left is small (~250 bytes: zstd saves little there at ~4 us
+        # a put and a read), so only a large one is compressed (CP_MIN_ENCODED).
         mark = ""
-        if self.compress and versions and all(type(v) is str for v in versions.values()):
-            c.pop("channel_versions")
+        if self.compress and "channel_versions" in c and all(type(v) is str for v in versions.values()):
+            del c["channel_versions"], c["id"]
             mark = values_.VERSIONS_MARK
-        cp_type, cp_bytes = values_.encode_plain(*self.serde.dumps_typed(c), self.compress, mark)
+        cp_type, cp_bytes = values_.encode_plain(
+            *self.serde.dumps_typed(c), self.compress, mark, values_.CP_MIN_ENCODED
+        )
         flt, holds = codec.filter_record_holds(md, self.compress)
         if self.compress and holds:
             # the filter record already holds every value as JSON that reads back exactly:
