@@ -37,7 +37,7 @@ for ch, _ in pairs(remaining) do want_len[#ch] = true end
 local function wanted_versions(vrec)
   local semi = string.find(vrec, ';', 1, true)
   if not semi then fail('RS_BADARG', 'malformed record') end
-  local pos, odd, name, out = semi + 1, true, nil, {}
+  local pos, odd, name, out, found = semi + 1, true, nil, {}, 0
   for len in string.gmatch(string.sub(vrec, 1, semi - 1), '%d+') do
     len = tonumber(len)
     if odd then
@@ -48,6 +48,10 @@ local function wanted_versions(vrec)
       end
     elseif name then
       out[name] = string.sub(vrec, pos, pos + len - 1)
+      found = found + 1
+      -- every unseeded channel found: the rest of the record is not read (put.lua validated
+      -- its framing; LangGraph lists a graph's first channels, e.g. messages, early)
+      if found == left then return out end
     end
     odd = not odd
     pos = pos + len
