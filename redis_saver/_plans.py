@@ -188,7 +188,7 @@ class Plans:
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            checkpoint["channel_versions"] = {k.decode(): v.decode() for k, v in codec.pairs(codec.unpack(vrec))}
+            checkpoint["channel_versions"] = codec.str_pairs(vrec)
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)

@@ -59,3 +59,20 @@ def test_unchecked_records_are_the_same_bytes() -> None:
     md = {"source": "loop", "step": 3, "parents": {"": "1f0"}, "score": 0.5}
     assert _codec.filter_record_holds(md, check=False) == (_codec.filter_record(md), False)
     assert _codec.filter_record_holds(md) == (_codec.filter_record(md), True)
+
+
+def test_text_records_read_as_their_parts_do() -> None:
+    import pytest
+
+    from redis_saver.errors import MalformedReplyError
+
+    for parts in ([], [""], ["a", "1", "b", ""], ["ü", "€x", "", "\x00;,"], ["messages", "17.abcdef"] * 9):
+        rec = _codec.pack(parts)
+        assert _codec.unpack_text(rec) == parts
+        assert [p.decode() for p in _codec.unpack(rec)] == parts
+    assert _codec.str_pairs(_codec.pack(["a", "1", "b", "2"])) == {"a": "1", "b": "2"}
+    with pytest.raises(MalformedReplyError):
+        _codec.str_pairs(_codec.pack(["a", "1", "b"]))
+    for bad in (b"", b"1;", b"2;a", b";x", b"1,x;ab", b"2;\xff\xfe"):
+        with pytest.raises(MalformedReplyError):
+            _codec.unpack_text(bad)
