@@ -348,7 +348,9 @@ class Plans:
                 continue
             args.append(ch_e + v)
             if self.compress:
-                known = self._streams.get((thread_id, ns, ch)) if cached else None
+                # a value too small to encode never reads the cache (most channels, most puts)
+                big = len(typed[1]) >= values_.MIN_ENCODED
+                known = self._streams.get((thread_id, ns, ch)) if cached and big else None
                 rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known)
                 args.append(rec)
                 if app is not None:
