@@ -232,16 +232,9 @@ class _FloorBase(BaseCheckpointSaver):
         return [p], [get_checkpoint_id(config) or "", *channels]
 
 
-class FloorSaver(_FloorBase):
-    """Sync floor on a ``redis.Redis`` client."""
-
-    def __init__(self, client, prefix: str = "f") -> None:
-        super().__init__(client, prefix)
-        self._put = client.register_script(PUT)
-        self._pw = client.register_script(PUT_WRITES)
-        self._get = client.register_script(GET)
-        self._list = client.register_script(LIST)
-        self._dh = client.register_script(DELTA)
+class _SyncFloor(_FloorBase):
+    """put / put_writes / get_tuple / list on a ``redis.Redis`` client, through the scripts the subclass
+    registers as ``_put``, ``_pw``, ``_get`` and ``_list`` (the floor and the minimal floor share them)."""
 
     def put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions):
         keys, argv, cfg = self._put_args(config, checkpoint, metadata, new_versions)
@@ -267,6 +260,18 @@ class FloorSaver(_FloorBase):
                 return
             yield tup
 
+
+class FloorSaver(_SyncFloor):
+    """Sync floor on a ``redis.Redis`` client."""
+
+    def __init__(self, client, prefix: str = "f") -> None:
+        super().__init__(client, prefix)
+        self._put = client.register_script(PUT)
+        self._pw = client.register_script(PUT_WRITES)
+        self._get = client.register_script(GET)
+        self._list = client.register_script(LIST)
+        self._dh = client.register_script(DELTA)
+
     def get_delta_channel_history(self, *, config, channels):
         if not channels:
             return {}
@@ -276,16 +281,8 @@ class FloorSaver(_FloorBase):
         return self._delta(self._dh(keys, argv), channels)
 
 
-class AsyncFloorSaver(_FloorBase):
-    """Async floor on a ``redis.asyncio.Redis`` client."""
-
-    def __init__(self, client, prefix: str = "f") -> None:
-        super().__init__(client, prefix)
-        self._put = client.register_script(PUT)
-        self._pw = client.register_script(PUT_WRITES)
-        self._get = client.register_script(GET)
-        self._list = client.register_script(LIST)
-        self._dh = client.register_script(DELTA)
+class _AsyncFloor(_FloorBase):
+    """The async twins of ``_SyncFloor``, on a ``redis.asyncio.Redis`` client."""
 
     async def aput(self, config, checkpoint, metadata, new_versions):
         keys, argv, cfg = self._put_args(config, checkpoint, metadata, new_versions)
@@ -309,6 +306,18 @@ class AsyncFloorSaver(_FloorBase):
             if limit is not None and i >= limit:
                 return
             yield tup
+
+
+class AsyncFloorSaver(_AsyncFloor):
+    """Async floor on a ``redis.asyncio.Redis`` client."""
+
+    def __init__(self, client, prefix: str = "f") -> None:
+        super().__init__(client, prefix)
+        self._put = client.register_script(PUT)
+        self._pw = client.register_script(PUT_WRITES)
+        self._get = client.register_script(GET)
+        self._list = client.register_script(LIST)
+        self._dh = client.register_script(DELTA)
 
     async def aget_delta_channel_history(self, *, config, channels):
         if not channels:

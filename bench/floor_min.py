@@ -22,20 +22,13 @@ No TTL, order index, validation, cluster handling, delete or server-side filter:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
-
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
-    get_checkpoint_id,
     get_checkpoint_metadata,
 )
 
-from bench.floor import GET_BODY, LIST_BODY, _FloorBase, _pack, _unpack
+from bench.floor import GET_BODY, LIST_BODY, _AsyncFloor, _FloorBase, _pack, _SyncFloor, _unpack
 
 # KEYS: checkpoint hash, blob hash, id index.  ARGV: c, m, p, v, id, then blob field/value pairs.
 PUT = """
@@ -128,63 +121,17 @@ class _MinFloorBase(_FloorBase):
         self._list = client.register_script(LIST)
 
 
-class MinFloorSaver(_MinFloorBase):
-    """Sync minimal floor on a ``redis.Redis`` client."""
+class MinFloorSaver(_MinFloorBase, _SyncFloor):
+    """Sync minimal floor on a ``redis.Redis`` client (the calls are the floor's: ``_SyncFloor``)."""
 
     def __init__(self, client, prefix: str = "mf") -> None:
         super().__init__(client, prefix)
         self._register(client)
 
-    def put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions):
-        keys, argv, cfg = self._put_args(config, checkpoint, metadata, new_versions)
-        self._put(keys, argv)
-        return cfg
 
-    def put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        keys, argv = self._writes_args(config, writes, task_id, task_path)
-        self._pw(keys, argv)
-
-    def get_tuple(self, config):
-        t, ns, p = self._p(config)
-        row = self._get([p + "idx", p], [get_checkpoint_id(config) or ""])
-        return self._tuple(t, ns, row) if row else None
-
-    def list(self, config, *, filter=None, before=None, limit=None) -> Iterator[CheckpointTuple]:
-        t, ns, _ = self._p(config)
-        keys, argv = self._list_args(config, before, None if filter else limit)
-        rows = self._list(keys, argv)
-        for i, tup in enumerate(self._filter((self._tuple(t, ns, r) for r in rows if r), config, filter)):
-            if limit is not None and i >= limit:
-                return
-            yield tup
-
-
-class AsyncMinFloorSaver(_MinFloorBase):
-    """Async minimal floor on a ``redis.asyncio.Redis`` client."""
+class AsyncMinFloorSaver(_MinFloorBase, _AsyncFloor):
+    """Async minimal floor on a ``redis.asyncio.Redis`` client (the calls are the floor's: ``_AsyncFloor``)."""
 
     def __init__(self, client, prefix: str = "mf") -> None:
         super().__init__(client, prefix)
         self._register(client)
-
-    async def aput(self, config, checkpoint, metadata, new_versions):
-        keys, argv, cfg = self._put_args(config, checkpoint, metadata, new_versions)
-        await self._put(keys, argv)
-        return cfg
-
-    async def aput_writes(self, config, writes, task_id, task_path=""):
-        keys, argv = self._writes_args(config, writes, task_id, task_path)
-        await self._pw(keys, argv)
-
-    async def aget_tuple(self, config):
-        t, ns, p = self._p(config)
-        row = await self._get([p + "idx", p], [get_checkpoint_id(config) or ""])
-        return self._tuple(t, ns, row) if row else None
-
-    async def alist(self, config, *, filter=None, before=None, limit=None) -> AsyncIterator[CheckpointTuple]:
-        t, ns, _ = self._p(config)
-        keys, argv = self._list_args(config, before, None if filter else limit)
-        rows = await self._list(keys, argv)
-        for i, tup in enumerate(self._filter((self._tuple(t, ns, r) for r in rows if r), config, filter)):
-            if limit is not None and i >= limit:
-                return
-            yield tup
