@@ -71,6 +71,16 @@ def unpack_head(rec: bytes, parts: int | None = None, want: int | None = None) -
     """The first ``want`` parts (default: all) of a record that must have ``parts`` parts
     (default: any number); the others are checked (count and lengths) but not copied (a
     checkpoint's filter and parents records). The body is never copied as a whole."""
+    lens, pos = _lengths(rec, parts)
+    out: list[bytes] = []
+    for n in lens if want is None else lens[:want]:
+        out.append(rec[pos : pos + n])
+        pos += n
+    return out
+
+
+def _lengths(rec: bytes, parts: int | None = None) -> tuple[list[int], int]:
+    """A record's part lengths, checked against its length (and ``parts``), and where its body starts."""
     try:
         semi = rec.find(b";")
         if semi < 0:
@@ -80,12 +90,7 @@ def unpack_head(rec: bytes, parts: int | None = None, want: int | None = None) -
             raise ValueError(f"expected {parts} parts")
         if semi + 1 + sum(lens) != len(rec):
             raise ValueError("length mismatch")
-        out: list[bytes] = []
-        pos = semi + 1
-        for n in lens if want is None else lens[:want]:
-            out.append(rec[pos : pos + n])
-            pos += n
-        return out
+        return lens, semi + 1
     except (ValueError, TypeError) as exc:
         raise MalformedReplyError(f"malformed record: {exc}") from exc
 
@@ -251,32 +256,21 @@ def str_pairs(rec: bytes) -> dict[str, Any]:
 def unpack_text(rec: bytes) -> list[str]:
     """``[p.decode() for p in unpack(rec)]``, decoding the body once when it is ASCII (the read
     path's versions and metadata records: one decode instead of one per part)."""
-    semi = rec.find(b";")
-    try:
-        if semi < 0:
-            raise ValueError("no header")
-        if semi == 0:
-            if len(rec) != 1:
-                raise ValueError("length mismatch")
-            return []
-        lens = list(map(int, rec[:semi].split(b",")))
-        body = rec[semi + 1 :]
-        if sum(lens) != len(body):
-            raise ValueError("length mismatch")
-        out: list[str] = []
-        pos = 0
-        if body.isascii():
-            text = body.decode("ascii")
-            for n in lens:
-                out.append(text[pos : pos + n])
-                pos += n
-        else:
-            for n in lens:
-                out.append(body[pos : pos + n].decode())
-                pos += n
+    lens, pos = _lengths(rec)
+    out: list[str] = []
+    if rec.isascii():
+        text = rec.decode("ascii")
+        for n in lens:
+            out.append(text[pos : pos + n])
+            pos += n
         return out
-    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+    try:
+        for n in lens:
+            out.append(rec[pos : pos + n].decode())
+            pos += n
+    except UnicodeDecodeError as exc:
         raise MalformedReplyError(f"malformed record: {exc}") from exc
+    return out
 
 
 def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
