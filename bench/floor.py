@@ -125,10 +125,13 @@ def _unpack(b: bytes) -> tuple[str, bytes]:
 class _FloorBase(BaseCheckpointSaver):
     get_next_version = InMemorySaver.get_next_version  # LangGraph's string versions, as every peer uses
 
-    def __init__(self, client, prefix: str = "f") -> None:
+    PREFIX = "f"
+
+    def __init__(self, client, prefix: str | None = None) -> None:
         super().__init__()
         self.client = client
-        self.prefix = prefix
+        self.prefix = self.PREFIX if prefix is None else prefix
+        self._register(client)
 
     def _p(self, config) -> tuple[str, str, str]:
         c = config["configurable"]
@@ -227,6 +230,14 @@ class _FloorBase(BaseCheckpointSaver):
             out[ch] = e
         return out
 
+    def _register(self, client) -> None:
+        """The scripts, on a sync or an async client (the minimal floor registers its own)."""
+        self._put = client.register_script(PUT)
+        self._pw = client.register_script(PUT_WRITES)
+        self._get = client.register_script(GET)
+        self._list = client.register_script(LIST)
+        self._dh = client.register_script(DELTA)
+
     def _delta_args(self, config, channels):
         t, ns, p = self._p(config)
         return [p], [get_checkpoint_id(config) or "", *channels]
@@ -263,14 +274,6 @@ class _SyncFloor(_FloorBase):
 
 class FloorSaver(_SyncFloor):
     """Sync floor on a ``redis.Redis`` client."""
-
-    def __init__(self, client, prefix: str = "f") -> None:
-        super().__init__(client, prefix)
-        self._put = client.register_script(PUT)
-        self._pw = client.register_script(PUT_WRITES)
-        self._get = client.register_script(GET)
-        self._list = client.register_script(LIST)
-        self._dh = client.register_script(DELTA)
 
     def get_delta_channel_history(self, *, config, channels):
         if not channels:
@@ -310,14 +313,6 @@ class _AsyncFloor(_FloorBase):
 
 class AsyncFloorSaver(_AsyncFloor):
     """Async floor on a ``redis.asyncio.Redis`` client."""
-
-    def __init__(self, client, prefix: str = "f") -> None:
-        super().__init__(client, prefix)
-        self._put = client.register_script(PUT)
-        self._pw = client.register_script(PUT_WRITES)
-        self._get = client.register_script(GET)
-        self._list = client.register_script(LIST)
-        self._dh = client.register_script(DELTA)
 
     async def aget_delta_channel_history(self, *, config, channels):
         if not channels:

@@ -71,6 +71,8 @@ _EMPTY = b"empty\0"  # a new version of a channel without a value (LangGraph's "
 
 
 class _MinFloorBase(_FloorBase):
+    PREFIX = "mf"
+
     def _put_args(self, config, checkpoint, metadata, new_versions):
         t, ns, p = self._p(config)
         c = checkpoint.copy()
@@ -124,14 +126,6 @@ class _MinFloorBase(_FloorBase):
 class MinFloorSaver(_MinFloorBase, _SyncFloor):
     """Sync minimal floor on a ``redis.Redis`` client (the calls are the floor's: ``_SyncFloor``)."""
 
-    def __init__(self, client, prefix: str = "mf") -> None:
-        super().__init__(client, prefix)
-        self._register(client)
-
 
 class AsyncMinFloorSaver(_MinFloorBase, _AsyncFloor):
     """Async minimal floor on a ``redis.asyncio.Redis`` client (the calls are the floor's: ``_AsyncFloor``)."""
-
-    def __init__(self, client, prefix: str = "mf") -> None:
-        super().__init__(client, prefix)
-        self._register(client)
