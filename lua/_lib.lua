@@ -383,14 +383,15 @@ local function touch()
   fix_index_expiry()
 end
 
-local function init_meta()
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+local function init_meta(chain)
   if META_V ~= FORMAT then  -- a new thread, or one an older release wrote: now FORMAT
     -- the thread's first write, or its meta key was lost while others remain: remember that
     -- (reads raise RS_DAMAGED); the keys an expiry under way left (see thread_expiring()) go now
     if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then
       record_loss('meta')
     end
-    if not META_V then
+    if not META_V and not chain then
       -- a new thread keeps no chain entries (its records are small enough to walk)
       redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT, 'nc', '1', 'n', '0')
       META_NC, META_N = '1', '0'

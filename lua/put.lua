@@ -8,8 +8,9 @@ ARGV[5]  checkpoint_ns          ARGV[6]  checkpoint id         ARGV[7]  parent i
 ARGV[8]  checkpoint record      ARGV[9]  history mode: "full" | "latest"
 ARGV[10] fence: "1" = fail with RS_CONFLICT unless the parent is the namespace's latest
 ARGV[11] chain entry: e(parent id), then "\1"e(channel)"\2"e(version) per channel of the
-         record's versions (K_CHAIN, see _lib.lua chain_entry()), or "" (what redis_saver sends:
-         only threads an earlier format started keep chain entries, built from the record)
+         record's versions (K_CHAIN, see _lib.lua chain_entry()): what redis_saver sends with
+         compression off, and a new thread then keeps chain entries; or "" (a new thread keeps
+         none; one that keeps them, e.g. an earlier format's, gets one built from the record)
 ARGV[12] n = number of blobs, then n pairs: blob field suffix e(channel)..version, blob record
 ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded values" in
          _lib.lua): e(channel) "\0" sid, mode ("n" = a new stream | "a" = append one frame |
@@ -85,7 +86,7 @@ end
 
 -- validation done: writes start here
 local fresh = not META_V
-init_meta()
+init_meta(entry ~= '')
 -- a new thread whose first checkpoint names a parent: the keys of the thread were lost (or
 -- expired) while a run went on; its checkpoints name blobs that are gone (see "Lost keys")
 if fresh and parent ~= '' then record_loss('parent') end

@@ -93,6 +93,18 @@ def _str(v: Any, what: str) -> str:
     return v
 
 
+def _chain_entry(parent: str, versions: dict[str, Any]) -> bytes:
+    """A checkpoint's chain entry: e(parent), then \\x01 e(channel) \\x02 e(version) per channel
+    (the bytes ``chain_entry()`` in lua/_lib.lua builds from a record)."""
+    s = parent + "\0" + "".join([f"\x01{ch}\0\x02{ver}\0" for ch, ver in versions.items()])
+    if s.count("\0") == 1 + 2 * len(versions):
+        return s.encode()  # no name or version holds a NUL: every e() is the text and a NUL
+    out = [enc(parent)]
+    for ch, ver in versions.items():
+        out += [b"\x01", enc(ch), b"\x02", enc(str(ver))]
+    return b"".join(out)
+
+
 def _str_keys(d: Mapping[Any, Any], what: str) -> None:
     for k in d:
         if not isinstance(k, str):
@@ -313,7 +325,10 @@ class Plans:
             record,
             self.history,
             "1" if self.fencing else "0",
-            b"",  # no chain entry: put.lua builds one from the record for a thread that keeps them
+            # the chain entry: with compression off a new thread keeps them (delta history then
+            # reads ~300 bytes per ancestor, not its record); else none (put.lua builds one from
+            # the record for a thread that keeps them: an older format's, or one started so)
+            b"" if self.compress else _chain_entry(parent, versions),
         ]
         keys = self.keys.thread_keys(thread_id)
         args, appends = self._blob_args(thread_id, ns, serialized, True)

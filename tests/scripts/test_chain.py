@@ -1,8 +1,10 @@
 """Chain entries (the ``chain`` hash: what delta history reads of each ancestor), on a real server.
 
-Only threads an earlier format started keep them (format 5 reads the records, which compression
-made small): these tests start their threads as such, and check that a thread format 5 starts
-keeps none and gives the same answers.
+Threads an earlier format started keep them, and so do threads a saver with ``compress=False``
+starts (its put sends each entry: delta history then reads ~300 bytes per ancestor instead of
+its uncompressed record); a thread a compressing saver starts keeps none (it reads the records,
+which compression made small). These tests start their threads as each, and check that all
+give the same answers.
 
 put, copy_thread and prune build an entry inside Lua from the checkpoint record (lua/_lib.lua
 chain_entry); ``entry()`` below spells the layout independently, and the two must agree. Delta
@@ -152,3 +154,38 @@ def test_a_thread_format_5_starts_keeps_no_chain_and_answers_the_same(sync_clien
     after = saver.get_tuple(last)
     assert after.checkpoint == before.checkpoint and after.pending_writes == before.pending_writes
     assert len(list(saver.list({"configurable": {"thread_id": "new"}}))) == 1
+
+
+def test_a_thread_compress_false_starts_keeps_the_entries_its_puts_send(sync_client, prefix):
+    off = RedisSaver(sync_client, prefix=prefix, compress=False)
+    on = RedisSaver(sync_client, prefix=prefix)
+    ref = InMemorySaver()
+    chans = ["messages", "a\x00b", "\x01x\x02", "", "ünï", "missing"]
+    for names, tid in ((AWKWARD, "awkward"), (PLAIN, "plain")):  # the client's slow and fast paths
+        last = _fill(off, tid, names=names, legacy=False)
+        assert sync_client.hget(off.keys.thread_keys(tid)[0], "nc") is None
+        mine = _chain(sync_client, off, tid)
+        assert len(mine) == 12
+        for t in off.list({"configurable": {"thread_id": tid}}):
+            c = t.config["configurable"]
+            want = entry(t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else "",
+                         t.checkpoint["channel_versions"])
+            assert mine[enc(c["checkpoint_ns"]) + enc(c["checkpoint_id"])] == want
+        if names is AWKWARD:
+            ref_last = _fill(ref, tid, names=names)
+            expected = ref.get_delta_channel_history(config=ref_last, channels=chans)
+            assert off.get_delta_channel_history(config=last, channels=chans) == expected
+            assert on.get_delta_channel_history(config=last, channels=chans) == expected
+    # a compressing saver continues such a thread: its entries are built from the records
+    _fill(on, "plain", n=3, names=PLAIN, legacy=False)
+    assert len(_chain(sync_client, on, "plain")) == 15
+    # and a thread it starts keeps none, even when a saver with compress=False continues it
+    _fill(on, "fresh", n=2, names=PLAIN, legacy=False)
+    _fill(off, "fresh", n=2, names=PLAIN, legacy=False)
+    assert _chain(sync_client, on, "fresh") == {}
+    assert sync_client.hget(on.keys.thread_keys("fresh")[0], "nc") == b"1"
+    # the chain key lost: reported, as for an earlier format's thread
+    sync_client.delete(off.keys.thread_keys("plain")[8])
+    with pytest.raises(DamagedThreadError, match="chain"):
+        off.get_delta_channel_history(config=off.get_tuple({"configurable": {"thread_id": "plain"}}).config,
+                                      channels=["messages"])
