@@ -25,6 +25,7 @@ OPS = ["invoke turn", "get_tuple latest", "get_tuple by id", "list limit=10", "p
 CURRENT = {  # working-tree entry -> the release entry it is compared with
     "redis_saver RedisSaver": f"{LABEL} RedisSaver",
     "redis_saver RedisSaver (compress=False)": f"{LABEL} RedisSaver",
+    "redis_saver RedisSaver (EVALSHA)": f"{LABEL} RedisSaver",
     "redis_saver AsyncRedisSaver": f"{LABEL} AsyncRedisSaver",
     "redis_saver AsyncRedisSaver (compress=False)": f"{LABEL} AsyncRedisSaver",
 }

@@ -79,9 +79,10 @@ def markdown(res: dict) -> str:
         ops = [op for op in MIN_OPS if any(op in d for d in sp.values())]
         L.append("## Server time and client time per call (p50: wall = server + client; client CPU in brackets)")
         L.append("")
-        L.append("Server = `INFO commandstats` usec of EVALSHA around each call (`bench/where.py`); client = wall - "
+        L.append("Server = `INFO commandstats` usec of EVALSHA / FCALL around each call (`bench/where.py`); "
+                 "client = wall - "
                  "server (Python, network, kernel); client CPU = `process_time` of the bench process. Only the "
-                 "savers whose calls are all EVALSHA; interleaved call by call, medians per call.")
+                 "savers whose calls are all scripts; interleaved call by call, medians per call.")
         L.append("")
         L.append("| saver | " + " | ".join(ops) + " |")
         L.append("|---|" + "---|" * len(ops))

@@ -497,7 +497,7 @@ def main(argv=None) -> int:
                                    user_input(a.turns + r * k_invoke + k), cfg) is FAILED:
                             stopped.add(e.name)
 
-        # ---- server time and client time per call (the floors and redis_saver: EVALSHA only)
+        # ---- server time and client time per call (the floors and redis_saver: script calls only)
         split_res: dict[str, dict] = {}
         if "split" not in skip_phases:
             split_res = split.phase(entries, chat.calls, mid_id, graphs if "invoke" not in skip_phases else {},

@@ -208,6 +208,21 @@ def make_redis_saver_sync_no_telemetry(ctx):
     return _redis_entry("redis_saver RedisSaver (telemetry off)", "sync", ctx, make)
 
 
+def make_redis_saver_sync_evalsha(ctx):
+    """The same saver with functions=False: its scripts as EVALSHA, not the function library's FCALL."""
+    from bench.previous import supports
+
+    RedisSaver, _ = _import_redis_saver()
+    if not supports(RedisSaver, "functions"):
+        raise Unavailable("this redis_saver has no functions option (its scripts always run as EVALSHA)")
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return RedisSaver(c, prefix="lg", functions=False), _sync_close(c)
+
+    return _redis_entry("redis_saver RedisSaver (EVALSHA)", "sync", ctx, make)
+
+
 def make_redis_saver_async(ctx):
     _, AsyncRedisSaver = _import_redis_saver()
 
@@ -468,6 +483,7 @@ FACTORIES: list[tuple[str, Callable]] = [
     ("redis_saver RedisSaver", make_redis_saver_sync),
     ("redis_saver AsyncRedisSaver", make_redis_saver_async),
     ("redis_saver RedisSaver (telemetry off)", make_redis_saver_sync_no_telemetry),
+    ("redis_saver RedisSaver (EVALSHA)", make_redis_saver_sync_evalsha),
     ("redis_saver RedisSaver (compress=False)", make_redis_saver_sync_no_compress),
     ("redis_saver AsyncRedisSaver (compress=False)", make_redis_saver_async_no_compress),
     ("redis_saver 0.1.0 (format 3) RedisSaver", make_previous_sync),

@@ -1,8 +1,8 @@
-"""Server time and client time per call, for the savers whose every call is EVALSHA scripts.
+"""Server time and client time per call, for the savers whose every call is a script (EVALSHA, FCALL).
 
 For each call: wall time (``perf_counter``), client CPU (``process_time`` of the bench process) and
-server time, the ``INFO commandstats`` usec delta of EVALSHA around the call (``bench/where.py``'s
-``_usec``, read on the entry's admin connection, outside the timed window). EVALSHA's usec covers the
+server time, the ``INFO commandstats`` usec delta of EVALSHA / FCALL around the call (``bench/where.py``'s
+``_usec``, read on the entry's admin connection, outside the timed window). The command's usec covers the
 whole script, the commands it runs included; a saver that also sends plain commands (the official saver,
 plainredis, PostgresSaver) would be under-counted, so only the floors and redis_saver are measured.
 "client" = wall - server: the client's CPU, the network and the kernel on both sides; "client CPU" is
@@ -24,7 +24,7 @@ OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=1
 
 
 def scripted(e) -> bool:
-    """Entries whose calls are EVALSHA only (the floors and redis_saver)."""
+    """Entries whose calls are scripts only (the floors and redis_saver)."""
     return e.kind == "redis" and e.admin is not None and ("floor" in e.name or e.name.startswith("redis_saver"))
 
 

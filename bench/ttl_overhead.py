@@ -91,7 +91,7 @@ def server_usec(client: redis.Redis) -> tuple[float, int]:
     """(total usec, calls) of script commands since the last CONFIG RESETSTAT."""
     st = client.info("commandstats")
     usec = calls = 0
-    for name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro"):
+    for name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall"):
         if name in st:
             usec += st[name]["usec"]
             calls += st[name]["calls"]

@@ -24,14 +24,28 @@ local LEAN = false
 if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
 -- @keys-end
 
-local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
-
 -- order-preserving, self-delimiting component encoding (keys.enc)
 local function enc(s)
   if not string.find(s, '\0', 1, true) then return s .. '\0' end  -- the common case, 4x faster
   return (string.gsub(s, '%z', '\0\255')) .. '\0'
 end
+
+-- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
+-- run on every call where they stand; in the function library (redis_saver/_scripts.py
+-- library()) their names are declared once and these lines run at the start of every call.
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+local THREAD_E = enc(THREAD_ID)
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys")
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N = nil, nil
+local GC = {}  -- blob collection candidates (see gc_blobs())
+-- @state-end
 
 -- position just after the encoded component that starts at pos
 local function skip(s, pos)
@@ -158,14 +172,7 @@ local function latest_of(ns_e)
   return string.sub(top[1], #ns_e + 1)
 end
 
--- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
--- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
--- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
--- mark is kept, "dmg" = a key of the thread was lost (what); "nc" = "1": the thread keeps no
--- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
-local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
 -- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
@@ -319,8 +326,6 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-
-local THREAD_E = enc(THREAD_ID)
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
 local function purge_expired(now)
@@ -708,8 +713,7 @@ end
 -- whose channel_versions name it. Deleting checkpoints records their blob fields as
 -- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
 -- namespace references. The cost follows the deleted data plus that namespace's records,
--- and nothing is paid on the put path.
-local GC = {}  -- ns_e -> {field = true}
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
 
 local function gc_candidates(ns_e, rec)
   local fields = blob_fields(ns_e, rec[CP_VERSIONS])

@@ -74,7 +74,7 @@ else:  # a redis-py dependency on these versions
 
 IDLE = 1.0  # seconds without calls after which a lane gives its connection back
 SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a pool of fewer connections
-COMMANDS = {"evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
+COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 

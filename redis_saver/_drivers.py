@@ -27,7 +27,14 @@ T = TypeVar("T")
 
 
 class _Driver:
-    def __init__(self, client: Any, keys: KeySchema, retries: int = 0, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        keys: KeySchema,
+        retries: int = 0,
+        telemetry: Telemetry | None = None,
+        functions: bool = True,
+    ) -> None:
         self.client = client
         self.engine = Engine(
             keys,
@@ -35,6 +42,7 @@ class _Driver:
             cluster=hasattr(client, "get_node_from_key"),
             plain_scripts=type(client).__module__.startswith("fakeredis"),  # it refuses #!lua lines
             telemetry=telemetry,
+            functions=functions,
         )
         self.scripts = self.engine.scripts
 
@@ -46,10 +54,10 @@ class _Driver:
 # ``Redis.execute_command`` does for them (take a connection, send, read, retry on the connection
 # errors the client's ``Retry`` names, give the connection back) minus its per-command hooks,
 # about 10 us of client CPU a call. The client's own path is kept where it does more than that:
-# a subclass, a client bound to one connection, response callbacks for EVAL/EVALSHA, and
+# a subclass, a client bound to one connection, response callbacks for FCALL/EVAL/EVALSHA, and
 # ``execute_command`` patched by an instrumentation (OpenTelemetry, ddtrace, Sentry: checked per
 # call) or redis-py's own metrics turned on (checked when the saver is made).
-_DIRECT = {"evalsha": "EVALSHA", "eval": "EVAL"}
+_DIRECT = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
 _PLAIN_EXECUTE = redis.Redis.execute_command
 
 
@@ -57,7 +65,7 @@ def _direct_pool(client: Any) -> Any:
     """The pool a sync driver may take connections from for script calls, or None."""
     if type(client) is not redis.Redis or client.connection is not None:
         return None
-    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in ("EVALSHA", "EVAL")):
+    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in _DIRECT.values()):
         return None
     try:
         from redis.observability.recorder import _get_or_create_collector
@@ -70,8 +78,15 @@ def _direct_pool(client: Any) -> Any:
 
 
 class SyncDriver(_Driver):
-    def __init__(self, client: Any, keys: KeySchema, retries: int = 0, telemetry: Telemetry | None = None) -> None:
-        super().__init__(client, keys, retries, telemetry)
+    def __init__(
+        self,
+        client: Any,
+        keys: KeySchema,
+        retries: int = 0,
+        telemetry: Telemetry | None = None,
+        functions: bool = True,
+    ) -> None:
+        super().__init__(client, keys, retries, telemetry, functions)
         self._pool = _direct_pool(client)
 
     def _script(self, command: str, args: Sequence[Any]) -> Any:

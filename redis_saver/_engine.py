@@ -14,6 +14,14 @@ A NOSCRIPT reply (the server lost its script cache: restart, failover to a repli
 loaded the scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the
 script's body, which cannot get NOSCRIPT (and caches the script again), so it never reaches
 the caller; the hot path (EVALSHA succeeds) costs nothing more.
+
+By default the scripts run as one Redis function library instead (``_scripts.library()``:
+FCALL, the library loaded once per server with FUNCTION LOAD): the same code, without
+re-creating its helpers on every call. A call answered "Function not found" (a server that never
+loaded it, a restart without persistence, FUNCTION FLUSH) loads the library and is sent again;
+where FUNCTION LOAD is refused (an ACL without it, a managed service that forbids it) the
+engine goes on with EVALSHA, as with ``functions=False``. A pipelined command answered so goes
+again as EVAL of its script's body, as after NOSCRIPT.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     MovedError,
+    NoPermissionError,
     NoScriptError,
     RedisError,
     ResponseError,
@@ -37,7 +46,8 @@ from redis.exceptions import (
 
 from . import _policy
 from ._plans import Call, IndexSlots, Out, Plan
-from ._scripts import Script, load_all
+from ._policy import logger
+from ._scripts import Library, Script, library, load_all
 from ._telemetry import Recording, Telemetry
 from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
 from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
@@ -49,7 +59,7 @@ PIPELINE_CHUNK = 2000  # calls per pipeline of a fan-out
 # and query all 16384 slots (a fixed cost, independent of the number of threads) beyond.
 SCAN_MAX_KEYS = 200_000
 CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: tries in all
-_SUFFIX = re.compile(r"\s*script: [0-9a-f]{40}, on @user_script:\d+\.?\s*$")
+_SUFFIX = re.compile(r"\s*script: [0-9A-Za-z_]+, on @user_(?:script|function):\d+\.?\s*$")
 
 
 # ---- operations ------------------------------------------------------------------------
@@ -181,14 +191,32 @@ def check_schema(keys: KeySchema, stored: Any) -> bool:
 Command = tuple[Script | None, tuple[Any, ...]]  # a pipelined command, with its script if any
 
 
-def _resend(commands: Sequence[Command], res: list[Any], last: bool) -> tuple[list[int], list[tuple[Any, ...]]]:
-    """What to send again after a pipeline's NOSCRIPT replies: (positions, commands).
+def _function_missing(reply: Any) -> bool:
+    """FCALL's reply when the server does not hold the library (never loaded, FUNCTION FLUSH)."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("Function not found")
 
-    Only the commands answered NOSCRIPT, as EVAL of the script body, plus the commands that
+
+def _fcall_denied(reply: Any) -> bool:
+    """FCALL's reply when ACL denies it (e.g. a user set up for an earlier release's EVALSHA),
+    or the server does not know it (Redis < 7, a proxy that does not pass it)."""
+    if not isinstance(reply, ResponseError):
+        return False
+    text = str(reply).lower()
+    return "fcall" in text and (isinstance(reply, NoPermissionError) or text.startswith("unknown command"))
+
+
+def _resend(
+    commands: Sequence[Command], res: list[Any], last: bool, as_they_are: bool = False
+) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """What to send again after a pipeline's NOSCRIPT (or "Function not found", or FCALL
+    denied) replies: (positions, commands).
+
+    Only the commands answered so, as EVAL of the script body, plus the commands that
     are not scripts (WAIT) after the first of them: WAIT counts the replicas that caught up
     with the writes before it on the connection. Unless ``last``, only the first command of
     each script is sent as EVAL and the rest stay EVALSHA behind it (a fan-out of 2000 calls
     does not send 2000 bodies); the ``last`` round sends EVAL only, which cannot fail so.
+    ``as_they_are``: the commands go again unchanged (FCALL, the library just loaded).
     """
     positions: list[int] = []
     again: list[tuple[Any, ...]] = []
@@ -198,7 +226,11 @@ def _resend(commands: Sequence[Command], res: list[Any], last: bool) -> tuple[li
             if positions:
                 positions.append(i)
                 again.append(cmd)
-        elif isinstance(r, NoScriptError):
+        elif as_they_are:
+            if _function_missing(r):
+                positions.append(i)
+                again.append(cmd)
+        elif isinstance(r, NoScriptError) or _function_missing(r) or _fcall_denied(r):
             positions.append(i)
             if last or script.name not in evaled:
                 evaled.add(script.name)
@@ -216,8 +248,9 @@ class Engine:
         keys: the saver's key schema.
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
-        plain_scripts: send the scripts without their ``#!lua`` line (fakeredis).
+        plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
         telemetry: spans and metrics of the saver's calls (``_telemetry.py``), or None.
+        functions: run the scripts as the function library (FCALL); else EVALSHA.
     """
 
     def __init__(
@@ -228,6 +261,7 @@ class Engine:
         cluster: bool = False,
         plain_scripts: bool = False,
         telemetry: Telemetry | None = None,
+        functions: bool = True,
     ):
         self.keys = keys
         self.telemetry = telemetry
@@ -237,6 +271,9 @@ class Engine:
         if plain_scripts:
             scripts = {k: v.without_shebang() for k, v in scripts.items()}
         self.scripts: dict[str, Script] = scripts
+        # the function library, while the engine uses it (None: EVALSHA)
+        self.library: Library | None = library() if functions and not plain_scripts else None
+        self._loading = False  # a FUNCTION LOAD of this engine is under way
         # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
         self.eviction_check = "off"
         self.policy_pending = False
@@ -301,15 +338,38 @@ class Engine:
         raise AssertionError("unreachable")
 
     def _evalsha(self, call: Call) -> Command:
+        """A script call as a pipelined command: FCALL (the library in use), else EVALSHA."""
         s = self.scripts[call.script]
+        lib = self.library
+        if lib is not None:
+            return s, ("FCALL", lib.functions[call.script], len(call.keys), *call.keys, *call.args)
         return s, ("EVALSHA", s.sha, len(call.keys), *call.keys, *call.args)
 
     def call(self, call: Call) -> Io[Any]:
-        """One script call: EVALSHA, or EVAL of its body after NOSCRIPT."""
+        """One script call: FCALL (the library loaded first when the server lacks it), else
+        EVALSHA, or EVAL of its body after NOSCRIPT."""
         if call.wait is not None:
             return (yield from self._call_and_wait(call))
         s = self.scripts[call.script]
         try:
+            lib = self.library
+            if lib is not None:
+                fcall = (lib.functions[call.script], len(call.keys), *call.keys, *call.args)
+                try:
+                    return (yield Cmd("fcall", fcall))
+                except ResponseError as exc:
+                    if _fcall_denied(exc):
+                        self._no_functions(exc)
+                    elif not _function_missing(exc):
+                        raise
+                # one load at a time per saver: a call that finds another loading (concurrent
+                # calls all answered "Function not found") goes on with EVALSHA meanwhile
+                if self.library is not None and not self._loading and (yield from self.load_library(lib)):
+                    try:
+                        return (yield Cmd("fcall", fcall))
+                    except ResponseError as exc:  # flushed again right away: EVAL below
+                        if not _function_missing(exc):
+                            raise
             try:
                 return (yield Cmd("evalsha", (s.sha, len(call.keys), *call.keys, *call.args)))
             except NoScriptError:  # EVAL cannot get NOSCRIPT, even if the cache is flushed again
@@ -319,9 +379,42 @@ class Engine:
         except ResponseError as exc:
             raise map_error(exc) from None
 
+    def load_library(self, lib: Library) -> Io[bool]:
+        """FUNCTION LOAD of the library (REPLACE: concurrent loads of the same text are
+        harmless; in a cluster redis-py sends it to every primary). Refused (no permission, the
+        command disabled or unknown): the engine uses EVALSHA from then on, and says False."""
+        if self.telemetry is not None:
+            self.telemetry.reloaded()
+        self._loading = True
+        try:
+            yield Cmd("function_load", (lib.source,), {"replace": True})
+        except ResponseError as exc:
+            self._no_functions(exc)
+            return False
+        finally:
+            self._loading = False
+        return True
+
+    def _no_functions(self, exc: ResponseError) -> None:
+        self.library = None
+        logger.info("redis_saver: %s; running the scripts with EVALSHA from now on", exc)
+
     def pipeline(self, commands: Sequence[Command], node_key: bytes | None = None) -> Io[list[Any]]:
-        """One pipeline; the commands answered NOSCRIPT go again (see ``_resend``)."""
+        """One pipeline; the commands answered NOSCRIPT go again (see ``_resend``); those answered
+        "Function not found" go again as they are once the library is loaded (as EVAL if it
+        cannot be, or is gone again)."""
         res: list[Any] = yield Pipe([cmd for _, cmd in commands], node_key)
+        if self.library is not None:
+            if any(_fcall_denied(r) for r in res):
+                self._no_functions(next(r for r in res if _fcall_denied(r)))
+            elif (
+                any(_function_missing(r) for r in res)
+                and not self._loading
+                and (yield from self.load_library(self.library))
+            ):
+                positions, again = _resend(commands, res, False, as_they_are=True)
+                for i, r in zip(positions, (yield Pipe(again, node_key)), strict=True):
+                    res[i] = r
         for last in (False, True):
             positions, again = _resend(commands, res, last)
             if not positions:
@@ -383,6 +476,8 @@ class Engine:
                 yield Cmd("script_load", (s.source,))
             except ResponseError as exc:
                 raise _unsupported(exc) from None
+        if self.library is not None:
+            yield from self.load_library(self.library)
         key = self.keys.schema_key()
         yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
         if check_schema(self.keys, (yield Cmd("get", (key,)))):

@@ -5,8 +5,9 @@ the database semantic conventions (``db.system.name`` = ``redis``, the Lua scrip
 ``db.stored_procedure.name``, ``db.operation.name``), the thread id (``thread_id=False``
 leaves it out), the bytes sent and received, and the error on failure; a duration histogram
 per operation, byte-size histograms, and counters of fencing conflicts, replication timeouts
-and script reloads (a NOSCRIPT answered with EVAL). Without ``opentelemetry-api``, or with no
-SDK provider configured, every hook is a no-op (the API's non-recording span and instruments).
+and script reloads (a NOSCRIPT answered with EVAL, a missing function library loaded).
+Without ``opentelemetry-api``, or with no SDK provider configured, every hook is a no-op (the
+API's non-recording span and instruments).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class Telemetry:
         self._tracer_provider = tracer_provider
         self._is_live, self._next_check = False, 0.0
         self.script_reloads = meter.create_counter(
-            "redis_saver.script_reloads", description="NOSCRIPT replies answered with EVAL of the script's body"
+            "redis_saver.script_reloads",
+            description="scripts sent again: NOSCRIPT answered with EVAL of the body, a missing library loaded",
         )
 
     def start(self, op: str) -> Recording | None:

@@ -143,6 +143,30 @@ def test_saver_works_as_restricted_user(acl_user, prefix, sync_client):
         client.close()
 
 
+def test_with_fcall_and_function_load_the_restricted_user_runs_the_library(acl_user, prefix, sync_client):
+    """SAVER_ACL_COMMANDS runs the scripts as EVALSHA (FCALL denied: the saver switches by
+    itself); adding +fcall +function|load lets the same user load and call the library."""
+    client = redis.Redis.from_url(acl_user(SAVER_ACL_COMMANDS + " +fcall +function|load"), **client_kwargs(5.0, 5.0))
+    try:
+        sync_client.function_flush()
+        before = int(sync_client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
+        s = redis_saver.RedisSaver(client, prefix=prefix)
+        _full_flow(s)
+        assert s._driver.engine.library is not None
+        assert int(sync_client.info("commandstats")["cmdstat_fcall"]["calls"]) - before > 20
+        # the documented rule alone: FCALL denied, every call answered through EVALSHA
+        plain = redis.Redis.from_url(acl_user(), **client_kwargs(5.0, 5.0))
+        try:
+            t = redis_saver.RedisSaver(plain, prefix=prefix)
+            put_chain(t, "x", 2)
+            assert t._driver.engine.library is None and len(list(t.list(tcfg("x")))) == 2
+            t.delete_thread("x")
+        finally:
+            plain.close()
+    finally:
+        client.close()
+
+
 async def test_async_saver_works_as_restricted_user(acl_user, prefix):
     client = redis.asyncio.Redis.from_url(acl_user(), **async_client_kwargs(5.0, 5.0))
     try:

@@ -1,17 +1,20 @@
-"""A storm of SCRIPT FLUSH never reaches the caller.
+"""A storm of SCRIPT FLUSH (and FUNCTION FLUSH) never reaches the caller.
 
 ``redis-cli -r -1 -i 0.002 SCRIPT FLUSH`` empties a server's script cache every ~2 ms (the
 same state as a restart, or a failover to a replica that never loaded the scripts) while
-sync savers in threads and async savers in tasks run every kind of call: single EVALSHAs and
-the fan-outs sent as pipelines (list(None), prune, delete_for_runs). The driver must answer a
-NOSCRIPT with EVAL of the script body, so there are 0 errors and every answer is right.
-The server's own counters prove the storm hit: NOSCRIPT replies and EVALs happened.
+sync savers in threads and async savers in tasks run every kind of call: single script calls
+and the fan-outs sent as pipelines (list(None), prune, delete_for_runs). With
+``functions=False`` the driver must answer a NOSCRIPT with EVAL of the script body; with the
+function library (the default) a second storm runs FUNCTION FLUSH too, and a call answered
+"Function not found" loads the library and goes again (a pipeline's command goes as EVAL if the
+library is gone again). Either way there are 0 errors and every answer is right. The server's
+own counters prove the storm hit: NOSCRIPT replies and EVALs happened, or library loads.
 
 Three setups: a standalone server; a primary with a replica and ``wait_for_replicas=1`` (put
-and put_writes go as EVALSHA + WAIT in one pipeline), then a failover to that replica, which
-never loaded a script; the session Redis Cluster with ``wait_for_replicas=1`` (the cluster
+and put_writes go as the script call + WAIT in one pipeline), then a failover to that replica,
+which never loaded a script; the session Redis Cluster with ``wait_for_replicas=1`` (the cluster
 paths: WAIT on the thread's primary, fan-outs split by node). On the wire: only the commands
-answered NOSCRIPT are sent again.
+answered NOSCRIPT (or "Function not found") are sent again.
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ ASYNC_TASKS = 3
 ALL_CALLS = {"put", "put_writes", "get_tuple", "list", "get_delta_channel_history", "prune", "delete_for_runs"}
 
 
-def _storm(server: Any) -> subprocess.Popen:
+def _storm(server: Any, what: str = "SCRIPT") -> subprocess.Popen:
     cli = shutil.which("redis-cli")
     if cli is None:
         pytest.skip("redis-cli not found")
     return subprocess.Popen(
-        [cli, "-h", server.host, "-p", str(server.port), "-r", "-1", "-i", "0.002", "SCRIPT", "FLUSH"],
+        [cli, "-h", server.host, "-p", str(server.port), "-r", "-1", "-i", "0.002", what, "FLUSH"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -54,6 +57,9 @@ def _counters(servers: list[Any]) -> Counter:
         out["SCRIPT FLUSH"] += stat_count(s, "commandstats", "cmdstat_script|flush")
         out["NOSCRIPT"] += stat_count(s, "errorstats", "errorstat_NOSCRIPT", "count")
         out["EVAL"] += stat_count(s, "commandstats", "cmdstat_eval")
+        out["FUNCTION FLUSH"] += stat_count(s, "commandstats", "cmdstat_function|flush")
+        out["FUNCTION LOAD"] += stat_count(s, "commandstats", "cmdstat_function|load")
+        out["FCALL"] += stat_count(s, "commandstats", "cmdstat_fcall")
     return out
 
 
@@ -79,13 +85,20 @@ async def _async_workers(make: Callable[[], Any], seconds: float, out: list[Ops]
 
 
 def storm(
-    servers: list[Any], make_sync: Callable, make_async: Callable, seconds: float, label: str, min_calls: int = 100
+    servers: list[Any],
+    make_sync: Callable,
+    make_async: Callable,
+    seconds: float,
+    label: str,
+    min_calls: int = 100,
+    functions: bool = False,
 ) -> None:
-    """Flush every server's script cache every ~2 ms while the savers work; 0 errors allowed."""
+    """Flush every server's script cache (and function libraries, with ``functions``) every
+    ~2 ms while the savers work; 0 errors allowed."""
     before = _counters(servers)
     sync_ops: list[Ops] = []
     async_ops: list[Ops] = []
-    storms = [_storm(s) for s in servers]
+    storms = [_storm(s) for s in servers] + ([_storm(s, "FUNCTION") for s in servers] if functions else [])
     try:
         threads = [
             threading.Thread(target=_sync_worker, args=(make_sync, f"s{i}", seconds, sync_ops))
@@ -119,7 +132,11 @@ def storm(
     # (counts, not rates: on a loaded machine fewer flushes and calls fit in the same time; what
     # matters is that flushes and NOSCRIPT replies happened and every call kind ran without error)
     assert server_side["SCRIPT FLUSH"] > 10 * len(servers) * seconds, server_side  # ~150/s measured
-    assert server_side["NOSCRIPT"] > 20 and server_side["EVAL"] > 20, server_side
+    if functions:
+        assert server_side["FUNCTION FLUSH"] > 10 * len(servers) * seconds, server_side
+        assert server_side["FUNCTION LOAD"] > 20 and server_side["FCALL"] > 20, server_side
+    else:
+        assert server_side["NOSCRIPT"] > 20 and server_side["EVAL"] > 20, server_side
     for kind, calls, errors, samples in results:
         assert ALL_CALLS <= set(calls) and sum(calls.values()) > min_calls // 4, (kind, calls)
         assert not errors, (kind, dict(errors), samples)
@@ -137,12 +154,18 @@ def _plain(server: Any, **saver_kwargs: Any) -> tuple[Callable, Callable]:
     return make_sync, make_async
 
 
-def test_script_flush_storm_never_reaches_the_caller():
+FUNCTIONS = pytest.mark.parametrize("functions", [False, True], ids=["evalsha", "functions"])
+
+
+@FUNCTIONS
+def test_script_flush_storm_never_reaches_the_caller(functions):
     with start_standalone() as server:
-        storm([server], *_plain(server, prefix="flush"), seconds=2.0, label="standalone")
+        make = _plain(server, prefix="flush", functions=functions)
+        storm([server], *make, seconds=2.0, label="standalone", functions=functions)
 
 
-def test_script_flush_storm_with_wait_for_replicas_then_failover():
+@FUNCTIONS
+def test_script_flush_storm_with_wait_for_replicas_then_failover(functions):
     with start_standalone(extra_args=("--repl-diskless-sync-delay", "0")) as primary, start_standalone(
         extra_args=("--replicaof", primary.host, str(primary.port))
     ) as replica:
@@ -152,8 +175,10 @@ def test_script_flush_storm_with_wait_for_replicas_then_failover():
             threading.Event().wait(0.01)
         else:
             raise AssertionError("the replica never synced")
-        make_sync, make_async = _plain(primary, prefix="flushwait", wait_for_replicas=1, wait_timeout_ms=2000)
-        storm([primary], make_sync, make_async, seconds=1.5, label="standalone+WAIT")
+        make_sync, make_async = _plain(
+            primary, prefix="flushwait", wait_for_replicas=1, wait_timeout_ms=2000, functions=functions
+        )
+        storm([primary], make_sync, make_async, seconds=1.5, label="standalone+WAIT", functions=functions)
         # WAIT went with the writes (a count, not a rate: the machine may be loaded)
         assert stat_count(primary, "commandstats", "cmdstat_wait") > 20
 
@@ -162,10 +187,12 @@ def test_script_flush_storm_with_wait_for_replicas_then_failover():
         conf = saver.put(cfg("failover"), *checkpoint("before", version(1)))
         close()
         assert replica.command("REPLICAOF", "NO", "ONE") == "OK"
-        to_sync, to_async = _plain(replica, prefix="flushwait")
+        to_sync, to_async = _plain(replica, prefix="flushwait", functions=functions)
         promoted, close = to_sync()
         try:
             assert replica.command("SCRIPT", "EXISTS", promoted._driver.scripts["get_tuple"].sha) == [0]
+            if functions:  # the library may have been flushed last: the replica then lacks it too
+                replica.command("FUNCTION", "FLUSH")
             assert promoted.get_tuple(cfg("failover")).config == conf
             conf2 = promoted.put(conf, *checkpoint("after", version(2)))
             assert [t.config for t in promoted.list(cfg("failover"))] == [conf2, conf]
@@ -182,14 +209,18 @@ def test_script_flush_storm_with_wait_for_replicas_then_failover():
                 await aclose()
 
         asyncio.run(async_side())
-        assert stat_count(replica, "errorstats", "errorstat_NOSCRIPT", "count") >= 3
+        if functions:
+            assert stat_count(replica, "commandstats", "cmdstat_function|load") >= 1
+        else:
+            assert stat_count(replica, "errorstats", "errorstat_NOSCRIPT", "count") >= 3
 
 
 @pytest.mark.cluster
-def test_script_flush_storm_on_cluster(cluster):
+@FUNCTIONS
+def test_script_flush_storm_on_cluster(cluster, functions):
     prefix = "flush" + uuid.uuid4().hex[:8]
     primaries = [cluster.node(int(row[2][1])) for row in cluster.slots()]
-    opts = {"prefix": prefix, "wait_for_replicas": 1, "wait_timeout_ms": 2000}
+    opts = {"prefix": prefix, "wait_for_replicas": 1, "wait_timeout_ms": 2000, "functions": functions}
 
     def make_sync():
         rc = cluster.client(socket_timeout=5.0)
@@ -201,7 +232,7 @@ def test_script_flush_storm_on_cluster(cluster):
         return AsyncRedisSaver(rc, **opts), rc.aclose
 
     try:
-        storm(primaries, make_sync, make_async, seconds=1.5, label="cluster+WAIT", min_calls=40)
+        storm(primaries, make_sync, make_async, seconds=1.5, label="cluster+WAIT", min_calls=40, functions=functions)
     finally:
         rc = cluster.client()
         for k in rc.scan_iter(match=prefix + ":*", count=1000):
@@ -225,10 +256,10 @@ async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
     with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
         if kind == "sync":
             client = redis.Redis(host=wire.host, port=wire.port, **client_kwargs())
-            saver = RedisSaver(client, prefix="wire")
+            saver = RedisSaver(client, prefix="wire", functions=False)
         else:
             client = redis.asyncio.Redis(host=wire.host, port=wire.port, **async_client_kwargs())
-            saver = AsyncRedisSaver(client, prefix="wire")
+            saver = AsyncRedisSaver(client, prefix="wire", functions=False)
         admin = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
             confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
@@ -256,6 +287,59 @@ async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
             with pytest.raises(ReplicationTimeoutError):
                 await call(saver, "put_writes", confs[1], [("x", 1)], "task")
             assert [n for n in wire.names() if n not in SETUP_COMMANDS] == ["EVALSHA", "WAIT", "EVAL", "WAIT"]
+            saver._wait = None
+            assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
+        finally:
+            admin.close()
+            if kind == "sync":
+                client.close()
+            else:
+                await client.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_missing_library_is_loaded_and_the_commands_go_again(kind):
+    """The same with the function library: a pipeline whose FCALLs are answered "Function not
+    found" loads the library and sends those commands (and a WAIT behind them) again as they
+    are; a single call: FCALL, FUNCTION LOAD, FCALL."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+    from devkit.wire import SETUP_COMMANDS, CountingProxy
+    from redis_saver import ReplicationTimeoutError
+    from tests.faults._util import call
+
+    with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
+        if kind == "sync":
+            client = redis.Redis(host=wire.host, port=wire.port, **client_kwargs())
+            saver = RedisSaver(client, prefix="wire")
+        else:
+            client = redis.asyncio.Redis(host=wire.host, port=wire.port, **async_client_kwargs())
+            saver = AsyncRedisSaver(client, prefix="wire")
+        admin = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+
+        def ops() -> list[str]:
+            return [n for n in wire.names() if n not in SETUP_COMMANDS]
+
+        try:
+            confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
+            calls = [next(saver._plan_get_tuple(cfg(t))) for t in "ab"] + [next(saver._plan_list(cfg(t))) for t in "ab"]
+            admin.function_flush()
+            wire.reset()
+            batch = saver._driver.batch(calls)
+            replies = await batch if kind == "async" else batch
+            assert ops() == ["FCALL"] * 4 + ["FUNCTION LOAD"] + ["FCALL"] * 4, ops()
+            assert len(replies) == 4 and all(r for r in replies)
+
+            admin.function_flush()
+            wire.reset()
+            assert (await call(saver, "get_tuple", confs[0])).config == confs[0]
+            assert ops() == ["FCALL", "FUNCTION LOAD", "FCALL"]
+            admin.function_flush()
+            saver._wait = (1, 1)
+            wire.reset()
+            with pytest.raises(ReplicationTimeoutError):
+                await call(saver, "put_writes", confs[1], [("x", 1)], "task")
+            assert ops() == ["FCALL", "WAIT", "FUNCTION LOAD", "FCALL", "WAIT"]
             saver._wait = None
             assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
         finally:

@@ -199,7 +199,7 @@ def _linear_chain(thread_id: str, n: int, tasks_per_cp: int) -> Tree:
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_delta_history_is_one_evalsha(kind, wire, wire_saver):
+async def test_delta_history_is_one_script_call(kind, wire, wire_saver):
     saver = wire_saver(kind)
     tree = _linear_chain(f"wire-{kind}", 31, 3)  # the target (last) has 30 ancestors, the root holds the seed
     await tree.apply(saver)
@@ -209,7 +209,7 @@ async def test_delta_history_is_one_evalsha(kind, wire, wire_saver):
 
     wire.reset()
     got = await call(saver, "get_delta_channel_history", config=target, channels=["items"])
-    assert wire.names() == ["EVALSHA"]
+    assert wire.names() == ["FCALL"]
     # all 30 ancestors walked, their writes in task_path order (the reverse of task_id order here)
     assert got["items"]["seed"] == _DeltaSnapshot(["root"])
     assert [w[2] for w in got["items"]["writes"]] == [[f"w{i}.{k}"] for i in range(30) for k in range(3)]

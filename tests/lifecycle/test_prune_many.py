@@ -106,7 +106,7 @@ async def test_prune_bad_input_writes_nothing(saver, sync_client, prefix, args, 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_prune_many_is_one_round_of_scripts(kind, wire, wire_saver):
-    """One EVALSHA per thread (pipelined), nothing else."""
+    """One FCALL per thread (pipelined), nothing else."""
     saver = wire_saver(kind)
     g = build(saver)
     tids = [f"w{i}" for i in range(5)]
@@ -115,7 +115,7 @@ async def test_prune_many_is_one_round_of_scripts(kind, wire, wire_saver):
             await invoke(g, saver, turn_input(t), cfg(tid))
     wire.reset()
     await call(saver, "prune", tids)
-    assert wire.names() == ["EVALSHA"] * len(tids)
+    assert wire.names() == ["FCALL"] * len(tids)
 
 
 async def test_prune_drops_orphan_writes_and_unreferenced_blobs(saver, sync_client, prefix):

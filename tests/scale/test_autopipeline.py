@@ -47,13 +47,15 @@ class Writes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.log: list[tuple[int, int]] = []
+        self.loads = 0  # FUNCTION LOAD commands sent
         original = AbstractConnection.send_packed_command
 
         async def spy(conn: Any, command: Any, check_health: bool = True) -> None:
             data = command if isinstance(command, bytes) else b"".join(bytes(c) for c in command)
-            n = data.count(b"\r\nEVALSHA\r\n") + data.count(b"\r\nEVAL\r\n")
+            n = data.count(b"\r\nEVALSHA\r\n") + data.count(b"\r\nEVAL\r\n") + data.count(b"\r\nFCALL\r\n")
             if n:
                 self.log.append((id(conn), n))
+            self.loads += data.count(b"\r\nFUNCTION\r\n$4\r\nLOAD\r\n")
             await original(conn, command, check_health)
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", spy)
@@ -217,7 +219,7 @@ async def test_a_conflict_stays_with_its_call(aclient, prefix):
 
 
 async def test_noscript_falls_back_to_eval_per_call(aclient, prefix, writes):
-    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True, functions=False)
     threads = [f"n{i}" for i in range(30)]
     await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
     await aclient.script_flush()
@@ -227,6 +229,23 @@ async def test_noscript_falls_back_to_eval_per_call(aclient, prefix, writes):
     # one write of 30 EVALSHA answered NOSCRIPT, then the EVALs: each call did its own fallback
     assert writes.log[0][1] == 30 and writes.scripts == 60
     assert len(writes.connections) == 1
+
+
+async def test_a_missing_library_is_loaded_once_for_concurrent_calls(aclient, prefix, writes):
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)
+    threads = [f"n{i}" for i in range(30)]
+    await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
+    await aclient.function_flush()
+    writes.reset()
+    writes.loads = 0
+    tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+    assert [t.checkpoint["channel_values"]["msg"] for t in tuples] == [f"{t}/0" for t in threads]
+    # one write of 30 FCALL answered "Function not found"; one call loads the library and sends
+    # its FCALL again, the 29 others go on with EVALSHA meanwhile: 60 script calls, one load
+    assert writes.log[0][1] == 30 and writes.scripts == 60 and writes.loads == 1, (writes.log, writes.loads)
+    writes.reset()
+    await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
+    assert writes.scripts == 30 and writes.loads == 1  # FCALL again from then on
 
 
 # --------------------------------------------------------------------------- cancellation and timeouts

@@ -97,7 +97,7 @@ def test_a_page_costs_a_fixed_number_of_commands(sync_client, prefix):
         after = _calls(sync_client)
         spent = {k[len("cmdstat_"):]: c - before.get(k, 0) for k, c in after.items() if c != before.get(k, 0)}
         assert len(got) == n and all(t.pending_writes for t in got if t.metadata["step"] % 2)
-        assert spent["evalsha"] == 1 and spent["zrange"] == zranges and spent["hmget"] == 4, spent
+        assert spent["fcall"] == 1 and spent["zrange"] == zranges and spent["hmget"] == 4, spent
 
 
 def test_a_page_of_more_than_1000_blobs_and_writes(sync_client, prefix):

@@ -57,7 +57,8 @@ async def test_spans_and_metrics_of_saver_calls(kind, otel, redis_url, make_save
     assert len(await alist(saver, _cfg("t-1"))) == 1
     with pytest.raises(ConflictError):  # a second root on a fenced thread
         await call(saver, "put", _cfg("t-1"), empty_checkpoint(), {"step": 0}, {})
-    sync_client.script_flush()  # the next call is answered NOSCRIPT, then EVAL: a script reload
+    sync_client.function_flush()  # the next call is answered "Function not found": the library is loaded again
+    sync_client.script_flush()
     await call(saver, "get_tuple", _cfg("t-1"))
 
     got = {s.name: s for s in spans.get_finished_spans()}
