@@ -17,7 +17,8 @@ Servers:
 
 ``run`` starts each server on a free port, probes its features by *trying* them (never by
 version string: Valkey reports redis_version 7.2.4), and runs pytest with ``REDIS_URL`` set:
-tests/contract and the standalone parts of tests/deploy (two runs) when the server accepts
+tests/contract (with the function library's tests and the one-call wire counts, which see FCALL
+on the wire, not a fallback) and the standalone parts of tests/deploy (two runs) when the server accepts
 ``#!lua`` scripts; otherwise only tests/deploy/test_server_support.py, which checks that
 setup() raises UnsupportedServerError there. Prints a pass/fail table (markdown); failing
 runs keep their output in the cache dir.
@@ -240,7 +241,8 @@ def probe(server) -> dict[str, bool]:
 
 # suites run against a server that accepts #!lua scripts (each its own pytest run and table column)
 SUITES = {
-    "contract": ["tests/contract"],
+    # with the function library's own tests and the wire count (FCALL, not a silent fallback)
+    "contract": ["tests/contract", "tests/scripts/test_library.py", "tests/scripts/test_one_call.py"],
     "deploy": ["tests/deploy", "--ignore=tests/deploy/test_tls.py", "-m", "not cluster and not sentinel"],
 }
 # and against one that doesn't: setup() must raise UnsupportedServerError
