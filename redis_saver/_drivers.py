@@ -78,16 +78,9 @@ def _direct_pool(client: Any) -> Any:
 
 
 class SyncDriver(_Driver):
-    def __init__(
-        self,
-        client: Any,
-        keys: KeySchema,
-        retries: int = 0,
-        telemetry: Telemetry | None = None,
-        functions: bool = True,
-    ) -> None:
-        super().__init__(client, keys, retries, telemetry, functions)
-        self._pool = _direct_pool(client)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # _Driver's
+        super().__init__(*args, **kwargs)
+        self._pool = _direct_pool(self.client)
 
     def _script(self, command: str, args: Sequence[Any]) -> Any:
         pool = self._pool

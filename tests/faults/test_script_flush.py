@@ -243,78 +243,34 @@ def test_script_flush_storm_on_cluster(cluster, functions):
 # --------------------------------------------------------------------------- on the wire: what is sent again
 
 
+# what goes on the wire after a flush: (flush, single call, WAIT pipeline), per mode
+AGAIN = {
+    False: ("script_flush", ["EVALSHA", "EVAL"], ["EVALSHA", "WAIT", "EVAL", "WAIT"]),
+    True: ("function_flush", ["FCALL", "FUNCTION LOAD", "FCALL"], ["FCALL", "WAIT", "FUNCTION LOAD", "FCALL", "WAIT"]),
+}
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_only_the_noscript_commands_are_sent_again_as_eval(kind):
+@FUNCTIONS
+async def test_only_the_commands_answered_so_are_sent_again(kind, functions):
     """A pipeline whose replies mix NOSCRIPT and results: only the NOSCRIPT commands go again,
     the first of each script as EVAL, the rest as EVALSHA behind it; a WAIT goes again with its
-    script. A single call: EVALSHA, then EVAL."""
-    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-
-    from devkit.wire import SETUP_COMMANDS, CountingProxy
-    from tests.faults._util import call
-
-    with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
-        if kind == "sync":
-            client = redis.Redis(host=wire.host, port=wire.port, **client_kwargs())
-            saver = RedisSaver(client, prefix="wire", functions=False)
-        else:
-            client = redis.asyncio.Redis(host=wire.host, port=wire.port, **async_client_kwargs())
-            saver = AsyncRedisSaver(client, prefix="wire", functions=False)
-        admin = redis.Redis(host=server.host, port=server.port, **client_kwargs())
-        try:
-            confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
-            admin.script_flush()
-            admin.script_load(saver._driver.scripts["get_tuple"].source)  # get_tuple cached, list not
-            calls = [next(saver._plan_get_tuple(cfg(t))) for t in "ab"] + [next(saver._plan_list(cfg(t))) for t in "ab"]
-            wire.reset()
-            batch = saver._driver.batch(calls)
-            replies = await batch if kind == "async" else batch
-            ops = [n for n in wire.names() if n not in SETUP_COMMANDS]
-            assert ops == ["EVALSHA"] * 4 + ["EVAL", "EVALSHA"], ops
-            assert wire.commands[-2][1] == saver._driver.scripts["list"].source  # the body, as loaded
-            assert len(replies) == 4 and all(r for r in replies)
-
-            # a single call, and the WAIT pipeline (no replica here: ReplicationTimeoutError, but stored)
-            admin.script_flush()
-            wire.reset()
-            assert (await call(saver, "get_tuple", confs[0])).config == confs[0]
-            assert [n for n in wire.names() if n not in SETUP_COMMANDS] == ["EVALSHA", "EVAL"]
-            admin.script_flush()
-            saver._wait = (1, 1)
-            wire.reset()
-            from redis_saver import ReplicationTimeoutError
-
-            with pytest.raises(ReplicationTimeoutError):
-                await call(saver, "put_writes", confs[1], [("x", 1)], "task")
-            assert [n for n in wire.names() if n not in SETUP_COMMANDS] == ["EVALSHA", "WAIT", "EVAL", "WAIT"]
-            saver._wait = None
-            assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
-        finally:
-            admin.close()
-            if kind == "sync":
-                client.close()
-            else:
-                await client.aclose()
-
-
-@pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_a_missing_library_is_loaded_and_the_commands_go_again(kind):
-    """The same with the function library: a pipeline whose FCALLs are answered "Function not
-    found" loads the library and sends those commands (and a WAIT behind them) again as they
-    are; a single call: FCALL, FUNCTION LOAD, FCALL."""
+    script. With the function library, FCALLs answered "Function not found" load it and go
+    again as they are. A single call: EVALSHA, then EVAL (FCALL, FUNCTION LOAD, FCALL)."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
     from devkit.wire import SETUP_COMMANDS, CountingProxy
     from redis_saver import ReplicationTimeoutError
     from tests.faults._util import call
 
+    flush, single, waited = AGAIN[functions]
     with start_standalone() as server, CountingProxy(server.host, server.port) as wire:
         if kind == "sync":
             client = redis.Redis(host=wire.host, port=wire.port, **client_kwargs())
-            saver = RedisSaver(client, prefix="wire")
+            saver = RedisSaver(client, prefix="wire", functions=functions)
         else:
             client = redis.asyncio.Redis(host=wire.host, port=wire.port, **async_client_kwargs())
-            saver = AsyncRedisSaver(client, prefix="wire")
+            saver = AsyncRedisSaver(client, prefix="wire", functions=functions)
         admin = redis.Redis(host=server.host, port=server.port, **client_kwargs())
 
         def ops() -> list[str]:
@@ -323,23 +279,30 @@ async def test_a_missing_library_is_loaded_and_the_commands_go_again(kind):
         try:
             confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
             calls = [next(saver._plan_get_tuple(cfg(t))) for t in "ab"] + [next(saver._plan_list(cfg(t))) for t in "ab"]
-            admin.function_flush()
+            getattr(admin, flush)()
+            if not functions:
+                admin.script_load(saver._driver.scripts["get_tuple"].source)  # get_tuple cached, list not
             wire.reset()
             batch = saver._driver.batch(calls)
             replies = await batch if kind == "async" else batch
-            assert ops() == ["FCALL"] * 4 + ["FUNCTION LOAD"] + ["FCALL"] * 4, ops()
+            if functions:
+                assert ops() == ["FCALL"] * 4 + ["FUNCTION LOAD"] + ["FCALL"] * 4, ops()
+            else:
+                assert ops() == ["EVALSHA"] * 4 + ["EVAL", "EVALSHA"], ops()
+                assert wire.commands[-2][1] == saver._driver.scripts["list"].source  # the body, as loaded
             assert len(replies) == 4 and all(r for r in replies)
 
-            admin.function_flush()
+            # a single call, and the WAIT pipeline (no replica here: ReplicationTimeoutError, but stored)
+            getattr(admin, flush)()
             wire.reset()
             assert (await call(saver, "get_tuple", confs[0])).config == confs[0]
-            assert ops() == ["FCALL", "FUNCTION LOAD", "FCALL"]
-            admin.function_flush()
+            assert ops() == single
+            getattr(admin, flush)()
             saver._wait = (1, 1)
             wire.reset()
             with pytest.raises(ReplicationTimeoutError):
                 await call(saver, "put_writes", confs[1], [("x", 1)], "task")
-            assert ops() == ["FCALL", "WAIT", "FUNCTION LOAD", "FCALL", "WAIT"]
+            assert ops() == waited
             saver._wait = None
             assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
         finally:

@@ -60,18 +60,24 @@ def _chain(client, saver, tid: str) -> dict:
     return {k: v for k, v in client.hgetall(key).items() if k != b""}  # without the chain mark
 
 
+def _checked_chain(client, saver, tid: str, n: int) -> dict:
+    """The thread's chain entries, checked: n of them, each ``entry()`` of its checkpoint."""
+    mine = _chain(client, saver, tid)
+    assert len(mine) == n
+    for t in saver.list({"configurable": {"thread_id": tid}}):
+        c = t.config["configurable"]
+        want = entry(t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else "",
+                     t.checkpoint["channel_versions"])
+        assert mine[enc(c["checkpoint_ns"]) + enc(c["checkpoint_id"])] == want
+    return mine
+
+
 def test_client_and_script_build_the_same_entries(sync_client, prefix):
     saver = RedisSaver(sync_client, prefix=prefix)
     saver.setup()
     for names, src in ((AWKWARD, "awkward"), (PLAIN, "plain")):  # the client's slow and fast paths
         _fill(saver, src, names=names)
-        mine = _chain(sync_client, saver, src)
-        assert len(mine) == 12
-        for t in saver.list({"configurable": {"thread_id": src}}):
-            c = t.config["configurable"]
-            want = entry(t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else "",
-                         t.checkpoint["channel_versions"])
-            assert mine[enc(c["checkpoint_ns"]) + enc(c["checkpoint_id"])] == want
+        mine = _checked_chain(sync_client, saver, src, 12)
         first = min(mine)
         assert mine[first].startswith(enc("") + b"\x01")  # the root has no parent
         # import.lua builds every entry from its record (into a target an earlier format started)
@@ -164,13 +170,7 @@ def test_a_thread_compress_false_starts_keeps_the_entries_its_puts_send(sync_cli
     for names, tid in ((AWKWARD, "awkward"), (PLAIN, "plain")):  # the client's slow and fast paths
         last = _fill(off, tid, names=names, legacy=False)
         assert sync_client.hget(off.keys.thread_keys(tid)[0], "nc") is None
-        mine = _chain(sync_client, off, tid)
-        assert len(mine) == 12
-        for t in off.list({"configurable": {"thread_id": tid}}):
-            c = t.config["configurable"]
-            want = entry(t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else "",
-                         t.checkpoint["channel_versions"])
-            assert mine[enc(c["checkpoint_ns"]) + enc(c["checkpoint_id"])] == want
+        _checked_chain(sync_client, off, tid, 12)
         if names is AWKWARD:
             ref_last = _fill(ref, tid, names=names)
             expected = ref.get_delta_channel_history(config=ref_last, channels=chans)
