@@ -576,6 +576,58 @@ def _is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+@cli.command()
+@click.option("--load", is_flag=True, help="Load this version's library (e.g. as an admin, for ACL users with +fcall).")
+@click.option("--delete-stale", is_flag=True, help="Delete the redis_saver libraries of other versions.")
+@click.option("--yes", is_flag=True, help="Do not ask before deleting.")
+@json_option
+@pass_state
+def functions(st: State, load: bool, delete_stale: bool, yes: bool, as_json: bool) -> None:
+    """The redis_saver function libraries on the server (every primary of a cluster).
+
+    Each version of redis_saver loads its own library (named by a digest of its code), so a
+    rolling upgrade leaves the previous one behind. Deleting a library a worker still uses is
+    safe: its next call finds it missing and loads it again (one extra round trip)."""
+    from redis_saver._scripts import library
+
+    client, current = st.client, library()
+    if load:
+        client.function_load(current.source, replace=True)
+    names = _libraries(client)
+    stale = sorted(n for n in names if n != current.name)
+    if delete_stale and stale:
+        _confirm(f"delete {len(stale)} stale librar{'y' if len(stale) == 1 else 'ies'} ({', '.join(stale)})?", yes)
+        for n in stale:
+            client.function_delete(n)
+        names = _libraries(client)
+    libraries = {n: sorted(nodes) for n, nodes in sorted(names.items())}
+    doc = {"current": current.name, "libraries": libraries}
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    if not names:
+        out.print(f"no redis_saver library loaded (this version's: {current.name}; calls load it when missing)")
+    for n, nodes in libraries.items():
+        mark = "this version" if n == current.name else "stale"
+        out.print(f"{n}  ({mark})  on {', '.join(nodes)}")
+
+
+def _libraries(client: Any) -> dict[str, set[str]]:
+    """{library name: nodes holding it} for the libraries named redis_saver_*."""
+    if _is_cluster(client):
+        nodes = {n.name: client.get_redis_connection(n) for n in client.get_primaries()}
+    else:
+        nodes = {"server": client}
+    found: dict[str, set[str]] = {}
+    for node, conn in nodes.items():
+        for lib in conn.function_list(library="redis_saver_*"):
+            fields = dict(zip(lib[::2], lib[1::2], strict=True))
+            name = fields.get(b"library_name", fields.get("library_name"))
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            found.setdefault(name, set()).add(node)
+    return found
+
+
 # --------------------------------------------------------------------------- write commands
 
 

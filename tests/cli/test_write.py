@@ -102,3 +102,27 @@ def test_rewrite_compresses_raw_threads_in_place(cli, redis_url, prefix, sync_cl
         assert check_streams(sync_client, raw, t)["streams"] == 1
     res = cli("rewrite", "--all", "--yes")
     assert "rewrote 3 thread(s): 0 value(s)" in res.stdout
+
+
+def test_functions_lists_loads_and_deletes_stale_libraries(cli, redis_url, prefix):
+    import redis as _redis
+
+    from redis_saver._scripts import library
+
+    client = _redis.Redis.from_url(redis_url)
+    try:
+        client.function_flush()
+        assert json.loads(cli("functions", "--json").stdout)["libraries"] == {}
+        loaded = json.loads(cli("functions", "--load", "--json").stdout)
+        assert loaded["current"] == library().name and list(loaded["libraries"]) == [library().name]
+        # a library an older version left (its own name and function names)
+        old = library().source.decode().replace(library().name, "redis_saver_0123456789abcdef")
+        client.function_load(old)
+        listed = cli("functions").stdout
+        assert "redis_saver_0123456789abcdef  (stale)" in listed and f"{library().name}  (this version)" in listed
+        cli("functions", "--delete-stale", input="n\n", code=1)  # asked, declined: nothing deleted
+        assert len(json.loads(cli("functions", "--json").stdout)["libraries"]) == 2
+        left = json.loads(cli("functions", "--delete-stale", "--yes", "--json").stdout)
+        assert list(left["libraries"]) == [library().name]
+    finally:
+        client.close()
