@@ -122,6 +122,15 @@ async def test_calls_of_one_iteration_leave_in_one_write(aclient, writes):
     assert writes.log == [(writes.log[0][0], 100)]  # one write of 100 scripts, one connection
 
 
+async def test_a_large_call_leaves_alone_on_a_pooled_connection(aclient, writes):
+    small = [f"s-{i}" for i in range(20)]
+    big = "x" * (_autopipe.LARGE + 1)
+    replies = await asyncio.gather(*(call(aclient, ECHO, args=(a,)) for a in small), call(aclient, ECHO, args=(big,)))
+    assert replies == [a.encode() for a in small] + [big.encode()]
+    # the 20 small calls in one write on the lane's connection, the large one in its own write
+    assert sorted(n for _, n in writes.log) == [1, 20] and len(writes.connections) == 2
+
+
 async def test_replies_keep_the_order_of_the_connection(aclient, writes):
     key = f"ap:{uuid.uuid4().hex}"
 
