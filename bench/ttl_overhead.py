@@ -34,6 +34,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import redis  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
+from bench.where import SCRIPT_COMMANDS  # noqa: E402
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver  # noqa: E402
 
@@ -91,7 +92,7 @@ def server_usec(client: redis.Redis) -> tuple[float, int]:
     """(total usec, calls) of script commands since the last CONFIG RESETSTAT."""
     st = client.info("commandstats")
     usec = calls = 0
-    for name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall"):
+    for name in SCRIPT_COMMANDS:
         if name in st:
             usec += st[name]["usec"]
             calls += st[name]["calls"]

@@ -60,7 +60,9 @@ STAGES = [
 ]
 
 
-SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall", "cmdstat_fcall_ro")
+# the INFO commandstats entries of script calls (read-only variants included)
+SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall",
+                   "cmdstat_fcall_ro")
 
 
 def _usec(r: redis.Redis) -> int:
