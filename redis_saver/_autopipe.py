@@ -68,6 +68,8 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ._engine import SCRIPT_COMMANDS
+
 if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
     from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
 else:  # a redis-py dependency on these versions
@@ -81,7 +83,6 @@ else:  # a redis-py dependency on these versions
 LARGE = 16 * 1024
 IDLE = 1.0  # seconds without calls after which a lane gives its connection back
 SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a pool of fewer connections
-COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}  # what goes through lanes (engine Cmd names)
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 
@@ -327,10 +328,10 @@ class Router:
         return lane
 
     async def call(self, name: str, args: tuple[Any, ...]) -> Any:
-        """``client.<name>(*args)`` (``name``: a key of COMMANDS), through the call's lane, with the
+        """``client.<name>(*args)`` (``name``: a key of ``SCRIPT_COMMANDS``), through the call's lane, with the
         client's own retry policy, as redis-py would send it."""
         lane = self._lane(args)
-        command = (COMMANDS[name], *args)
+        command = (SCRIPT_COMMANDS[name], *args)
         # (keys and arguments: an EVAL's body, sent once after NOSCRIPT, is not counted)
         if lane is not None and sum([len(a) for a in args[2:] if isinstance(a, (bytes, str))]) > LARGE:
             lane = None  # a large call goes alone: calls behind it in a lane would wait for its bytes

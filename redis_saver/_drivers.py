@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import redis
 
 from . import _autopipe, _policy
-from ._engine import Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
+from ._engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
 from ._plans import Call, Plan
 from ._telemetry import Telemetry
 from .keys import KeySchema
@@ -57,7 +57,6 @@ class _Driver:
 # a subclass, a client bound to one connection, response callbacks for FCALL/EVAL/EVALSHA, and
 # ``execute_command`` patched by an instrumentation (OpenTelemetry, ddtrace, Sentry: checked per
 # call) or redis-py's own metrics turned on (checked when the saver is made).
-_DIRECT = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
 _PLAIN_EXECUTE = redis.Redis.execute_command
 
 
@@ -65,7 +64,7 @@ def _direct_pool(client: Any) -> Any:
     """The pool a sync driver may take connections from for script calls, or None."""
     if type(client) is not redis.Redis or client.connection is not None:
         return None
-    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in _DIRECT.values()):
+    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in SCRIPT_COMMANDS.values()):
         return None
     try:
         from redis.observability.recorder import _get_or_create_collector
@@ -100,11 +99,11 @@ class SyncDriver(_Driver):
         if isinstance(op, Cmd):
             if (
                 self._pool is not None
-                and op.name in _DIRECT
+                and op.name in SCRIPT_COMMANDS
                 and redis.Redis.execute_command is _PLAIN_EXECUTE
                 and op.kwargs is None
             ):
-                return self._script(_DIRECT[op.name], op.args)
+                return self._script(SCRIPT_COMMANDS[op.name], op.args)
             if op.kwargs is None:
                 return getattr(self.client, op.name)(*op.args)
             return getattr(self.client, op.name)(*op.args, **op.kwargs)
@@ -179,7 +178,7 @@ class AsyncDriver(_Driver):
 
     async def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
-            if self.router is not None and op.name in _autopipe.COMMANDS:
+            if self.router is not None and op.name in SCRIPT_COMMANDS:
                 return await self.router.call(op.name, tuple(op.args))
             if op.kwargs is None:
                 return await getattr(self.client, op.name)(*op.args)

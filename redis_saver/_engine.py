@@ -59,6 +59,9 @@ PIPELINE_CHUNK = 2000  # calls per pipeline of a fan-out
 # and query all 16384 slots (a fixed cost, independent of the number of threads) beyond.
 SCAN_MAX_KEYS = 200_000
 CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: tries in all
+# the Cmd names of script calls -> their commands (the sync driver's direct path and
+# AsyncRedisSaver's lanes send these themselves)
+SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
 _SUFFIX = re.compile(r"\s*script: [0-9A-Za-z_]+, on @user_(?:script|function):\d+\.?\s*$")
 
 
@@ -379,11 +382,12 @@ class Engine:
         except ResponseError as exc:
             raise map_error(exc) from None
 
-    def load_library(self, lib: Library) -> Io[bool]:
+    def load_library(self, lib: Library, reload: bool = True) -> Io[bool]:
         """FUNCTION LOAD of the library (REPLACE: concurrent loads of the same text are
         harmless; in a cluster redis-py sends it to every primary). Refused (no permission, the
-        command disabled or unknown): the engine uses EVALSHA from then on, and says False."""
-        if self.telemetry is not None:
+        command disabled or unknown): the engine uses EVALSHA from then on, and says False.
+        ``reload``: it answers a missing library (counted as a script reload), not setup()."""
+        if reload and self.telemetry is not None:
             self.telemetry.reloaded()
         self._loading = True
         try:
@@ -477,7 +481,7 @@ class Engine:
             except ResponseError as exc:
                 raise _unsupported(exc) from None
         if self.library is not None:
-            yield from self.load_library(self.library)
+            yield from self.load_library(self.library, reload=False)
         key = self.keys.schema_key()
         yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
         if check_schema(self.keys, (yield Cmd("get", (key,)))):
