@@ -9,7 +9,8 @@ node that serves the thread's slot), and each reply goes back to the call it ans
 A *lane* owns one connection to one server and one worker task that does all its I/O: it
 writes every call queued so far in one ``send_packed_command``, then reads the replies in
 order, each resolving the future of the call it answers (Redis answers one connection's
-commands in the order they arrived). The first call queued on an idle lane starts the worker,
+commands in the order they arrived). The calls are packed by hiredis, as redis-py's sync
+client packs them (its asyncio client packs in Python, at about five times the cost). The first call queued on an idle lane starts the worker,
 whose first step runs at the next iteration of the loop, so every call queued in the same
 iteration leaves in that write. One write is in flight at a time: the calls queued while its
 replies come back leave together right after the last of them. (Writing after every reply
@@ -70,6 +71,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._engine import SCRIPT_COMMANDS
 
+try:
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pragma: no cover - redis without the hiredis extra
+    _pack_command = None  # type: ignore[assignment]
+
 if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
     from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
 else:  # a redis-py dependency on these versions
@@ -98,6 +104,26 @@ async def _stale(conn: Any) -> bool:
         return bool(await check())
     except (ConnectionError, RedisTimeoutError, OSError):
         return True
+
+
+def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """``conn.pack_commands(commands)``, by hiredis' C packer when the connection encodes as it
+    does (UTF-8, strict errors), as redis-py's sync connections do: its asyncio connection packs
+    in Python, argument by argument (a timeit of the benchmark's call shapes: a put 37 -> 7 us,
+    a get_tuple 22 -> 4 us). Script commands only (no command name to split)."""
+    enc = getattr(conn, "encoder", None)
+    if (
+        _pack_command is not None
+        and enc is not None
+        and enc.encoding_errors == "strict"
+        and enc.encoding.lower().replace("-", "").replace("_", "") == "utf8"
+    ):
+        try:
+            return [b"".join([_pack_command(c) for c in commands])]
+        except TypeError:  # an argument hiredis does not take: redis-py's packer says what is wrong
+            pass
+    packed: list[bytes] = conn.pack_commands(commands)
+    return packed
 
 
 def supported(client: Any) -> bool:
@@ -204,7 +230,7 @@ class Lane:
                         # a health-check PING (redis-py, after health_check_interval idle) reads its own
                         # reply: only when no reply of ours is still on the way
                         await conn.send_packed_command(
-                            conn.pack_commands(commands), check_health=len(sent) == len(commands)
+                            _packed(conn, commands), check_health=len(sent) == len(commands)
                         )
                 if not sent:
                     if not self.hold and not self.queue:  # a small pool: the connection goes back now

@@ -122,6 +122,27 @@ async def test_calls_of_one_iteration_leave_in_one_write(aclient, writes):
     assert writes.log == [(writes.log[0][0], 100)]  # one write of 100 scripts, one connection
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "UTF8", "latin-1"])
+def test_lanes_write_the_bytes_redis_py_would(encoding):
+    # the lanes pack with hiredis' C packer where the connection encodes as it does (UTF-8, strict),
+    # else with redis-py's own; the bytes on the wire are redis-py's either way
+    conn = redis.asyncio.Connection(encoding=encoding)  # packing needs no server
+    commands = [
+        ("FCALL", "lib_put", 2, "t:{é}\x00", b"\x00\xff{}", "", 0, 12345, -7, "ü" * 3000, b"y" * 70000),
+        ("EVALSHA", "a" * 40, 0),
+        ("EVAL", "return 1", 1, "k", b""),
+    ]
+    if encoding == "latin-1":
+        commands = [tuple(a.replace("ü", "ÿ").replace("é", "è") if isinstance(a, str) else a for a in c)
+                    for c in commands]
+    packed = b"".join(_autopipe._packed(conn, commands))
+    assert packed == b"".join(conn.pack_commands(commands))
+    assert packed.count(b"\r\n$5\r\nFCALL\r\n") == 1 and packed.count(b"\r\n$4\r\nEVAL\r\n") == 1
+    # an argument hiredis does not take: redis-py's packer reports it, as without lanes
+    with pytest.raises(redis.exceptions.DataError):
+        _autopipe._packed(conn, [("EVAL", "return 1", 0, None)])
+
+
 async def test_a_large_call_leaves_alone_on_a_pooled_connection(aclient, writes):
     small = [f"s-{i}" for i in range(20)]
     big = "x" * (_autopipe.LARGE + 1)
