@@ -2,20 +2,25 @@
 
 redis-py's asyncio client sends every command on its own: take a pooled connection, write,
 wait for the reply, give the connection back. Here, as with ioredis' ``enableAutoPipelining``
-or rueidis, the EVALSHA / EVAL calls that concurrent tasks issue in the same event-loop
-iteration leave in one write on one connection per server (in a cluster, per primary: the
-node that serves the thread's slot), and each reply goes back to the call it answers.
+or rueidis, the EVALSHA / FCALL calls that concurrent tasks issue in the same event-loop
+iteration leave together, in one write on each of at most two connections per server (in a cluster,
+per primary: the node that serves the thread's slot), and each reply goes back to the call it
+answers.
 
 A *lane* owns one connection to one server and one worker task that does all its I/O: it
 writes every call queued so far in one ``send_packed_command``, then reads the replies in
 order, each resolving the future of the call it answers (Redis answers one connection's
 commands in the order they arrived). The calls are packed by hiredis, as redis-py's sync
-client packs them (its asyncio client packs in Python, at about five times the cost). The first call queued on an idle lane starts the worker,
-whose first step runs at the next iteration of the loop, so every call queued in the same
-iteration leaves in that write. One write is in flight at a time: the calls queued while its
-replies come back leave together right after the last of them. (Writing after every reply
-instead settles, under load, into one call per write: replies trickle in one by one, each
-wakes one caller, whose next call goes alone, and the server answers it alone again.) Hence:
+client packs them (its asyncio client packs in Python, at about five times the cost). The
+first call queued on an idle lane starts the worker, whose first step runs at the next
+iteration of the loop, so every call queued in the same iteration leaves in that write. One
+write is in flight at a time: the calls queued while its replies come back leave together
+right after the last of them. (Writing after every reply instead settles, under load, into one
+call per write: replies trickle in one by one, each wakes one caller, whose next call goes
+alone, and the server answers it alone again.) Each server has ``LANES`` (two) lanes: a call
+takes the first while it is idle, else the two in turn, so that while one lane's write runs on
+the server the client serves the replies of the other (with one lane, the two take turns and
+neither is ever fully busy; see ``LANES``). Hence:
 
 - each call is still one round trip; at concurrency 1 it costs less than redis-py's own path
   (no pool round trip per command), and under concurrency the client spends about half the
@@ -87,6 +92,15 @@ else:  # a redis-py dependency on these versions
 # turn 1.03-1.04x 0.1.0's through the lane, 1.01-1.02x so; alone, such a call costs the same
 # either way. Compressed puts stay far below it.
 LARGE = 16 * 1024
+# lanes per server (per primary in a cluster). A lane has one write in flight, so with one lane
+# the client and the server take turns: the server runs a batch while the callers wait, then the
+# callers build their next calls while the server waits (put + put_writes steps of 8 tasks:
+# client 70% and server 30% busy, one core's worth of two). With two, one lane's batch runs on
+# the server while the client serves the other's replies: steps/s 1.2-1.3x at 2 and 8 tasks,
+# 1.05-1.2x at 64 (interleaved A/B, 5 runs each). Calls take the first lane while it is idle, so
+# one call at a time is sent exactly as with one lane (alternating lanes cost put_writes ~2% of
+# latency there); a pool too small to hold a connection between bursts (_hold()) gets one lane.
+LANES = 2
 IDLE = 1.0  # seconds without calls after which a lane gives its connection back
 SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a pool of fewer connections
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
@@ -321,6 +335,25 @@ async def _released(release: Callable[[Any], Awaitable[None]], conn: Any) -> Non
     await release(conn)
 
 
+class Lanes(list[Lane]):
+    """The lanes to one server (see ``LANES``): a call takes the first while it is idle (one call
+    at a time never uses another), else the lanes in turn."""
+
+    turn = 0
+
+    def next(self) -> Lane:
+        first = self[0]
+        if len(self) == 1 or (first.worker is None and not first.queue):
+            return first
+        self.turn += 1
+        return self[self.turn % len(self)]
+
+
+def _lanes(make: Callable[[], Lane]) -> Lanes:
+    first = make()
+    return Lanes([first, *(make() for _ in range(LANES - 1))] if first.hold else [first])
+
+
 class Router:
     """The lanes of one client on one event loop, and the choice of lane for each call."""
 
@@ -328,30 +361,32 @@ class Router:
         self.client = client
         self.cluster = hasattr(client, "get_node_from_key")
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.lanes: dict[Any, Lane] = {}
+        self.lanes: dict[Any, Lanes] = {}  # per server (None: standalone; a cluster node's name)
 
     def _lane(self, args: tuple[Any, ...]) -> Lane | None:
         loop = asyncio.get_running_loop()
         if loop is not self.loop:  # a new loop: the old lanes' connections belong to the old one
             self.loop, self.lanes = loop, {}
         if not self.cluster:
-            lane = self.lanes.get(None)
-            if lane is None:
+            lanes = self.lanes.get(None)
+            if lanes is None:
                 pool = self.client.connection_pool
-                acquire, callbacks = _pool_acquire(pool), self.client.response_callbacks
-                lane = self.lanes[None] = Lane(loop, acquire, pool.release, callbacks, hold=_hold(pool))
-            return lane
+                acquire, callbacks, hold = _pool_acquire(pool), self.client.response_callbacks, _hold(pool)
+                lanes = self.lanes[None] = _lanes(lambda: Lane(loop, acquire, pool.release, callbacks, hold=hold))
+            return lanes.next()
         if not args[1] or getattr(self.client, "_initialize", False):
             return None  # no key to route by, or redis-py must refresh its slot map first
         try:
             node = self.client.get_node_from_key(args[2])
         except SlotNotCoveredError:
             return None
-        lane = self.lanes.get(node.name)
-        if lane is None or lane.node is not node:  # a node object replaced by a slot-map refresh
-            acquire, release = _node_acquire(node), _node_release(node)
-            lane = self.lanes[node.name] = Lane(loop, acquire, release, node.response_callbacks, node, _hold(node))
-        return lane
+        lanes = self.lanes.get(node.name)
+        if lanes is None or lanes[0].node is not node:  # a node object replaced by a slot-map refresh
+            acquire, release, hold = _node_acquire(node), _node_release(node), _hold(node)
+            lanes = self.lanes[node.name] = _lanes(
+                lambda: Lane(loop, acquire, release, node.response_callbacks, node, hold)
+            )
+        return lanes.next()
 
     async def call(self, name: str, args: tuple[Any, ...]) -> Any:
         """``client.<name>(*args)`` (``name``: a key of ``SCRIPT_COMMANDS``), through the call's lane, with the

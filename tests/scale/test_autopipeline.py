@@ -1,9 +1,11 @@
 """Automatic pipelining (``AsyncRedisSaver(auto_pipeline=True)``, ``redis_saver/_autopipe.py``) on real servers.
 
 What must hold: script calls of concurrent tasks issued in one event-loop iteration leave in one
-write on one connection per server (per primary in a cluster); every caller gets its own reply,
-in the order the server answered; an error reply (a script error, NOSCRIPT, a saver conflict)
-reaches its own call only, and the engine's EVAL fallback still works per call; a cancelled
+write on each of the server's two lanes (``_autopipe.LANES``: two connections per server, per
+primary in a cluster; the first while it is idle, else in turn; one lane for a pool too small to
+hold a connection); every caller gets its own reply, in the order its connection's server
+answered; an error reply (a script error, NOSCRIPT, a saver conflict) reaches its own call
+only, and the engine's EVAL fallback still works per call; a cancelled
 caller, or one whose own timeout fires, leaves every other call and every later call correct
 (the connection's reply stream stays in step); a socket timeout fails the calls it belongs to;
 a connection the server closed while the lane was idle is replaced; the sync saver is unchanged.
@@ -86,6 +88,13 @@ async def aclient(redis_url):
         await client.aclose()
 
 
+def split_in_two(writes: Writes, n: int) -> bool:
+    """The first two writes carry the n calls of one iteration, one write per lane, evenly (the
+    first call takes the idle first lane, the others alternate from where the turn stands)."""
+    (c1, a), (c2, b) = writes.log[:2]
+    return c1 != c2 and a + b == n and abs(a - b) <= 2
+
+
 def checkpoint(value: str, step: int) -> dict:
     cp = empty_checkpoint()
     cp["id"] = str(uuid6())
@@ -115,11 +124,25 @@ async def chat_round(saver: AsyncRedisSaver, thread: str, step: int, parent: dic
 # --------------------------------------------------------------------------- one write, own replies, order
 
 
-async def test_calls_of_one_iteration_leave_in_one_write(aclient, writes):
+async def test_calls_of_one_iteration_leave_in_one_write_per_lane(aclient, writes):
+    assert _autopipe.LANES == 2
     args = [f"arg-{i}-{uuid.uuid4().hex}" for i in range(100)]
     replies = await asyncio.gather(*(call(aclient, ECHO, args=(a,)) for a in args))
     assert replies == [a.encode() for a in args]
-    assert writes.log == [(writes.log[0][0], 100)]  # one write of 100 scripts, one connection
+    # the first lane busy, the calls take the two lanes in turn: one write of 50 scripts on each of two connections
+    assert split_in_two(writes, 100) and len(writes.log) == len(writes.connections) == 2
+
+
+async def test_one_call_at_a_time_takes_the_first_lane_only(aclient, prefix, writes):
+    # concurrency 1 is sent as with one lane: the second lane never opens a connection
+    saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)
+    conf = await chat_round(saver, "one", 0, None)  # (loads the function library if the server lacks it)
+    writes.reset()
+    for step in range(1, 10):
+        conf = await chat_round(saver, "one", step, conf)
+    assert writes.scripts == 18 and len(writes.log) == 18 and len(writes.connections) == 1
+    first, second = _autopipe.router_for(aclient).lanes[None]
+    assert first.conn is not None and second.conn is None
 
 
 @pytest.mark.parametrize("encoding", ["utf-8", "UTF8", "latin-1"])
@@ -148,8 +171,8 @@ async def test_a_large_call_leaves_alone_on_a_pooled_connection(aclient, writes)
     big = "x" * (_autopipe.LARGE + 1)
     replies = await asyncio.gather(*(call(aclient, ECHO, args=(a,)) for a in small), call(aclient, ECHO, args=(big,)))
     assert replies == [a.encode() for a in small] + [big.encode()]
-    # the 20 small calls in one write on the lane's connection, the large one in its own write
-    assert sorted(n for _, n in writes.log) == [1, 20] and len(writes.connections) == 2
+    # the 20 small calls in one write on each lane's connection, the large one in its own write
+    assert sorted(n for _, n in writes.log) == [1, 10, 10] and len(writes.connections) == 3
 
 
 async def test_replies_keep_the_order_of_the_connection(aclient, writes):
@@ -163,8 +186,9 @@ async def test_replies_keep_the_order_of_the_connection(aclient, writes):
     flat = [r for rs in results for r in rs]
     assert sorted(flat) == list(range(1, 201))  # every caller its own reply
     for rs in results:
-        assert rs == sorted(rs)  # in the order the calls were queued
-    assert len(writes.connections) == 1
+        # consecutive calls take the two lanes in turn; each lane's replies keep the order its calls were queued in
+        assert rs[0::2] == sorted(rs[0::2]) and rs[1::2] == sorted(rs[1::2])
+    assert len(writes.connections) == 2
     assert writes.scripts == 200
 
 
@@ -190,10 +214,10 @@ async def test_concurrent_saver_calls_get_their_own_state(deployment, request, r
 
         writes.reset()
         confs = await asyncio.gather(*(chat(t) for t in threads))
-        # 64 tasks x 3 rounds x 2 calls, coalesced into far fewer writes, on one connection per primary
+        # 64 tasks x 3 rounds x 2 calls, coalesced into far fewer writes, on two connections per primary
         assert writes.scripts == 64 * 3 * 2
         assert len(writes.log) < writes.scripts / 4
-        assert len(writes.connections) <= primaries
+        assert len(writes.connections) <= _autopipe.LANES * primaries
 
         tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
         for thread, conf, tup in zip(threads, confs, tuples, strict=True):
@@ -226,7 +250,7 @@ async def test_an_error_reply_reaches_its_own_call_only(aclient, writes):
             assert isinstance(reply, redis.exceptions.ResponseError) and f"BOOM {i}" in str(reply)
         else:
             assert isinstance(reply, redis.exceptions.NoScriptError)
-    assert len(writes.log) == 1
+    assert len(writes.log) == 2  # one write per lane
     assert await call(aclient, ECHO, args=("after",)) == b"after"  # the connection is still in step
 
 
@@ -256,9 +280,9 @@ async def test_noscript_falls_back_to_eval_per_call(aclient, prefix, writes):
     writes.reset()
     tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
     assert [t.checkpoint["channel_values"]["msg"] for t in tuples] == [f"{t}/0" for t in threads]
-    # one write of 30 EVALSHA answered NOSCRIPT, then the EVALs: each call did its own fallback
-    assert writes.log[0][1] == 30 and writes.scripts == 60
-    assert len(writes.connections) == 1
+    # one write of 15 EVALSHA per lane answered NOSCRIPT, then the EVALs: each call did its own fallback
+    assert split_in_two(writes, 30) and writes.scripts == 60
+    assert len(writes.connections) == 2
 
 
 async def test_a_missing_library_is_loaded_once_for_concurrent_calls(aclient, prefix, writes):
@@ -270,9 +294,10 @@ async def test_a_missing_library_is_loaded_once_for_concurrent_calls(aclient, pr
     writes.loads = 0
     tuples = await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
     assert [t.checkpoint["channel_values"]["msg"] for t in tuples] == [f"{t}/0" for t in threads]
-    # one write of 30 FCALL answered "Function not found"; one call loads the library and sends
-    # its FCALL again, the 29 others go on with EVALSHA meanwhile: 60 script calls, one load
-    assert writes.log[0][1] == 30 and writes.scripts == 60 and writes.loads == 1, (writes.log, writes.loads)
+    # one write of 15 FCALL per lane answered "Function not found"; one call loads the library and
+    # sends its FCALL again, the 29 others go on with EVALSHA meanwhile: 60 script calls, one load
+    assert split_in_two(writes, 30), writes.log
+    assert writes.scripts == 60 and writes.loads == 1, (writes.log, writes.loads)
     writes.reset()
     await asyncio.gather(*(saver.aget_tuple(cfg(t)) for t in threads))
     assert writes.scripts == 30 and writes.loads == 1  # FCALL again from then on
@@ -288,23 +313,26 @@ async def test_a_call_cancelled_before_its_write_is_not_sent(aclient):
     tasks[2].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(done[2], asyncio.CancelledError)
-    assert [done[i] for i in (0, 1, 3, 4)] == [1, 2, 3, 4]
+    assert sorted(done[i] for i in (0, 1, 3, 4)) == [1, 2, 3, 4]
+    assert done[0] < done[4] and done[1] < done[3]  # calls 0, 2, 4 share a lane, 1 and 3 the other
     assert int(await aclient.get(key)) == 4  # the cancelled INCR never reached the server
 
 
 async def test_a_caller_cancelled_while_waiting_leaves_the_others_correct(aclient, writes):
-    slow = asyncio.create_task(call(aclient, SLOW, args=(300, "slow")))
+    # one iteration's calls: a SLOW first on each lane, then the others, each written behind its
+    # lane's SLOW (lane A: slow, b0, b2, b4; lane B: slow, b1, b3, b5), the server busy with them
+    slow = [asyncio.create_task(call(aclient, SLOW, args=(150, f"slow{k}"))) for k in range(2)]
     behind = [asyncio.create_task(call(aclient, ECHO, args=(f"b{i}",))) for i in range(6)]
-    for _ in range(200):  # all written, the server busy with SLOW (a loaded machine may take a while to connect)
+    for _ in range(200):  # all written (a loaded machine may take a while to connect)
         await asyncio.sleep(0.01)
-        if writes.scripts == 7:
+        if writes.scripts == 8:
             break
-    assert writes.scripts == 7
-    behind[1].cancel()
+    assert sorted(n for _, n in writes.log) == [4, 4]
+    behind[1].cancel()  # one call waiting on each lane
     behind[4].cancel()
-    results = await asyncio.gather(slow, *behind, return_exceptions=True)
-    assert results[0] == b"slow"
-    for i, r in enumerate(results[1:]):
+    results = await asyncio.gather(*slow, *behind, return_exceptions=True)
+    assert results[:2] == [b"slow0", b"slow1"]
+    for i, r in enumerate(results[2:]):
         if i in (1, 4):
             assert isinstance(r, asyncio.CancelledError)
         else:
@@ -312,7 +340,7 @@ async def test_a_caller_cancelled_while_waiting_leaves_the_others_correct(aclien
     # the replies of the cancelled calls were read and dropped: later calls get their own
     after = await asyncio.gather(*(call(aclient, ECHO, args=(f"a{i}",)) for i in range(50)))
     assert after == [f"a{i}".encode() for i in range(50)]
-    assert len(writes.connections) == 1  # never reconnected
+    assert len(writes.connections) == 2  # never reconnected: one connection per lane
 
 
 async def test_a_callers_own_timeout_stays_with_it(aclient, prefix):
@@ -328,7 +356,8 @@ async def test_a_callers_own_timeout_stays_with_it(aclient, prefix):
     assert (await saver.aget_tuple(cfg("x"))).checkpoint["channel_values"]["msg"] == "x/0"
 
 
-async def test_a_socket_timeout_fails_only_the_calls_it_belongs_to(redis_url, writes):
+async def test_a_socket_timeout_fails_only_the_calls_it_belongs_to(redis_url, writes, monkeypatch):
+    monkeypatch.setattr(_autopipe, "LANES", 1)  # one lane's bookkeeping: calls written together on one connection
     client = redis.asyncio.Redis.from_url(redis_url, **async_client_kwargs(0.4, 2.0))
     try:
         first = asyncio.create_task(call(client, SLOW, args=(1000, "late")))
@@ -369,14 +398,14 @@ async def test_a_call_written_after_a_slow_one_still_gets_its_reply(redis_url):
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced(aclient, prefix):
     saver = AsyncRedisSaver(aclient, prefix=prefix, auto_pipeline=True)  # retries=0: no second chance
-    await chat_round(saver, "k", 0, None)
-    lane = _autopipe.router_for(aclient).lanes[None]
-    held = lane.conn
-    assert held is not None and held.is_connected
+    await chat_round(saver, "k", 0, None)  # one call at a time: the first lane only
+    first, second = _autopipe.router_for(aclient).lanes[None]
+    held = first.conn
+    assert held is not None and held.is_connected and second.conn is None
     killed = await aclient.client_kill_filter(_type="normal", skipme=True)  # from a pooled connection
     assert killed >= 1
     await asyncio.sleep(0.05)  # the EOF reaches the lane's idle connection
-    assert lane.conn is held
+    assert first.conn is held
     assert (await saver.aget_tuple(cfg("k"))).checkpoint["channel_values"]["msg"] == "k/0"
 
 
@@ -423,6 +452,7 @@ async def test_a_small_pool_gets_the_connection_back_between_bursts(redis_url, p
             for i in range(5):
                 await chat_round(saver, f"p{i}", 0, None)
         start = asyncio.get_running_loop().time()
+        assert len(_autopipe.router_for(client).lanes[None]) == 1  # a pool of one: one lane
         listed = [t async for t in saver.alist(None)]  # a pipeline on the pool's one connection
         assert asyncio.get_running_loop().time() - start < 0.4
         assert len(listed) == 5
@@ -436,7 +466,7 @@ async def test_savers_sharing_a_client_share_its_lanes(aclient, prefix, writes):
     a = AsyncRedisSaver(aclient, prefix=prefix + "a", auto_pipeline=True)
     b = AsyncRedisSaver(aclient, prefix=prefix + "b", auto_pipeline=True)
     await asyncio.gather(*(chat_round(s, f"s{i}", 0, None) for i in range(10) for s in (a, b)))
-    assert len(writes.connections) == 1
+    assert len(writes.connections) == 2
     assert a._driver.router is b._driver.router
 
 
@@ -506,7 +536,8 @@ async def test_cluster_one_lane_per_primary_and_redirects_followed(cluster, pref
         await asyncio.gather(*(chat_round(saver, t, 0, None) for t in threads))
         router = _autopipe.router_for(client)
         assert set(router.lanes) == {n.name for n in client.get_primaries()}
-        assert len(writes.connections) == len(client.get_primaries())
+        assert all(len(lanes) == 2 for lanes in router.lanes.values())
+        assert len(writes.connections) == 2 * len(client.get_primaries())
         # a stale slot map for three threads: their calls go to a primary that answers MOVED, and
         # go again through redis-py's cluster path, which follows it and fixes the map (more MOVED at
         # once than redis-py's reinitialize_steps, 5, makes redis-py close every connection, lanes or not)
