@@ -74,6 +74,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ._cluster import acluster_fcall
 from ._engine import SCRIPT_COMMANDS
 
 try:
@@ -397,7 +398,7 @@ class Router:
         if lane is not None and sum([len(a) for a in args[2:] if isinstance(a, (bytes, str))]) > LARGE:
             lane = None  # a large call goes alone: calls behind it in a lane would wait for its bytes
         if lane is None:
-            return await self.client.execute_command(*command)
+            return await self._unpiped(command)
         if not self.cluster:
             retry = self.client.get_retry()
             if not _retries(retry):
@@ -414,6 +415,13 @@ class Router:
             if not _retries(getattr(self.client, "retry", None)):
                 raise
             # redis-py would retry after the refresh: its cluster path does
+        return await self._unpiped(command)
+
+    async def _unpiped(self, command: tuple[Any, ...]) -> Any:
+        """A call through redis-py's own path (in a cluster, an FCALL to its key's node: see
+        ``_cluster.py``)."""
+        if self.cluster and command[0] == "FCALL":
+            return await acluster_fcall(self.client, command[1:])
         return await self.client.execute_command(*command)
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import redis
 
 from . import _autopipe, _policy
+from ._cluster import acluster_fcall, cluster_fcall
 from ._engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
 from ._plans import Call, Plan
 from ._telemetry import Telemetry
@@ -104,6 +105,8 @@ class SyncDriver(_Driver):
                 and op.kwargs is None
             ):
                 return self._script(SCRIPT_COMMANDS[op.name], op.args)
+            if op.name == "fcall" and self.engine.cluster:
+                return cluster_fcall(self.client, op.args)
             if op.kwargs is None:
                 return getattr(self.client, op.name)(*op.args)
             return getattr(self.client, op.name)(*op.args, **op.kwargs)
@@ -180,6 +183,8 @@ class AsyncDriver(_Driver):
         if isinstance(op, Cmd):
             if self.router is not None and op.name in SCRIPT_COMMANDS:
                 return await self.router.call(op.name, tuple(op.args))
+            if op.name == "fcall" and self.engine.cluster:
+                return await acluster_fcall(self.client, op.args)
             if op.kwargs is None:
                 return await getattr(self.client, op.name)(*op.args)
             return await getattr(self.client, op.name)(*op.args, **op.kwargs)

@@ -353,3 +353,67 @@ def test_wait_for_replicas_on_cluster(cluster, cluster_client, cprefix):
     with pytest.raises(redis_saver.ReplicationTimeoutError):
         saver = redis_saver.RedisSaver(cluster_client, prefix=cprefix, wait_for_replicas=2, wait_timeout_ms=50)
         put_chain(saver, "w2", 1)
+
+
+# --------------------------------------------------------------------------- one round trip per call
+
+
+def _cluster_commands(cluster) -> dict[str, int]:
+    """Calls per command (INFO commandstats) summed over every node."""
+    total: dict[str, int] = {}
+    for node in cluster.nodes:
+        with redis.Redis(host=node.host, port=node.port) as r:
+            for name, st in r.info("commandstats").items():
+                total[name] = total.get(name, 0) + st["calls"]
+    return total
+
+
+def _ran(before: dict[str, int], after: dict[str, int], name: str) -> int:
+    return after.get(name, 0) - before.get(name, 0)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "async unpiped"])
+async def test_each_call_is_one_fcall_and_nothing_else_on_the_wire(cluster, cprefix, mode):
+    # redis-py asks a server for an FCALL's keys (COMMAND GETKEYS, two round trips per call) unless
+    # told its node: every saver call must stay one FCALL (redis_saver/_cluster.py), also for a call over
+    # the lanes' 16 KB (an uncompressed large value) and without automatic pipelining
+    big = "x" * (40 * 1024)
+    if mode == "sync":
+        rc = cluster.client(socket_timeout=5.0)
+        saver = redis_saver.RedisSaver(rc, prefix=cprefix, compress=False)
+        saver.setup()
+
+        async def call(method: str, *args):
+            return getattr(saver, method)(*args)
+    else:
+        rc = cluster.async_client(socket_timeout=5.0)
+        await rc.initialize()
+        saver = redis_saver.AsyncRedisSaver(rc, prefix=cprefix, compress=False, auto_pipeline=mode == "async")
+        await saver.asetup()
+
+        async def call(method: str, *args):
+            return await getattr(saver, "a" + method)(*args)
+
+    try:
+        threads = _spread_threads(cluster, 2, "one-" + mode.replace(" ", "-"))
+        await call("get_tuple", cfg(threads[0]))  # the library is on every primary: no load below
+        before = _cluster_commands(cluster)
+        calls = 0
+        for i, tid in enumerate(threads):
+            cp = {"v": 4, "id": f"1ef0000{i}-0000-6000-8000-000000000000", "ts": "2026-12-01T00:00:00+00:00",
+                  "channel_values": {"big": big, "small": i}, "channel_versions": {"big": "1", "small": "1"},
+                  "versions_seen": {}, "updated_channels": None}
+            conf = await call("put", cfg(tid), cp, {"step": i}, {"big": "1", "small": "1"})
+            await call("put_writes", conf, [("small", i)], "task")
+            got = await call("get_tuple", cfg(tid))
+            assert got.checkpoint["channel_values"]["big"] == big
+            calls += 3
+        after = _cluster_commands(cluster)
+        assert _ran(before, after, "cmdstat_command|getkeys") == 0
+        assert _ran(before, after, "cmdstat_fcall") == calls
+        assert _ran(before, after, "cmdstat_evalsha") == _ran(before, after, "cmdstat_eval") == 0
+    finally:
+        if mode == "sync":
+            rc.close()
+        else:
+            await rc.aclose()
