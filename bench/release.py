@@ -6,7 +6,7 @@ is ``python -m bench`` restricted to the floors and the redis_saver entries (the
 saver, the same with ``compress=False`` when the constructor takes it, and 0.1.0 imported beside it by
 bench/previous.py; the telemetry-off entry comes along, its name matching), without the scaling,
 throughput and wire phases unless asked (``--skip ""``). Everything else is bench/run.py's: the replay,
-reads and invoke turns interleaved call by call, rotated, the correctness check against InMemorySaver,
+reads and invoke turns interleaved call by call in a random order per call, the correctness check against InMemorySaver,
 bytes per checkpoint (Redis ``used_memory`` delta over one replay) against the floor's.
 
 ``ratios()`` (called by run.py) pairs each working-tree entry with the release entry of the same sync/async

@@ -38,7 +38,7 @@ def markdown(res: dict) -> str:
     L.append(f"Machine: {m['machine']}, Python {m['python']}. Workload: {w['turns']}-turn LangGraph chat graph, "
              f"{w['message_bytes']:,} chars of messages at the end, {w['puts']} put + {w['put_writes_calls']} "
              f"put_writes calls ({w['writes_per_step']} writes each), replayed exactly against every saver. "
-             f"{m['reps']} repetitions, savers interleaved call by call (order rotated per call and per repetition). "
+             f"{m['reps']} repetitions, savers interleaved call by call (a random order per call). "
              f"Ratios are p50(saver)/p50(floor of the same sync/async kind), taken per repetition, median over "
              f"repetitions. Client CPU = `process_time` of the benchmark process per operation. Two floors: "
              f"the *floor* (`bench/floor.py`, the same work laid out plainly) and the *minimal floor* "

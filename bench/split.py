@@ -9,7 +9,7 @@ plainredis, PostgresSaver) would be under-counted, so only the floors and redis_
 the bench process's share of it.
 
 Interleaved as the latency phase is: call *i* of the workload's replay, sample *i* of a read and timed
-invoke turn *k* run on every entry before *i+1* / *k+1*, the order rotated per call. Medians per call.
+invoke turn *k* run on every entry before *i+1* / *k+1*, in a random order per call. Medians per call.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def scripted(e) -> bool:
 
 def phase(entries, calls, mid_id: str, graphs: dict, user_input: Callable, turns: int, n_reads: int,
           k_invoke: int, log: Callable[..., None], guarded: Callable, failed: object) -> dict[str, dict[str, Any]]:
-    from bench.run import rotated
+    from bench.run import shuffled
     from bench.where import _usec
     from bench.workload import call_for_thread
 
@@ -51,7 +51,7 @@ def phase(entries, calls, mid_id: str, graphs: dict, user_input: Callable, turns
         return r
 
     def each(i: int, what: str, op: str, fn: Callable) -> None:
-        for e in rotated(el, i):
+        for e in shuffled(el):
             if e.name not in dead and guarded(e, f"split {what}", timed, e, op, fn, e) is failed:
                 dead.add(e.name)
 
