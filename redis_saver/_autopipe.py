@@ -97,8 +97,10 @@ LARGE = 16 * 1024
 # the client and the server take turns: the server runs a batch while the callers wait, then the
 # callers build their next calls while the server waits (put + put_writes steps of 8 tasks:
 # client 70% and server 30% busy, one core's worth of two). With two, one lane's batch runs on
-# the server while the client serves the other's replies: steps/s 1.2-1.3x at 2 and 8 tasks,
-# 1.05-1.2x at 64 (interleaved A/B, 5 runs each). Calls take the first lane while it is idle, so
+# the server while the client serves the other's replies (interleaved A/B of this rule against one
+# lane, 5 runs per level: steps/s 1.18x at 2 tasks, 0.97x at 4, 1.31x at 8, 1.03x at 64; of two
+# lanes taken in turn: 1.05-1.4x at 64; bench/autopipeline.py, on/off at 64 tasks: 1.44x with one
+# lane, 1.99x with two and hiredis packing). Calls take the first lane while it is idle, so
 # one call at a time is sent exactly as with one lane (alternating lanes cost put_writes ~2% of
 # latency there); a pool too small to hold a connection between bursts (_hold()) gets one lane.
 LANES = 2
