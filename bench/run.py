@@ -196,12 +196,6 @@ def replay_op(c: Call) -> str:
     return c.op if c.op in ("put", "put_writes") else "replay " + c.op
 
 
-def rotated(xs, k):
-    """xs rotated to start at index k (mod len)."""
-    k = k % len(xs) if xs else 0
-    return xs[k:] + xs[:k]
-
-
 # The savers' order for each interleaved call: a fresh permutation, from one seeded generator.
 # A rotated order keeps every saver's predecessor the same on every call, and that biased whole
 # rows: the entry right after `minimal floor (async)` ran ~15% slower than its twin (put 677 vs
