@@ -15,39 +15,39 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def _node(client: Any, args: Sequence[Any]) -> Any:
-    """The node of an FCALL's first key (``args``: function, numkeys, keys..., arguments...), or
-    None without keys."""
-    return client.get_node_from_key(args[2]) if len(args) > 2 and int(args[1]) else None
+def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
+    """``execute_command`` keywords for an FCALL (``args``: function, numkeys, keys...,
+    arguments...): the node of its first key; none without keys (any node, which redis-py
+    picks without asking)."""
+    return {"target_nodes": client.get_node_from_key(args[2])} if len(args) > 2 and int(args[1]) else {}
+
+
+def _again(client: Any, exc: Exception, attempt: int) -> bool:
+    """Whether redis-py would send a command again after ``exc`` on attempt ``attempt`` (0-based)."""
+    return attempt < client.retry.get_retries() and type(exc) in type(client).ERRORS_ALLOW_RETRY
 
 
 def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     """``FCALL *args`` on a ``redis.cluster.RedisCluster``."""
-    attempts = 1 + client.retry.get_retries()
-    for attempt in range(attempts):
+    attempt = 0
+    while True:
         try:
-            node = _node(client, args)
-            if node is None:  # no key: any node, which redis-py picks without asking
-                return client.execute_command("FCALL", *args)
-            return client.execute_command("FCALL", *args, target_nodes=node)
+            return client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:
-            if attempt + 1 == attempts or type(exc) not in type(client).ERRORS_ALLOW_RETRY:
+            if not _again(client, exc, attempt):
                 raise
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     """``FCALL *args`` on a ``redis.asyncio.cluster.RedisCluster``."""
-    attempts = 1 + client.retry.get_retries()
-    for attempt in range(attempts):
+    attempt = 0
+    while True:
         try:
             if client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
                 await client.initialize()
-            node = _node(client, args)
-            if node is None:
-                return await client.execute_command("FCALL", *args)
-            return await client.execute_command("FCALL", *args, target_nodes=node)
+            return await client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:
-            if attempt + 1 == attempts or type(exc) not in type(client).ERRORS_ALLOW_RETRY:
+            if not _again(client, exc, attempt):
                 raise
-    raise AssertionError("unreachable")
+            attempt += 1
