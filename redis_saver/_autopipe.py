@@ -8,10 +8,12 @@ per primary: the node that serves the thread's slot), and each reply goes back t
 answers.
 
 A *lane* owns one connection to one server and one worker task that does all its I/O: it
-writes every call queued so far in one ``send_packed_command``, then reads the replies in
-order, each resolving the future of the call it answers (Redis answers one connection's
-commands in the order they arrived). The calls are packed by hiredis, as redis-py's sync
-client packs them (its asyncio client packs in Python, at about five times the cost). The
+writes every call queued so far in one write, then reads the replies in order, each
+resolving the future of the call it answers (Redis answers one connection's commands in the
+order they arrived). The calls are packed by hiredis, as redis-py's sync client packs them
+(its asyncio client packs in Python, at about five times the cost), and on redis-py's own
+connection classes the lane writes the socket and reads replies with the connection's hiredis
+reader itself, without redis-py's per-command layers (``_direct()``). The
 first call queued on an idle lane starts the worker, whose first step runs at the next
 iteration of the loop, so every call queued in the same iteration leaves in that write. One
 write is in flight at a time: the calls queued while its replies come back leave together
@@ -81,6 +83,13 @@ try:
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover - redis without the hiredis extra
     _pack_command = None  # type: ignore[assignment]
+
+try:  # what a lane needs to read and write a connection itself (see _direct())
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+    from redis._parsers.hiredis import _AsyncHiredisParser
+    from redis.asyncio.connection import AbstractConnection as _AbstractConnection
+except ImportError:  # pragma: no cover - an older redis-py, or no hiredis: redis-py's methods
+    _AsyncHiredisParser = None  # type: ignore[assignment, misc]
 
 if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
     from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
@@ -169,6 +178,76 @@ def _copy(exc: BaseException) -> BaseException:
     return err
 
 
+_DIRECT: dict[type, bool] = {}
+
+
+def _direct(conn: Any) -> bool:
+    """Whether a lane writes ``conn``'s stream and reads its replies with the connection's own
+    hiredis reader itself, rather than through ``send_packed_command`` / ``read_response``.
+
+    Those two cost ~20 us of CPU a call in redis-py's layers (a task per write with a socket
+    timeout; a timeout context, a parser call and its checks per reply): about as much as the
+    rest of a lane's work. The lane does what they do for a connection of redis-py's own classes
+    with the hiredis parser, and nothing else: connect when disconnected (and PING when the
+    health check is due), write, read into the same hiredis reader (so redis-py's state stays as
+    its own reads would leave it), hand RESP3 push messages to the parser's handler, raise what
+    they raise, and move the health-check deadline. A subclass that changes either (Sentinel's
+    connections turn READONLY into a ConnectionError) or another parser keeps redis-py's
+    methods."""
+    if _AsyncHiredisParser is None or type(getattr(conn, "_parser", None)) is not _AsyncHiredisParser:
+        return False
+    if str(getattr(conn, "protocol", 2)) not in ("2", "3", "None"):
+        return False
+    kind = type(conn)
+    ok = _DIRECT.get(kind)
+    if ok is None:
+        ok = _DIRECT[kind] = all(
+            getattr(kind, name, None) is getattr(_AbstractConnection, name)
+            for name in ("read_response", "send_packed_command", "_read_response_from_parser")
+        )
+    return ok
+
+
+async def _fill(conn: Any) -> Any:
+    """The next reply, reading the socket until the reader holds one (the hiredis parser's
+    ``read_response``, as redis-py's connection calls it, with its errors)."""
+    parser = conn._parser
+    reader, stream = parser._reader, parser._stream
+    if not getattr(parser, "_connected", True):  # disconnected meanwhile: as the parser says it
+        raise ConnectionError(SERVER_CLOSED)
+    try:
+        while True:
+            data = await stream.read(parser._read_size)
+            if not data:
+                raise ConnectionError(SERVER_CLOSED)
+            reader.feed(data)
+            reply = reader.gets()
+            if reply is not _NOT_ENOUGH_DATA:
+                return reply
+    except OSError as e:
+        raise ConnectionError(f"Error while reading from {_peer(conn)} : {e.args}") from None
+
+
+SERVER_CLOSED = "Connection closed by server."  # redis-py's SERVER_CLOSED_CONNECTION_ERROR
+DRAIN_OVER = 64 * 1024  # a direct write waits for the socket once this much is buffered (asyncio's high-water mark)
+
+
+async def _drain(conn: Any, writer: Any) -> None:
+    """``send_packed_command``'s wait for the socket to take a write, with its errors."""
+    try:
+        if conn.socket_timeout:
+            async with _timeout(conn.socket_timeout):
+                await writer.drain()
+        else:
+            await writer.drain()
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as e:
+        await conn.disconnect(nowait=True)
+        raise ConnectionError(f"Error while writing to {_peer(conn)}: {e.args}") from e
+
+
 class Lane:
     """One connection to one server, shared by every call to it (see the module docstring).
 
@@ -233,6 +312,7 @@ class Lane:
                 self._fail_queued(exc)
                 raise
             timeout = conn.socket_timeout or None
+            direct = _direct(conn)
             expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
                 if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
@@ -246,9 +326,18 @@ class Lane:
                     if commands:
                         # a health-check PING (redis-py, after health_check_interval idle) reads its own
                         # reply: only when no reply of ours is still on the way
-                        await conn.send_packed_command(
-                            _packed(conn, commands), check_health=len(sent) == len(commands)
-                        )
+                        alone = len(sent) == len(commands)
+                        if direct and conn.is_connected and not (
+                            alone and conn.health_check_interval and loop.time() > conn.next_health_check
+                        ):
+                            # send_packed_command's work when it has none to do but write
+                            writer = conn._writer
+                            writer.writelines(_packed(conn, commands))
+                            if writer.transport.get_write_buffer_size() > DRAIN_OVER:
+                                await _drain(conn, writer)
+                        else:
+                            await conn.send_packed_command(_packed(conn, commands), check_health=alone)
+                            direct = _direct(conn)  # (re)connected: the parser is new
                 if not sent:
                     if not self.hold and not self.queue:  # a small pool: the connection goes back now
                         self.conn = None
@@ -256,7 +345,34 @@ class Lane:
                     return
                 deadline = sent[expired][2]
                 try:
-                    if deadline is None:
+                    if direct:
+                        # a reply already read off the socket (most of a batch's) is taken without
+                        # waiting: no timeout to arm
+                        parser = conn._parser
+                        reply = parser._reader.gets()
+                        while True:
+                            if reply is _NOT_ENOUGH_DATA:
+                                if deadline is None:
+                                    reply = await _fill(conn)
+                                else:
+                                    async with _timeout(deadline - loop.time()):
+                                        reply = await _fill(conn)
+                            push = getattr(parser, "_hiredis_PushNotificationType", None)
+                            if push is None or not isinstance(reply, push):
+                                break
+                            # RESP3: a push message (a client-side cache invalidation, a maintenance
+                            # notice) goes to redis-py's handler, as its own read would send it
+                            await parser.handle_push_response(reply)
+                            reply = parser._reader.gets()
+                        if isinstance(reply, ConnectionError):  # as the parser: e.g. LOADING
+                            raise reply
+                        if isinstance(reply, list) and reply and isinstance(reply[0], ConnectionError):
+                            raise reply[0]
+                        if conn.health_check_interval:
+                            conn.next_health_check = loop.time() + conn.health_check_interval
+                        if isinstance(reply, ResponseError):
+                            raise reply
+                    elif deadline is None:
                         reply = await conn.read_response(disconnect_on_error=False)
                     else:
                         # each call's own socket timeout, from its write: the reply may still come after

@@ -11,7 +11,7 @@ caller, or one whose own timeout fires, leaves every other call and every later 
 a connection the server closed while the lane was idle is replaced; the sync saver is unchanged.
 
 Raw calls go through the client's router (``_autopipe.router_for``), the way the driver sends
-them; writes are counted by wrapping redis-py's ``send_packed_command``.
+them; writes are counted at asyncio's ``StreamWriter`` (redis-py's writes and a lane's own alike).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import redis
 import redis.asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
-from redis.asyncio.connection import AbstractConnection
 
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver, _autopipe
@@ -45,22 +44,32 @@ return ARGV[2]
 
 
 class Writes:
-    """Every ``send_packed_command`` that carried scripts: (connection, number of scripts)."""
+    """Every write to a socket that carried scripts: (connection, number of scripts). Counted at
+    asyncio's ``StreamWriter``, under both redis-py's ``send_packed_command`` and a lane's own
+    writes (``_autopipe._direct``); a connection is its writer (a reconnection is a new one)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.log: list[tuple[int, int]] = []
         self.loads = 0  # FUNCTION LOAD commands sent
-        original = AbstractConnection.send_packed_command
+        write, writelines = asyncio.StreamWriter.write, asyncio.StreamWriter.writelines
 
-        async def spy(conn: Any, command: Any, check_health: bool = True) -> None:
-            data = command if isinstance(command, bytes) else b"".join(bytes(c) for c in command)
+        def count(writer: asyncio.StreamWriter, data: bytes) -> None:
             n = data.count(b"\r\nEVALSHA\r\n") + data.count(b"\r\nEVAL\r\n") + data.count(b"\r\nFCALL\r\n")
             if n:
-                self.log.append((id(conn), n))
+                self.log.append((id(writer), n))
             self.loads += data.count(b"\r\nFUNCTION\r\n$4\r\nLOAD\r\n")
-            await original(conn, command, check_health)
 
-        monkeypatch.setattr(AbstractConnection, "send_packed_command", spy)
+        def spy_write(writer: asyncio.StreamWriter, data: Any) -> None:
+            count(writer, bytes(data))
+            write(writer, data)
+
+        def spy_writelines(writer: asyncio.StreamWriter, data: Any) -> None:
+            data = list(data)
+            count(writer, b"".join(bytes(d) for d in data))
+            writelines(writer, data)
+
+        monkeypatch.setattr(asyncio.StreamWriter, "write", spy_write)
+        monkeypatch.setattr(asyncio.StreamWriter, "writelines", spy_writelines)
 
     def reset(self) -> None:
         self.log.clear()
@@ -606,3 +615,125 @@ async def test_lanes_follow_the_event_loop(prefix):
 
         assert await once("l1") == "l1/0"
         assert await asyncio.get_running_loop().run_in_executor(None, lambda: asyncio.run(once("l2"))) == "l2/0"
+
+
+# --------------------------------------------------------------------------- the lane's own socket I/O
+
+
+class RedisPyIO:
+    """Calls of redis-py's own ``send_packed_command`` / ``read_response`` (a lane bypasses them
+    where ``_autopipe._direct`` allows)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from redis.asyncio.connection import AbstractConnection
+
+        self.sends = self.reads = 0
+        send, read = AbstractConnection.send_packed_command, AbstractConnection.read_response
+
+        async def spy_send(conn: Any, *a: Any, **kw: Any) -> Any:
+            self.sends += 1
+            return await send(conn, *a, **kw)
+
+        async def spy_read(conn: Any, *a: Any, **kw: Any) -> Any:
+            self.reads += 1
+            return await read(conn, *a, **kw)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", spy_send)
+        monkeypatch.setattr(AbstractConnection, "read_response", spy_read)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_lanes_read_and_write_the_socket_themselves(redis_url, protocol, writes, monkeypatch):
+    # on redis-py's own connection classes, RESP2 or RESP3, a lane writes and reads the socket
+    # itself, through the connection's hiredis reader; every call still gets its own reply
+    client = redis.asyncio.Redis.from_url(redis_url, protocol=protocol, **async_client_kwargs(5.0, 5.0))
+    try:
+        # both lanes connect (redis-py's handshake is redis-py's own I/O)
+        assert await asyncio.gather(*(call(client, ECHO, args=(w,)) for w in "abcd")) == [b"a", b"b", b"c", b"d"]
+        assert all(lane.conn is not None for lane in _autopipe.router_for(client).lanes[None])
+        io = RedisPyIO(monkeypatch)
+        writes.reset()
+        args = [f"p{protocol}-{i}" for i in range(64)]
+        assert await asyncio.gather(*(call(client, ECHO, args=(a,)) for a in args)) == [a.encode() for a in args]
+        assert writes.scripts == 64 and io.sends == 0 and io.reads == 0
+        lane = _autopipe.router_for(client).lanes[None][0]
+        assert _autopipe._direct(lane.conn)
+    finally:
+        await client.aclose()
+
+
+def test_a_connection_class_that_changes_reads_keeps_redis_pys_methods():
+    # Sentinel's connections turn a READONLY reply into a ConnectionError in read_response
+    from redis.asyncio.connection import Connection
+    from redis.asyncio.sentinel import SentinelManagedConnection
+
+    assert _autopipe._direct(Connection())
+    assert not _autopipe._direct(SentinelManagedConnection(connection_pool=None))
+
+
+async def test_a_reply_longer_than_one_read_is_read_whole(aclient):
+    # a 3 MB reply arrives in many socket reads, fed to one reader; the next call is answered too
+    big = "return string.rep(ARGV[1], 3 * 1024 * 1024)"
+    got = await asyncio.gather(call(aclient, big, args=("x",)), call(aclient, ECHO, args=("after",)))
+    assert got == [b"x" * (3 * 1024 * 1024), b"after"]
+
+
+async def test_a_push_message_between_replies_goes_to_redis_pys_handler(redis_url, monkeypatch):
+    # RESP3: with client tracking on a lane's connection, a write to a key it read makes the
+    # server push an invalidation among that connection's replies; the lane hands it to the
+    # parser's handler and every call still gets its own reply
+    client = redis.asyncio.Redis.from_url(redis_url, protocol=3, **async_client_kwargs(5.0, 5.0))
+    key = f"tracked-{uuid.uuid4().hex}"
+    try:
+        assert await call(client, ECHO, args=("warm",)) == b"warm"
+        lane = _autopipe.router_for(client).lanes[None][0]
+        pushed: list[Any] = []
+        parser = lane.conn._parser
+        handle = parser.handle_push_response
+
+        async def spy(response: Any, **kw: Any) -> Any:
+            pushed.append(response)
+            return await handle(response, **kw)
+
+        monkeypatch.setattr(parser, "handle_push_response", spy)
+        assert await lane.submit(("CLIENT", "TRACKING", "ON")) == b"OK"
+        assert await lane.submit(("SET", key, "v1")) is True  # redis-py's SET callback
+        assert await lane.submit(("GET", key)) == b"v1"  # now tracked on this connection
+        # one write: the SET invalidates the key this connection tracks
+        got = await asyncio.gather(
+            lane.submit(("SET", key, "v2")), lane.submit(("ECHO", "next")), lane.submit(("GET", key))
+        )
+        assert got == [True, b"next", b"v2"]
+        assert [p[0] for p in pushed] == [b"invalidate"] and pushed[0][1] == [key.encode()]
+        assert lane.conn._parser is parser  # the connection stayed
+    finally:
+        await client.aclose()
+
+
+async def test_a_due_health_check_pings_before_the_write(redis_url, writes):
+    # health_check_interval: a lane's first write after the interval goes through redis-py, which
+    # PINGs first; replies the lane reads itself move the deadline, as redis-py's reads do
+    pings: list[bytes] = []
+    client = redis.asyncio.Redis.from_url(redis_url, health_check_interval=0.3, **async_client_kwargs(5.0, 5.0))
+    try:
+        assert await call(client, ECHO, args=("a",)) == b"a"
+        lane = _autopipe.router_for(client).lanes[None][0]
+        writer = lane.conn._writer
+        writelines = writer.writelines
+
+        def spy(data: Any) -> None:
+            data = [bytes(d) for d in data]
+            pings.extend(d for d in data if b"PING" in d)
+            writelines(data)
+
+        writer.writelines = spy  # type: ignore[method-assign]  # redis-py's writes and the lane's
+        for i in range(5):  # within the interval of the last reply: no PING
+            assert await call(client, ECHO, args=(f"b{i}",)) == f"b{i}".encode()
+            await asyncio.sleep(0.05)
+        assert pings == []
+        before = lane.conn.next_health_check
+        await asyncio.sleep(0.4)
+        assert await call(client, ECHO, args=("c",)) == b"c"
+        assert len(pings) == 1 and lane.conn.next_health_check > before
+    finally:
+        await client.aclose()
