@@ -228,6 +228,37 @@ async def _fill(conn: Any) -> Any:
         raise ConnectionError(f"Error while reading from {_peer(conn)} : {e.args}") from None
 
 
+async def _read(conn: Any, deadline: float | None, loop: asyncio.AbstractEventLoop) -> Any:
+    """The next reply on a ``_direct`` connection, as ``read_response`` would give it (an error
+    reply raised); a reply already read off the socket (most of a batch's) is taken without
+    waiting, so no timeout is armed for it. ``deadline``: the loop time the socket timeout ends."""
+    parser = conn._parser
+    reply = parser._reader.gets()
+    while True:
+        if reply is _NOT_ENOUGH_DATA:
+            if deadline is None:
+                reply = await _fill(conn)
+            else:
+                async with _timeout(deadline - loop.time()):
+                    reply = await _fill(conn)
+        push = getattr(parser, "_hiredis_PushNotificationType", None)
+        if push is None or not isinstance(reply, push):
+            break
+        # RESP3: a push message (a client-side cache invalidation, a maintenance notice) goes to
+        # redis-py's handler, as its own read would send it
+        await parser.handle_push_response(reply)
+        reply = parser._reader.gets()
+    if isinstance(reply, ConnectionError):  # as the parser: e.g. LOADING
+        raise reply
+    if isinstance(reply, list) and reply and isinstance(reply[0], ConnectionError):
+        raise reply[0]
+    if conn.health_check_interval:
+        conn.next_health_check = loop.time() + conn.health_check_interval
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
 SERVER_CLOSED = "Connection closed by server."  # redis-py's SERVER_CLOSED_CONNECTION_ERROR
 DRAIN_OVER = 64 * 1024  # a direct write waits for the socket once this much is buffered (asyncio's high-water mark)
 
@@ -346,32 +377,7 @@ class Lane:
                 deadline = sent[expired][2]
                 try:
                     if direct:
-                        # a reply already read off the socket (most of a batch's) is taken without
-                        # waiting: no timeout to arm
-                        parser = conn._parser
-                        reply = parser._reader.gets()
-                        while True:
-                            if reply is _NOT_ENOUGH_DATA:
-                                if deadline is None:
-                                    reply = await _fill(conn)
-                                else:
-                                    async with _timeout(deadline - loop.time()):
-                                        reply = await _fill(conn)
-                            push = getattr(parser, "_hiredis_PushNotificationType", None)
-                            if push is None or not isinstance(reply, push):
-                                break
-                            # RESP3: a push message (a client-side cache invalidation, a maintenance
-                            # notice) goes to redis-py's handler, as its own read would send it
-                            await parser.handle_push_response(reply)
-                            reply = parser._reader.gets()
-                        if isinstance(reply, ConnectionError):  # as the parser: e.g. LOADING
-                            raise reply
-                        if isinstance(reply, list) and reply and isinstance(reply[0], ConnectionError):
-                            raise reply[0]
-                        if conn.health_check_interval:
-                            conn.next_health_check = loop.time() + conn.health_check_interval
-                        if isinstance(reply, ResponseError):
-                            raise reply
+                        reply = await _read(conn, deadline, loop)
                     elif deadline is None:
                         reply = await conn.read_response(disconnect_on_error=False)
                     else:
