@@ -86,8 +86,11 @@ class SyncDriver(_Driver):
         pool = self._pool
         conn = pool.get_connection()
         try:
+            # packed by hiredis in one call (redis-py's send_command checks every argument in Python
+            # first: 6 -> 3 us for a put's FCALL)
+            packed = _autopipe._packed(conn, [(command, *args)])
             return conn.retry.call_with_retry(
-                lambda: (conn.send_command(command, *args), conn.read_response())[1],
+                lambda: (conn.send_packed_command(packed), conn.read_response())[1],
                 lambda _error: conn.disconnect(),
             )
         finally:
