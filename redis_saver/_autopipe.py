@@ -196,7 +196,10 @@ def _direct(conn: Any) -> bool:
     they raise, and move the health-check deadline. A subclass that changes either (Sentinel's
     connections turn READONLY into a ConnectionError) or another parser keeps redis-py's
     methods."""
-    if _AsyncHiredisParser is None or type(getattr(conn, "_parser", None)) is not _AsyncHiredisParser:
+    parser = getattr(conn, "_parser", None)
+    if _AsyncHiredisParser is None or type(parser) is not _AsyncHiredisParser:
+        return False
+    if not all(hasattr(parser, a) for a in ("_reader", "_stream", "_read_size")):  # another redis-py's
         return False
     if str(getattr(conn, "protocol", 2)) not in ("2", "3", "None"):
         return False
