@@ -737,3 +737,34 @@ async def test_a_due_health_check_pings_before_the_write(redis_url, writes):
         assert len(pings) == 1 and lane.conn.next_health_check > before
     finally:
         await client.aclose()
+
+
+@pytest.fixture(params=["tls", "unix"])
+def other_transport(request, tmp_path):
+    """(url kwargs for redis.asyncio.Redis) of a server reached over TLS or a unix socket."""
+    if request.param == "tls":
+        server = request.getfixturevalue("tls_server")  # the session's
+        yield {"url": server.url, "ssl_ca_certs": server.ca_file}
+    else:
+        sock = str(tmp_path / "redis.sock")
+        with start_standalone(extra_args=["--unixsocket", sock, "--unixsocketperm", "700"]):
+            yield {"unix_socket_path": sock}
+
+
+async def test_lanes_do_their_own_io_over_tls_and_unix_sockets(other_transport, monkeypatch):
+    # SSLConnection and UnixDomainSocketConnection keep redis-py's read and write methods: the
+    # lanes read and write them directly too, replies of 256 KB arriving over many reads
+    kw = dict(other_transport)
+    url = kw.pop("url", None)
+    opts = {**async_client_kwargs(5.0, 5.0), **kw}
+    client = redis.asyncio.Redis.from_url(url, **opts) if url else redis.asyncio.Redis(**opts)
+    try:
+        assert await asyncio.gather(*(call(client, ECHO, args=(w,)) for w in "abcd")) == [b"a", b"b", b"c", b"d"]
+        io = RedisPyIO(monkeypatch)
+        big = "return string.rep(ARGV[1], 256 * 1024)"
+        got = await asyncio.gather(*(call(client, big, args=(str(i % 10),)) for i in range(40)))
+        assert got == [str(i % 10).encode() * (256 * 1024) for i in range(40)]
+        assert io.sends == 0 and io.reads == 0
+        assert all(_autopipe._direct(lane.conn) for lane in _autopipe.router_for(client).lanes[None])
+    finally:
+        await client.aclose()
