@@ -87,6 +87,7 @@ except ImportError:  # pragma: no cover - redis without the hiredis extra
 try:  # what a lane needs to read and write a connection itself (see _direct())
     from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
     from redis._parsers.hiredis import _AsyncHiredisParser
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR as SERVER_CLOSED
     from redis.asyncio.connection import AbstractConnection as _AbstractConnection
 except ImportError:  # pragma: no cover - an older redis-py, or no hiredis: redis-py's methods
     _AsyncHiredisParser = None  # type: ignore[assignment, misc]
@@ -264,7 +265,6 @@ async def _read(conn: Any, deadline: float | None, loop: asyncio.AbstractEventLo
     return reply
 
 
-SERVER_CLOSED = "Connection closed by server."  # redis-py's SERVER_CLOSED_CONNECTION_ERROR
 DRAIN_OVER = 64 * 1024  # a direct write waits for the socket once this much is buffered (asyncio's high-water mark)
 
 
