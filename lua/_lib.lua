@@ -881,10 +881,13 @@ local function validate_record(raw)
   return rec
 end
 
--- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, blob, ...},
--- {write records}}: the blobs that hold a value ("5,0;empty" = none, redis_saver/_codec.py
--- EMPTY_BLOB), each after its channel, so the client neither parses the versions record nor
--- skips empty ones; the writes in writes_sort_key order. The blobs of all items are one
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/_codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
 -- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
 -- when `span` says the items are every checkpoint between the first and the last of their
 -- namespace, newest first (a list page without a filter; any writes in that range of
@@ -940,14 +943,20 @@ local function tuple_replies(items, span)
     end
   end
   local writes = hmget(K_WR, wfields)
-  local out, checked = {}, false
+  local out, checked, sent, sent_at = {}, false, {}, {}
   for i, it in ipairs(items) do
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
-      local b = blobs[at[c]]
+      local k = at[c]
+      local b = blobs[k]
       if b and b ~= EMPTY_BLOB then
+        local s = sent_at[k]
+        if not s then
+          s = #sent + 1
+          sent[s], sent_at[k] = b, s
+        end
         values[#values + 1] = chans[c]
-        values[#values + 1] = b
+        values[#values + 1] = s
       elseif not b and not checked then
         if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
         checked = true
@@ -962,5 +971,5 @@ local function tuple_replies(items, span)
     end
     w[#w + 1] = writes[k]
   end
-  return out, streams
+  return out, streams, sent
 end

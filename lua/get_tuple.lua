@@ -6,9 +6,10 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
             the driver then runs the writable variant of this script, without no-writes)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
-Returns: nil, or {checkpoint id, record, {channel, blob, ...: the channels that hold a value},
-         {write records in writes_sort_key order}, {{stream id, directory, frame, ...}: the
-         streams the blobs name (see "Encoded values" in _lib.lua)}}
+Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
+         the position of its blob in blobs}, {write records in writes_sort_key order},
+         {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
+         values" in _lib.lua)}, blobs}
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
 ]]
 local ns, cid = ARGV[5], ARGV[6]
@@ -32,8 +33,8 @@ if not raw then
   check_cp_keys()
   return nil
 end
-local reply, streams = tuple_replies({{ns_e, cid_e, raw}}, false)
+local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false)
 if not reply then return nil end
 reply = reply[1]
 if REFRESH == '1' then touch() end
-return {cid, reply[1], reply[2], reply[3], streams}
+return {cid, reply[1], reply[2], reply[3], streams, blobs}

@@ -10,10 +10,11 @@ ARGV[8] max items to return   ARGV[9] max members to examine in this call
 ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key);
          a long JSON comes as "\1" .. sha256 (33 bytes) .. the JSON: records keep such a value
          as its 33-byte digest, records of earlier releases as the JSON (redis_saver/_codec.py)
-Returns: {cursor, streams, item, item, ...} ({cursor} alone when no item); cursor = last member
-         examined when the page stopped early ("" when the range is exhausted); streams: the
-         streams the items' blobs name, as get_tuple's reply; item = {e(ns), e(cid), record,
-         {channel, blob, ...}, writes} (as get_tuple's reply)
+Returns: {cursor, streams, blobs, item, item, ...} ({cursor} alone when no item); cursor = last
+         member examined when the page stopped early ("" when the range is exhausted); streams:
+         the streams the items' blobs name, as get_tuple's reply; blobs: each blob the items
+         hold, once; item = {e(ns), e(cid), record, {channel, k, ...}, writes} (as get_tuple's
+         reply: k = the position of the channel's blob in blobs)
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA, RS_BADARG
 ]]
 local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
@@ -98,11 +99,11 @@ local out = {cursor or ''}
 if #page == 0 and check_cp_keys() then return out end  -- nothing: or lost checkpoint keys
 if #page > 0 then
   -- without a filter, the page is every checkpoint of the range it covers
-  local replies, streams = tuple_replies(page, nf == 0)
+  local replies, streams, blobs = tuple_replies(page, nf == 0)
   if not replies then return {''} end
-  out[2] = streams
+  out[2], out[3] = streams, blobs
   for i, r in ipairs(replies) do
-    out[i + 2] = {page[i][1], page[i][2], r[1], r[2], r[3]}
+    out[i + 3] = {page[i][1], page[i][2], r[1], r[2], r[3]}
   end
 end
 if REFRESH == '1' and META_V then touch() end

@@ -30,7 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
 from . import _values as values_
-from .errors import ParentCycleError
+from .errors import MalformedReplyError, ParentCycleError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
 if TYPE_CHECKING:
@@ -165,22 +165,28 @@ class Plans:
         return (name + "+rw" if refresh else name), refresh
 
     def _load(self, type_: bytes, data: bytes) -> Any:
+        return self.serde.loads_typed(self._typed(type_, data))
+
+    @staticmethod
+    def _typed(type_: bytes, data: bytes) -> tuple[str, bytes]:
+        """What serde loads a stored value from: its type, and its bytes decompressed."""
         if type_.endswith(values_.ZSTD_MARK):
             type_, data = type_[:-2], values_.decompress(data)
-        return self.serde.loads_typed((type_.decode(), data))
+        return type_.decode(), data
 
-    def _load_blob(
+    def _blob_typed(
         self, blob: bytes, streams: dict[bytes, values_.Stream], cache_key: tuple[str, str, str] | None = None
-    ) -> Any:
-        """A channel value from its blob record; a stream record's value from the reply's streams
-        (``cache_key``: remember its stream for the next put of that channel)."""
+    ) -> tuple[str, bytes]:
+        """What serde loads a channel value from, from its blob record; a stream record's value
+        from the reply's streams (``cache_key``: remember its stream for the next put of that
+        channel)."""
         type_, data = codec.unpack_blob(blob)
         if type_.endswith(values_.STREAM_MARK):
             data, known = values_.decode_stream_value(data, streams)
             type_ = type_[:-2]
             if cache_key is not None:
                 self._streams.put(cache_key, known)
-        return self._load(type_, data)
+        return self._typed(type_, data)
 
     def _tuple(
         self,
@@ -188,9 +194,9 @@ class Plans:
         ns: str,
         cid: str,
         raw: bytes,
-        blobs: list[bytes],
+        values_at: list[Any],
         writes: list[bytes],
-        streams: dict[bytes, values_.Stream],
+        blobs: _ReplyBlobs,
         remember: bool = False,
     ) -> CheckpointTuple:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = codec.unpack_head(
@@ -205,9 +211,12 @@ class Plans:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        for i in range(0, len(blobs), 2):  # {channel, blob, ...}: the channels that hold a value
-            chan = blobs[i].decode()
-            values[chan] = self._load_blob(blobs[i + 1], streams, (thread_id, ns, chan) if remember else None)
+        loads = self.serde.loads_typed
+        for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
+            chan = values_at[i].decode()
+            # each item loads its own objects (callers may mutate them); a blob shared by several
+            # items of a reply is unpacked and decompressed once
+            values[chan] = loads(blobs.typed(self, values_at[i + 1], (thread_id, ns, chan) if remember else None))
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
         for w in writes:
@@ -433,10 +442,10 @@ class Plans:
         reply = yield Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
         if reply is None:
             return None
-        cid_b, raw, blobs, writes, streams = reply
+        cid_b, raw, values_at, writes, streams, blobs = reply
         return self._tuple(
-            thread_id, ns, cid_b.decode(), raw, blobs, writes,
-            values_.decode_streams(streams, self._streams, thread_id), remember=True,
+            thread_id, ns, cid_b.decode(), raw, values_at, writes,
+            _ReplyBlobs(blobs, values_.decode_streams(streams, self._streams, thread_id)), remember=True,
         )
 
     # ---- list ----------------------------------------------------------------------
@@ -483,9 +492,9 @@ class Plans:
                 self.keys.thread_keys(thread_id),
                 self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
             )
-            cursor, items = reply[0], reply[2:]
-            streams = values_.decode_streams(reply[1] if len(reply) > 1 else [], self._streams, thread_id)
-            out = [self._tuple(thread_id, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], streams) for i in items]
+            cursor, items = reply[0], reply[3:]
+            blobs = self._reply_blobs(reply, thread_id)
+            out = [self._tuple(thread_id, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], blobs) for i in items]
             if out:
                 yield Out(out)
             if remaining is not None:
@@ -495,6 +504,12 @@ class Plans:
             if not cursor:
                 return
             upper = cursor
+
+    def _reply_blobs(self, reply: list[Any], thread_id: str) -> _ReplyBlobs:
+        """A list reply's blobs: {cursor, streams, blobs, item, ...} ({cursor} alone when empty)."""
+        if len(reply) < 3:
+            return _ReplyBlobs([], {})
+        return _ReplyBlobs(reply[2], values_.decode_streams(reply[1], self._streams, thread_id))
 
     def _plan_index_slots(self) -> Plan[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""
@@ -538,9 +553,9 @@ class Plans:
             replies = yield calls
             nxt = []
             for (t, _, n), reply in zip(pending, replies, strict=True):
-                cursor, items = reply[0], reply[2:]
-                streams = values_.decode_streams(reply[1] if len(reply) > 1 else [], self._streams, t)
-                got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], streams) for i in items]
+                cursor, items = reply[0], reply[3:]
+                blobs = self._reply_blobs(reply, t)
+                got = [self._tuple(t, dec_str(i[0]), dec_str(i[1]), i[2], i[3], i[4], blobs) for i in items]
                 found.extend(got)
                 n += len(got)
                 # with a limit, no thread can contribute more than `limit` items
@@ -727,7 +742,10 @@ class Plans:
             streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self._streams, thread_id)
             pages.append(ancestors)
             for ch, blob in codec.pairs(seeds):
-                result[ch.decode()] = {"seed": self._load_blob(blob, streams), "writes": writes[ch.decode()]}
+                result[ch.decode()] = {
+                    "seed": self.serde.loads_typed(self._blob_typed(blob, streams)),
+                    "writes": writes[ch.decode()],
+                }
                 wanted.pop(ch.decode(), None)
             if not nxt:
                 break
@@ -827,6 +845,25 @@ def _list_bounds(ns: str | None, cid: str | None, before_id: str | None) -> tupl
 
 
 REWRITE_BYTES = 1 << 20  # raw bytes one rewrite "get" call brings back, at most (one value may exceed it)
+
+
+class _ReplyBlobs:
+    """The blobs of one get_tuple or list reply, each unpacked (and decompressed, and read from
+    its stream) at most once however many of the reply's checkpoints hold it."""
+
+    __slots__ = ("blobs", "streams", "done")
+
+    def __init__(self, blobs: list[bytes], streams: dict[bytes, values_.Stream]) -> None:
+        self.blobs, self.streams = blobs, streams
+        self.done: dict[int, tuple[str, bytes]] = {}
+
+    def typed(self, plans: Plans, k: int, cache_key: tuple[str, str, str] | None) -> tuple[str, bytes]:
+        got = self.done.get(k)
+        if got is None:
+            if not 0 < k <= len(self.blobs):
+                raise MalformedReplyError(f"a checkpoint names blob {k} of {len(self.blobs)}")
+            got = self.done[k] = plans._blob_typed(self.blobs[k - 1], self.streams, cache_key)
+        return got
 
 
 @dataclass

@@ -6,6 +6,7 @@ writes of a checkpoint id that was never stored, lying between two listed checkp
 
 from __future__ import annotations
 
+import pytest
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.memory import InMemorySaver
@@ -118,3 +119,53 @@ def test_a_page_of_more_than_1000_blobs_and_writes(sync_client, prefix):
     got, exp = _view(ours.list(q)), _view(ref.list(q))
     assert len(got) == 101 and got == exp
     assert all(len(v[2]) == 12 and len(v[4]) == 11 for v in got)
+
+
+def _list_replies(saver, config, **kw):
+    """Run list()'s plan by hand: the tuples, and each raw script reply."""
+    from redis_saver._plans import Call, Out
+
+    plan, replies, out, reply = saver._plan_list(config, **kw), [], [], None
+    try:
+        while True:
+            step = plan.send(reply)
+            if isinstance(step, Out):
+                out += step.items
+                reply = None
+                continue
+            assert isinstance(step, Call)
+            reply = saver._driver.call(step)
+            replies.append(reply)
+    except StopIteration:
+        return out, replies
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["compressed", "raw"])
+def test_a_blob_shared_by_a_pages_checkpoints_comes_once_and_each_checkpoint_loads_its_own(
+    sync_client, prefix, compress
+):
+    """Consecutive checkpoints share the blobs of the channels that did not change: a page's
+    reply carries such a blob once; every tuple still gets its own value objects."""
+    saver = RedisSaver(sync_client, prefix=prefix, compress=compress)
+    big = [f"line {i} " + "x" * 40 for i in range(400)]  # ~20 KB serialized, one version for all
+    ids = [str(uuid6(clock_seq=i)) for i in range(6)]
+    parent = None
+    for i, cid in enumerate(ids):
+        cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": "", **({"checkpoint_id": parent} if parent else {})}}
+        cp = generate_checkpoint(checkpoint_id=cid, channel_values={"big": big, "n": i},
+                                 channel_versions={"big": "1", "n": str(i + 1)})
+        saver.put(cfg, cp, generate_metadata(step=i), {"n": str(i + 1), **({"big": "1"} if i == 0 else {})})
+        parent = cid
+    got, replies = _list_replies(saver, {"configurable": {"thread_id": "t"}}, limit=5)
+    assert [t.checkpoint["id"] for t in got] == list(reversed(ids))[:5]
+    assert len(replies) == 1
+    blobs = replies[0][2]
+    assert len(blobs) == 6  # "big" once, and "n" of each of the 5 checkpoints
+    items = replies[0][3:]
+    assert len({i[3][i[3].index(b"big") + 1] for i in items}) == 1  # every item names the same blob
+    for t in got:
+        assert t.checkpoint["channel_values"]["big"] == big
+    assert len({id(t.checkpoint["channel_values"]["big"]) for t in got}) == 5  # not shared
+    got[0].checkpoint["channel_values"]["big"].append("changed by one caller")
+    assert got[1].checkpoint["channel_values"]["big"] == big
+    assert [t.checkpoint["channel_values"]["n"] for t in got] == [5, 4, 3, 2, 1]
