@@ -148,6 +148,42 @@ local function pack_rec(parts)
   return table.concat(lens, ',') .. ';' .. table.concat(parts)
 end
 
+-- Checkpoint records (redis_saver/_codec.py). Format 6 writes a MessagePack array of 10 (first
+-- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
+-- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
+-- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
+-- give either in one layout: the parts, nested parts as arrays of strings.
+local function cp_is_mp(raw)
+  return string.byte(raw, 1) == 154
+end
+
+-- a format-6 record's parts: one MessagePack array of 10 and nothing after it
+local function cp_unpack(raw)
+  local ok, nxt, rec = pcall(cmsgpack.unpack_one, raw)
+  if not ok or nxt ~= -1 or type(rec) ~= 'table' or #rec ~= CP_PARTS then
+    fail('RS_BADARG', 'malformed checkpoint record')
+  end
+  return rec
+end
+
+-- every part of a checkpoint record of any format
+local function cp_rec(raw)
+  if cp_is_mp(raw) then return cp_unpack(raw) end
+  local rec = unpack_rec(raw)
+  if #rec ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
+  rec[CP_VERSIONS], rec[CP_FILTER] = unpack_rec(rec[CP_VERSIONS]), unpack_rec(rec[CP_FILTER])
+  rec[CP_DELTA], rec[CP_PARENTS] = unpack_rec(rec[CP_DELTA]), unpack_rec(rec[CP_PARENTS])
+  return rec
+end
+
+-- one part of a checkpoint record of any format (an earlier format's without copying the others)
+local function cp_field(raw, i)
+  if cp_is_mp(raw) then return cp_unpack(raw)[i] end
+  local f = rec_field(raw, i)
+  if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then return unpack_rec(f) end
+  return f
+end
+
 -- HMGET of any number of fields (one command per 1000 fields), the values in order
 local function hmget(key, fields)
   local n = #fields
@@ -183,14 +219,14 @@ local WR_MARK = ''
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
-local OLDER_FORMATS = {['3'] = true, ['4'] = true}
+local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
   local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
   META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
-    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4 and ' .. FORMAT)
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
 end
 
@@ -441,26 +477,16 @@ end
 -- channels, in order. Read paths call it once per checkpoint returned: one pass over the
 -- header, no table of parts (put validated the framing and the even number of parts).
 local function blob_fields(ns_e, v)
-  local semi = string.find(v, ';', 1, true)
-  if not semi then fail('RS_BADARG', 'malformed record') end
-  local fields, chans, n, pos, ch = {}, {}, 0, semi + 1, nil
-  for len in string.gmatch(string.sub(v, 1, semi - 1), '%d+') do
-    local e = pos + len
-    if ch then
-      n = n + 1
-      chans[n] = ch
-      fields[n] = ns_e .. enc(ch) .. string.sub(v, pos, e - 1)
-      ch = nil
-    else
-      ch = string.sub(v, pos, e - 1)
-    end
-    pos = e
+  local fields, chans, n = {}, {}, 0
+  for i = 1, #v - 1, 2 do
+    n = n + 1
+    chans[n] = v[i]
+    fields[n] = ns_e .. enc(v[i]) .. v[i + 1]
   end
-  if ch or pos ~= #v + 1 then fail('RS_BADARG', 'malformed versions record') end
   return fields, chans
 end
 
--- channel -> blob field, from a versions record
+-- channel -> blob field, from a versions part
 local function blob_field_map(ns_e, v)
   local fields, chans = blob_fields(ns_e, v)
   local by_ch = {}
@@ -739,7 +765,7 @@ local function referenced_fields(ns_e, member, entry, out)
   end
   local raw = redis.call('HGET', K_CP, member)
   if raw then
-    for _, f in ipairs(blob_fields(ns_e, rec_field(raw, CP_VERSIONS))) do out[#out + 1] = f end
+    for _, f in ipairs(blob_fields(ns_e, cp_field(raw, CP_VERSIONS))) do out[#out + 1] = f end
   end
 end
 
@@ -750,7 +776,7 @@ local function refs_of(ns_e, members, out)
     local raws = hmget(K_CP, members)
     for j = 1, #members do
       if raws[j] then
-        for _, f in ipairs(blob_fields(ns_e, rec_field(raws[j], CP_VERSIONS))) do out[#out + 1] = f end
+        for _, f in ipairs(blob_fields(ns_e, cp_field(raws[j], CP_VERSIONS))) do out[#out + 1] = f end
       end
     end
     return
@@ -792,7 +818,7 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
-  local rec = unpack_rec(raw)
+  local rec = cp_rec(raw)
   redis.call('HDEL', K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
   redis.call('HDEL', K_CHAIN, field)
@@ -815,7 +841,7 @@ end
 -- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
 -- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
 local function chain_entry(rec)
-  local v = unpack_rec(rec[CP_VERSIONS])
+  local v = rec[CP_VERSIONS]
   local out = {enc(rec[CP_PARENT])}
   for i = 1, #v - 1, 2 do
     out[#out + 1] = '\1' .. enc(v[i]) .. '\2' .. enc(v[i + 1])
@@ -835,7 +861,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     if old == raw then
       return  -- an idempotent retry of the same put: nothing changes
     end
-    local old_run = rec_field(old, CP_RUN_ID)
+    local old_run = cp_field(old, CP_RUN_ID)
     if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
       local run_e = enc(old_run)
       redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
@@ -858,26 +884,44 @@ local function drop_thread()
   redis.call('UNLINK', unpack(THREAD_KEYS))
 end
 
--- a checkpoint record's framing, and that of its nested records; returns its small parts
--- (CP_PARENT and CP_VERSIONS .. CP_PARENTS) without copying the serde payloads
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does (of an
+-- earlier format's, only CP_PARENT and CP_VERSIONS .. CP_PARENTS: its payloads are not copied)
 local function validate_record(raw)
-  local semi = string.find(raw, ';', 1, true)
-  if not semi then fail('RS_BADARG', 'malformed record') end
-  local rec, pos, n = {}, semi + 1, 0
-  for len in string.gmatch(string.sub(raw, 1, semi - 1), '%d+') do
-    n = n + 1
-    len = tonumber(len)
-    if n == CP_PARENT or n >= CP_VERSIONS then rec[n] = string.sub(raw, pos, pos + len - 1) end
-    pos = pos + len
-  end
-  if n ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
-  if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
-  for i = CP_VERSIONS, CP_PARENTS do
-    if i ~= CP_RUN_ID then
-      local parts = rec_parts(rec[i])
-      if i == CP_VERSIONS and parts % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+  local rec
+  if cp_is_mp(raw) then
+    rec = cp_unpack(raw)
+    for i = 1, CP_PARTS do
+      local p = rec[i]
+      if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
+        if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        local n = 0
+        for _, x in pairs(p) do
+          n = n + 1
+          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        end
+        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+      elseif type(p) ~= 'string' then
+        fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
+      end
+    end
+  else
+    local semi = string.find(raw, ';', 1, true)
+    if not semi then fail('RS_BADARG', 'malformed record') end
+    local pos, n = semi + 1, 0
+    rec = {}
+    for len in string.gmatch(string.sub(raw, 1, semi - 1), '%d+') do
+      n = n + 1
+      len = tonumber(len)
+      if n == CP_PARENT or n >= CP_VERSIONS then rec[n] = string.sub(raw, pos, pos + len - 1) end
+      pos = pos + len
+    end
+    if n ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
+    if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
+    for i = CP_VERSIONS, CP_PARENTS do
+      if i ~= CP_RUN_ID then rec[i] = unpack_rec(rec[i]) end
     end
   end
+  if #rec[CP_VERSIONS] % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
   return rec
 end
 
@@ -899,7 +943,7 @@ local function tuple_replies(items, span)
   -- that did not change)
   local bfields, bpos, bidx, bchans = {}, {}, {}, {}
   for i, it in ipairs(items) do
-    local fields, chans = blob_fields(it[1], rec_field(it[3], CP_VERSIONS))
+    local fields, chans = blob_fields(it[1], cp_field(it[3], CP_VERSIONS))
     local at = {}
     for j = 1, #fields do
       local f = fields[j]

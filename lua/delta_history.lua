@@ -29,7 +29,7 @@ local remaining, left = {}, 0
 for i = 9, #ARGV do
   if not remaining[ARGV[i]] then remaining[ARGV[i]] = true left = left + 1 end
 end
--- the versions of the still-unseeded channels in a versions record ("<len>,...;" then name,
+-- the versions of the still-unseeded channels in an earlier format's versions record ("<len>,...;" then name,
 -- version, name, version, ...), taking substrings only for the name parts whose length
 -- matches a wanted channel (the record-based fallback of link() below)
 local want_len = {}
@@ -59,8 +59,8 @@ local function wanted_versions(vrec)
   return out
 end
 
--- the parent id (part 1) and the versions record (part 6) of a checkpoint record, with one
--- anchored match on its header and without copying the checkpoint payload
+-- the parent id (part 1) and the versions record (part 6) of an earlier format's checkpoint
+-- record, with one anchored match on its header and without copying the checkpoint payload
 local function parent_and_versions(raw)
   local _, e, a, b, c, d, f, g = string.find(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),')
   local semi = e and string.find(raw, ';', e, true)
@@ -94,6 +94,14 @@ local function link(field)
   if not entry then
     local raw = redis.call('HGET', K_CP, field)
     if not raw then return nil end
+    if cp_is_mp(raw) then
+      local rec = cp_unpack(raw)
+      local v, out = rec[CP_VERSIONS], {}
+      for i = 1, #v - 1, 2 do
+        if remaining[v[i]] then out[v[i]] = v[i + 1] end
+      end
+      return enc(rec[CP_PARENT]), out
+    end
     local parent, vrec = parent_and_versions(raw)
     return enc(parent), wanted_versions(vrec)
   end

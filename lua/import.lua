@@ -18,10 +18,11 @@ for i = 6, #ARGV - 1, 2 do
   local r
   if what == 'blob' and is_stream_part(ARGV[i]) then
     r = {'', ''}  -- copied as it is: the directories' reference counts count the copied records
+  elseif what == 'cp' then
+    r = validate_record(ARGV[i + 1])  -- any format's: copied as it is
   else
     r = unpack_rec(ARGV[i + 1])
   end
-  if what == 'cp' then r = validate_record(ARGV[i + 1]) end
   if what == 'wr' and #r ~= W_PARTS then fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts') end
   if what == 'blob' and #r ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
   recs[#recs + 1] = r

@@ -42,7 +42,7 @@ end
 
 local function matches(raw)
   if nf == 0 then return true end
-  local f = unpack_rec(rec_field(raw, CP_FILTER))
+  local f = cp_field(raw, CP_FILTER)
   local md = {}
   for i = 1, #f - 1, 2 do md[f[i]] = f[i + 1] end
   for i = 1, nf do

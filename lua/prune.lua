@@ -66,7 +66,7 @@ local function walk(ns_e, from_e, need, left, first, max)
     if not raw then return kept, '', {}, cur end
     seen[cur] = true
     kept[#kept + 1] = cur
-    local rec = unpack_rec(raw)
+    local rec = cp_rec(raw)
     if #kept > 1 or not first then
       local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
       for ch, _ in pairs(need) do
@@ -87,10 +87,10 @@ end
 
 -- the channels the latest checkpoint needs from its ancestors
 local function needs(ns_e, latest_e)
-  local rec = unpack_rec(redis.call('HGET', K_CP, ns_e .. latest_e))
+  local rec = cp_rec(redis.call('HGET', K_CP, ns_e .. latest_e))
   local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
   local need, left = {}, 0
-  for _, ch in ipairs(unpack_rec(rec[CP_DELTA])) do
+  for _, ch in ipairs(rec[CP_DELTA]) do
     local f = by_ch[ch]
     if f then
       local b = redis.call('HGET', K_BLOB, f)
@@ -104,11 +104,25 @@ end
 local function detach(ns_e, cid_e)
   local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
   if not raw then return end
-  local rec = unpack_rec(raw)
+  -- the record keeps its format
+  local rec, versions
+  if cp_is_mp(raw) then
+    rec = cp_unpack(raw)
+    versions = rec[CP_VERSIONS]
+  else
+    rec = unpack_rec(raw)
+    versions = unpack_rec(rec[CP_VERSIONS])
+  end
   if rec[CP_PARENT] == '' then return end
   rec[CP_PARENT] = ''
-  redis.call('HSET', K_CP, ns_e .. cid_e, pack_rec(rec))
-  if META_NC ~= '1' then redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry(rec)) end
+  if cp_is_mp(raw) then
+    redis.call('HSET', K_CP, ns_e .. cid_e, cmsgpack.pack(rec))
+  else
+    redis.call('HSET', K_CP, ns_e .. cid_e, pack_rec(rec))
+  end
+  if META_NC ~= '1' then
+    redis.call('HSET', K_CHAIN, ns_e .. cid_e, chain_entry({[CP_PARENT] = '', [CP_VERSIONS] = versions}))
+  end
 end
 
 -- writes stored against ids older than the latest whose checkpoint does not exist (writes

@@ -117,7 +117,7 @@ elseif mode == 'latest' then
   else
     latest_e = latest_of(ns_e)
   end
-  local parent_e = enc(rec_field(redis.call('HGET', K_CP, ns_e .. latest_e), CP_PARENT))
+  local parent_e = enc(cp_field(redis.call('HGET', K_CP, ns_e .. latest_e), CP_PARENT))
   cid_e = latest_e
   for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1)
@@ -138,7 +138,7 @@ elseif mode == 'latest' then
     local p = skip(m, 1)
     local ons_e = string.sub(m, 1, p - 1)
     if ons_e ~= ns_e and not stale[ons_e] then
-      local parents = unpack_rec(rec_field(redis.call('HGET', K_CP, m), CP_PARENTS))
+      local parents = cp_field(redis.call('HGET', K_CP, m), CP_PARENTS)
       for i = 1, #parents - 1, 2 do
         if parents[i] == ns then
           -- older than the latest and not its parent (a newer parent may be on its way)

@@ -4,18 +4,27 @@ A *record* is a list of byte strings framed as ``b"<len>,<len>,...;" + parts``: 
 build here, cheap to split in Lua (``lua/_lib.lua: unpack_rec``), and binary-safe, so serde
 bytes are stored as they are (never re-encoded through JSON or base64).
 
+A *checkpoint record* (storage format 6) is a MessagePack array of 10 instead, nested parts
+as arrays, every string of the raw (str) family, so the Lua scripts read it with Redis's
+``cmsgpack`` (which has no bin family) and this module with ``msgpack`` in C: it is read on
+every get_tuple and list item and by most scripts, where splitting the framing above part by
+part in Python and in Lua cost more than the rest of the record's decoding. Records of
+earlier formats keep their framing and are read as they are (their first byte is a digit;
+this one's is ``CP_MSGPACK``).
+
 Records stored by the scripts (their parts are named once: ``CP`` and ``WR`` below, and
 ``CP_*`` / ``W_*`` in lua/_lib.lua):
 
 checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta,
              parents]
-            versions = record of [channel, version, channel, version, ...]
-            filter   = record of [key, canonical-json, ...] (server-side metadata filters);
-                       a JSON longer than FILTER_DIGEST_OVER bytes is kept as its digest
+            versions = [channel, version, channel, version, ...]
+            filter   = [key, canonical-json, ...] (server-side metadata filters); a JSON
+                       longer than FILTER_DIGEST_OVER bytes is kept as its digest
                        (``filter_value``): the metadata itself is stored once, in md_bytes
-            delta    = record of channel names listed in ``counters_since_delta_snapshot``
-            parents  = record of [namespace, checkpoint id, ...] from metadata ``parents``
-                       (latest-only mode drops subgraph namespaces of older checkpoints)
+            delta    = channel names listed in ``counters_since_delta_snapshot``
+            parents  = [namespace, checkpoint id, ...] from metadata ``parents`` (latest-only
+                       mode drops subgraph namespaces of older checkpoints)
+            (formats 3-5: the same parts framed as a record, nested parts as records)
 blob        [type, bytes]            (``EMPTY_BLOB`` = the channel had no value)
 write       [task_id, channel, type, bytes, task_path, idx]
 """
@@ -27,6 +36,8 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import msgpack
 
 from .errors import MalformedReplyError
 
@@ -51,6 +62,31 @@ class WR:
 
     TASK_ID, CHANNEL, TYPE, BYTES, TASK_PATH, IDX = range(6)
     PARTS = 6
+
+
+CP_MSGPACK = 0x9A  # the first byte of a format-6 checkpoint record: a MessagePack array of 10
+
+
+def checkpoint_record(parts: Sequence[Any]) -> bytes:
+    """A format-6 checkpoint record: ``parts`` (CP order; bytes and str, the nested parts lists
+    of them) as a MessagePack array, every string of the raw family (lua/_lib.lua cp_rec)."""
+    out: bytes = msgpack.packb(parts, use_bin_type=False)
+    return out
+
+
+def checkpoint_head(raw: bytes) -> list[Any]:
+    """The first 7 parts of a checkpoint record of any format (at least; format 6 gives all 10),
+    nested parts (versions, filter) as lists of bytes (format 6) or records (earlier formats):
+    ``str_pairs`` and ``metadata_from_filter`` take either."""
+    if raw[:1] != b"\x9a":
+        return unpack_head(raw, CP.PARTS, CP.FILTER + 1)
+    try:
+        parts = msgpack.unpackb(raw, raw=True)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
+    if type(parts) is not list or len(parts) != CP.PARTS:
+        raise MalformedReplyError("malformed checkpoint record: expected an array of 10 parts")
+    return parts
 
 
 EMPTY_TYPE = "empty"  # the serde type of a channel without a value
@@ -173,13 +209,15 @@ def filter_value(cj: bytes) -> bytes:
 
 
 def filter_record(metadata: Mapping[str, Any]) -> bytes:
-    return filter_record_holds(metadata)[0]
+    """The filter part of metadata, framed as a record (formats 3-5)."""
+    return pack(filter_parts(metadata)[0])
 
 
-def filter_record_holds(metadata: Mapping[str, Any], check: bool = True) -> tuple[bytes, bool]:
-    """``filter_record(metadata)``, and whether it holds every value in full, as JSON that reads
-    back to exactly that value (no digest, no bool made an int, no float made an int, no tuple,
-    dict keys in the same order), in one pass (``check=False``: not asked)."""
+def filter_parts(metadata: Mapping[str, Any], check: bool = True) -> tuple[list[bytes], bool]:
+    """The filter part of metadata ``[key, canonical JSON or its digest, ...]``, and whether it
+    holds every value in full, as JSON that reads back to exactly that value (no digest, no bool
+    made an int, no float made an int, no tuple, dict keys in the same order), in one pass
+    (``check=False``: not asked)."""
     parts: list[bytes] = []
     holds = check
     for k, v in metadata.items():
@@ -194,7 +232,7 @@ def filter_record_holds(metadata: Mapping[str, Any], check: bool = True) -> tupl
         parts += [k.encode(), cj]
         if holds:
             holds = _reads_back(v)
-    return pack(parts), holds
+    return parts, holds
 
 
 # a checkpoint's metadata type when the metadata is stored only in the filter record (format 5):
@@ -239,18 +277,32 @@ def _json_value(v: str) -> Any:
     return json.loads(v)
 
 
-def metadata_from_filter(flt: bytes) -> dict[str, Any]:
-    """The metadata a filter record holds in full (``MD_IN_FILTER``)."""
-    parts = unpack_text(flt)
+def _texts(x: bytes | list[Any]) -> list[str]:
+    """The parts of a nested part as str: a list of bytes (format 6) or a record (earlier)."""
+    if type(x) is bytes:
+        return unpack_text(x)
+    if type(x) is not list:
+        raise MalformedReplyError("malformed checkpoint record: a nested part is not an array")
+    try:
+        return [p.decode() for p in x]
+    except (AttributeError, UnicodeDecodeError) as exc:
+        raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
+
+
+def metadata_from_filter(flt: bytes | list[Any]) -> dict[str, Any]:
+    """The metadata a filter part holds in full (``MD_IN_FILTER``)."""
+    parts = _texts(flt)
     return {parts[i]: _json_value(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
-def str_pairs(rec: bytes) -> dict[str, Any]:
-    """A record of (key, value) pairs as a dict of str (a checkpoint's channel versions)."""
-    parts = unpack_text(rec)
+def str_pairs(rec: bytes | list[Any]) -> dict[str, Any]:
+    """(key, value) pairs as a dict of str (a checkpoint's channel versions), from a list of
+    bytes or a record."""
+    parts = _texts(rec)
     if len(parts) % 2:
         raise MalformedReplyError("malformed record: an odd number of parts where pairs were expected")
-    return dict(zip(parts[::2], parts[1::2], strict=True))
+    it = iter(parts)
+    return dict(zip(it, it, strict=True))
 
 
 def unpack_text(rec: bytes) -> list[str]:

@@ -199,9 +199,7 @@ class Plans:
         blobs: _ReplyBlobs,
         remember: bool = False,
     ) -> CheckpointTuple:
-        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = codec.unpack_head(
-            raw, codec.CP.PARTS, codec.CP.FILTER + 1
-        )
+        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = codec.checkpoint_head(raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
         if cp_type.endswith(values_.VERSIONS_MARK_B):
@@ -291,7 +289,7 @@ class Plans:
         cp_type, cp_bytes = values_.encode_plain(
             *self.serde.dumps_typed(c), self.compress, mark, values_.CP_MIN_ENCODED
         )
-        flt, holds = codec.filter_record_holds(md, self.compress)
+        flt, holds = codec.filter_parts(md, self.compress)
         if self.compress and holds:
             # the filter record already holds every value as JSON that reads back exactly:
             # the metadata is stored once, there (MD_IN_FILTER)
@@ -313,18 +311,18 @@ class Plans:
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
-        record = codec.pack(
+        record = codec.checkpoint_record(
             [
                 parent,
                 cp_type,
                 cp_bytes,
                 md_type,
                 md_bytes,
-                codec.versions_record(versions),
+                [x for ch, ver in versions.items() for x in (ch, str(ver))],
                 flt,
                 "" if run_id is None else str(run_id),
-                codec.pack([str(k) for k in delta]) if delta and isinstance(delta, dict) else b";",
-                codec.pack([str(x) for kv in parents.items() for x in kv]) if parents else b";",
+                [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
+                [str(x) for kv in parents.items() for x in kv] if parents else [],
             ]
         )
         head = self._header(thread_id) + [

@@ -41,10 +41,10 @@ import itertools
 from functools import lru_cache
 
 SLOTS = 16384
-FORMAT_VERSION = "5"  # the storage format written (CHANGELOG.md lists them)
+FORMAT_VERSION = "6"  # the storage format written (CHANGELOG.md lists them)
 # the formats read in place: the previous release's too (lua/_lib.lua OLDER_FORMATS); a write
 # to such a thread upgrades it to FORMAT_VERSION
-READ_FORMATS = ("3", "4", "5")
+READ_FORMATS = ("3", "4", "5", "6")
 
 THREAD_SUFFIXES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
 INDEX_SUFFIXES = ("threads", "runs")

@@ -48,10 +48,12 @@ async def test_self_parent_is_refused_and_writes_nothing(saver, sync_client, pre
     assert list(sync_client.scan_iter(match=saver.keys.scan_pattern())) == []
 
 
-def test_self_parent_record_is_refused_by_the_script(sync_client, prefix):
+@pytest.mark.parametrize("framed", [False, True], ids=["format-6", "framed"])
+def test_self_parent_record_is_refused_by_the_script(sync_client, prefix, framed):
     """A client that skips the Python validation (an older or hand-written one) is refused by
-    put.lua itself before its first write."""
+    put.lua itself before its first write, whichever encoding its record has."""
     from redis_saver import RedisSaver
+    from redis_saver import _codec as codec
 
     saver = RedisSaver(sync_client, prefix=prefix)
     cp = empty_checkpoint()
@@ -60,10 +62,12 @@ def test_self_parent_record_is_refused_by_the_script(sync_client, prefix):
     args = list(c.args)
     args[6] = cp["id"]  # ARGV[7] parent id
     # the record's parent (its first part) too: rebuild it with the same id
-    rec = args[7]
-    head, body = rec.split(b";", 1)
-    lens = head.split(b",")
-    args[7] = b",".join([str(len(cp["id"])).encode(), *lens[1:]]) + b";" + cp["id"].encode() + body
+    parts = codec.checkpoint_head(args[7])
+    parts[0] = cp["id"].encode()
+    if framed:  # as formats 3-5 framed it
+        args[7] = codec.pack([p if isinstance(p, bytes) else codec.pack(p) for p in parts])
+    else:
+        args[7] = codec.checkpoint_record(parts)
     args[10] = cp["id"].encode() + b"\0" + args[10][1:]  # the chain entry starts with e(parent)
     with pytest.raises(ValueError, match="own parent"):
         saver._driver.call(type(c)(c.script, c.keys, args))

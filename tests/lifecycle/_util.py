@@ -164,13 +164,15 @@ def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
 def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     """Blob fields named by the channel versions of the thread's stored checkpoints
     (``tp`` = the thread's key prefix); decodes the records as the scripts do."""
-    from redis_saver._codec import unpack
+    from redis_saver._codec import checkpoint_head, unpack
     from redis_saver.keys import dec_first, enc
 
     out: set[bytes] = set()
     for field, raw in client.hgetall(tp + b"cp").items():
         ns, _ = dec_first(field)
-        versions = unpack(unpack(raw)[5])
+        versions = checkpoint_head(raw)[5]
+        if isinstance(versions, bytes):  # an earlier format's record
+            versions = unpack(versions)
         for ch, ver in zip(versions[0::2], versions[1::2], strict=True):  # a flat list of pairs
             out.add(enc(ns) + enc(ch) + ver)
     return out

@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+from redis_saver import FORMAT_VERSION
 from redis_saver import _values as values
 from redis_saver._codec import unpack_blob
 from tests.lifecycle._util import alist, call, check_stream_hash, is_async
@@ -325,7 +326,7 @@ async def test_rewrite_values_encodes_raw_threads_in_place(make_saver, sync_clie
         assert got["streams"] == 1  # the 25 versions of the message list share one stream
         for a, b in zip(await alist(off, cfg), list(ref.list(cfg)), strict=True):
             _same(a, b)
-        assert sync_client.hget(on.keys.thread_keys(thread)[0], "v") == b"5"
+        assert sync_client.hget(on.keys.thread_keys(thread)[0], "v") == FORMAT_VERSION.encode()
         # again: nothing left to do; and the thread goes on
         again = await call(on, "rewrite_values", thread)
         assert again.values == 0

@@ -45,13 +45,25 @@ def _send_bad(saver, client, call: Call, args: list, match: str) -> None:
     assert _snapshot(client, saver) == before
 
 
-def _odd_versions(record: bytes) -> bytes:
-    """The checkpoint record with a channel name but no version at the end of its versions part."""
+def _odd_versions(record: bytes, framed: bool = False) -> bytes:
+    """The checkpoint record with a channel name but no version at the end of its versions part
+    (``framed``: as formats 3-5 framed records, which import.lua still takes)."""
     from redis_saver import _codec as codec
 
-    parts = codec.unpack(record)
-    parts[5] = codec.pack([*codec.unpack(parts[5]), b"lonely"])
-    return codec.pack(parts)
+    parts = codec.checkpoint_head(record)
+    parts[5] = [*parts[5], b"lonely"]
+    if framed:
+        return codec.pack([p if isinstance(p, bytes) else codec.pack(p) for p in parts])
+    return codec.checkpoint_record(parts)
+
+
+def _mp_part(record: bytes, i: int, value: object) -> bytes:
+    """The format-6 checkpoint record with part ``i`` (0-based) replaced by ``value``."""
+    from redis_saver import _codec as codec
+
+    parts = codec.checkpoint_head(record)
+    parts[i] = value
+    return codec.checkpoint_record(parts)
 
 
 def test_the_uncorrupted_calls_are_accepted(setup):
@@ -96,6 +108,13 @@ def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
         (lambda a: a[:-1] + [1, b"a\0s1", b"n", 0, 5], "bad blob count"),  # an append cut short
         (lambda a: a[:7] + [a[7][:-3]] + a[8:], "record"),  # checkpoint record truncated
         (lambda a: a[:7] + [_odd_versions(a[7])] + a[8:], "channel, version pairs"),
+        (lambda a: a[:7] + [_odd_versions(a[7], framed=True)] + a[8:], "channel, version pairs"),
+        (lambda a: a[:7] + [a[7] + b"\xc0"] + a[8:], "malformed checkpoint record"),  # a second object after it
+        (lambda a: a[:7] + [_mp_part(a[7], 5, b"a,1")] + a[8:], "part 6 must be an array"),  # versions a string
+        (lambda a: a[:7] + [_mp_part(a[7], 0, 7)] + a[8:], "part 1 must be a string"),  # parent a number
+        (lambda a: a[:7] + [_mp_part(a[7], 9, [b"ns", 1])] + a[8:], "part 10 must hold strings"),
+        (lambda a: a[:7] + [_mp_part(a[7], 6, {b"k": b"v"})] + a[8:], "part 7 must be an array"),  # a map
+        (lambda a: a[:7] + [b"\x9a" + a[7][1:-1]] + a[8:], "malformed checkpoint record"),  # cut short
         (lambda a: a[:8] + ["some"] + a[9:], "bad history mode"),
         # redis_saver sends no chain entry (""); one given must match the record
         (lambda a: a[:10] + [b"other\0\x01c\0\x021\0"] + a[11:], "chain entry"),  # another parent

@@ -88,7 +88,7 @@ def _thread_call_checks(call: Call, name: str) -> None:
     assert call.script.split("+")[0] == name
     assert len(call.keys) == 11
     assert len(call.args) >= fixed_argv(name)
-    assert call.args[0] == FORMAT_VERSION == "5"  # format version
+    assert call.args[0] == FORMAT_VERSION == "6"  # format version
 
 
 def test_lua_names_the_record_parts_python_names():

@@ -45,7 +45,7 @@ def test_the_fast_check_agrees_with_a_round_trip() -> None:
     seen = {True: 0, False: 0}
     for _ in range(20_000):
         md = {"k": _value(rng)}
-        flt, holds = _codec.filter_record_holds(md)
+        flt, holds = _codec.filter_parts(md)
         cj = _codec.canonical_json(md["k"])
         reads_back = cj is not None and len(cj) <= _codec.FILTER_DIGEST_OVER and _same(json.loads(cj), md["k"])
         assert holds == reads_back, md
@@ -57,8 +57,12 @@ def test_the_fast_check_agrees_with_a_round_trip() -> None:
 
 def test_unchecked_records_are_the_same_bytes() -> None:
     md = {"source": "loop", "step": 3, "parents": {"": "1f0"}, "score": 0.5}
-    assert _codec.filter_record_holds(md, check=False) == (_codec.filter_record(md), False)
-    assert _codec.filter_record_holds(md) == (_codec.filter_record(md), True)
+    assert _codec.filter_parts(md, check=False) == (_codec.unpack(_codec.filter_record(md)), False)
+    assert _codec.filter_parts(md) == (_codec.unpack(_codec.filter_record(md)), True)
+    # the same metadata as formats 3-5 framed it and as format 6 stores it reads back the same
+    assert _codec.metadata_from_filter(_codec.filter_record(md)) == _codec.metadata_from_filter(
+        _codec.filter_parts(md)[0]
+    ) == {k: v for k, v in md.items()}
 
 
 def test_text_records_read_as_their_parts_do() -> None:
