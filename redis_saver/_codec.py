@@ -291,6 +291,12 @@ def _texts(x: bytes | list[Any]) -> list[str]:
 
 def metadata_from_filter(flt: bytes | list[Any]) -> dict[str, Any]:
     """The metadata a filter part holds in full (``MD_IN_FILTER``)."""
+    if type(flt) is list:
+        try:
+            it = iter(flt)
+            return {k.decode(): _json_value(v.decode()) for k, v in zip(it, it, strict=True)}
+        except (AttributeError, UnicodeDecodeError, ValueError) as exc:
+            raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
     parts = _texts(flt)
     return {parts[i]: _json_value(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
@@ -298,6 +304,12 @@ def metadata_from_filter(flt: bytes | list[Any]) -> dict[str, Any]:
 def str_pairs(rec: bytes | list[Any]) -> dict[str, Any]:
     """(key, value) pairs as a dict of str (a checkpoint's channel versions), from a list of
     bytes or a record."""
+    if type(rec) is list and not len(rec) % 2:
+        try:
+            it = iter(rec)
+            return dict(zip(map(bytes.decode, it), map(bytes.decode, it), strict=True))
+        except (TypeError, UnicodeDecodeError) as exc:
+            raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
     parts = _texts(rec)
     if len(parts) % 2:
         raise MalformedReplyError("malformed record: an odd number of parts where pairs were expected")

@@ -8,6 +8,8 @@ import math
 import random
 from typing import Any
 
+import pytest
+
 from redis_saver import _codec
 
 
@@ -80,3 +82,39 @@ def test_text_records_read_as_their_parts_do() -> None:
     for bad in (b"", b"1;", b"2;a", b";x", b"1,x;ab", b"2;\xff\xfe"):
         with pytest.raises(MalformedReplyError):
             _codec.unpack_text(bad)
+
+
+def test_checkpoint_records_of_both_encodings_read_the_same() -> None:
+    md = {"source": "loop", "step": 3, "parents": {}}
+    flt = _codec.filter_parts(md)[0]
+    parts = ["1f0-parent", b"msgpack", b"\x00\xff serde", _codec.MD_IN_FILTER, b"",
+             ["messages", "2.ab", "a:b", "1.x"], flt, "run-1", ["messages"], ["", "1f0"]]
+    new = _codec.checkpoint_record(parts)
+    framed = _codec.pack([p if not isinstance(p, list) else _codec.pack(p) for p in parts])
+    assert new[0] == _codec.CP_MSGPACK and framed[:1].isdigit()
+    for raw in (new, framed):
+        head = _codec.checkpoint_head(raw)
+        assert head[0] == b"1f0-parent" and head[2] == b"\x00\xff serde"
+        assert _codec.str_pairs(head[5]) == {"messages": "2.ab", "a:b": "1.x"}
+        assert _codec.metadata_from_filter(head[6]) == md
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x9a",  # cut short
+        _codec.checkpoint_record([b"x"] * 10) + b"\xc0",  # something after it
+        b"\x9a" + b"\xa1x" * 9 + b"\x01",  # an array of 10, but its versions part is no array
+    ],
+)
+def test_a_malformed_format_6_record_is_a_malformed_reply(raw: bytes) -> None:
+    with pytest.raises(_codec.MalformedReplyError):
+        head = _codec.checkpoint_head(raw)
+        _codec.str_pairs(head[5])
+
+
+@pytest.mark.parametrize("nested", [[b"a"], [b"a", 1], [b"a", b"\xff"], {b"a": b"b"}, 7])
+def test_a_malformed_nested_part_is_a_malformed_reply(nested: object) -> None:
+    for read in (_codec.str_pairs, _codec.metadata_from_filter):
+        with pytest.raises(_codec.MalformedReplyError):
+            read(nested)  # type: ignore[arg-type]
