@@ -166,6 +166,35 @@ local function cp_unpack(raw)
   return rec
 end
 
+-- the 0-based offset just after the raw-family string at 0-based offset `at` of a format-6
+-- record (a payload part is skipped, not copied)
+local function mp_skip(raw, at)
+  local b = string.byte(raw, at + 1) or 0
+  if b >= 160 and b <= 191 then return at + 1 + b - 160 end  -- fixraw
+  if b == 217 then return at + 2 + string.byte(raw, at + 2) end  -- str 8
+  if b == 218 then  -- raw 16
+    local h, l = string.byte(raw, at + 2, at + 3)
+    return at + 3 + h * 256 + l
+  end
+  if b == 219 then  -- raw 32
+    local x1, x2, x3, x4 = string.byte(raw, at + 2, at + 5)
+    return at + 5 + ((x1 * 256 + x2) * 256 + x3) * 256 + x4
+  end
+  fail('RS_BADARG', 'malformed checkpoint record')
+end
+
+-- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
+-- stored), without copying its payload parts 2-5 (left nil)
+local function cp_parts(raw, upto)
+  local out = {}
+  local at, v = cmsgpack.unpack_one(raw, 1)
+  out[1] = v
+  for k = 2, upto do
+    if k <= 5 then at = mp_skip(raw, at) else at, out[k] = cmsgpack.unpack_one(raw, at) end
+  end
+  return out
+end
+
 -- every part of a checkpoint record of any format
 local function cp_rec(raw)
   if cp_is_mp(raw) then return cp_unpack(raw) end
@@ -178,7 +207,7 @@ end
 
 -- one part of a checkpoint record of any format (an earlier format's without copying the others)
 local function cp_field(raw, i)
-  if cp_is_mp(raw) then return cp_unpack(raw)[i] end
+  if cp_is_mp(raw) then return cp_parts(raw, i)[i] end
   local f = rec_field(raw, i)
   if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then return unpack_rec(f) end
   return f
@@ -818,7 +847,8 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
-  local rec = cp_rec(raw)
+  local rec
+  if cp_is_mp(raw) then rec = cp_parts(raw, CP_RUN_ID) else rec = cp_rec(raw) end
   redis.call('HDEL', K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
   redis.call('HDEL', K_CHAIN, field)

@@ -95,7 +95,7 @@ local function link(field)
     local raw = redis.call('HGET', K_CP, field)
     if not raw then return nil end
     if cp_is_mp(raw) then
-      local rec = cp_unpack(raw)
+      local rec = cp_parts(raw, CP_VERSIONS)
       local v, out = rec[CP_VERSIONS], {}
       for i = 1, #v - 1, 2 do
         if remaining[v[i]] then out[v[i]] = v[i + 1] end
