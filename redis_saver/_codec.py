@@ -208,11 +208,6 @@ def filter_value(cj: bytes) -> bytes:
     return DIGEST_MARK + hashlib.sha256(cj).digest()
 
 
-def filter_record(metadata: Mapping[str, Any]) -> bytes:
-    """The filter part of metadata, framed as a record (formats 3-5)."""
-    return pack(filter_parts(metadata)[0])
-
-
 def filter_parts(metadata: Mapping[str, Any], check: bool = True) -> tuple[list[bytes], bool]:
     """The filter part of metadata ``[key, canonical JSON or its digest, ...]``, and whether it
     holds every value in full, as JSON that reads back to exactly that value (no digest, no bool
@@ -359,14 +354,6 @@ def filter_args(flt: dict[str, Any] | None) -> list[bytes]:
             want = filter_value(cj) + cj
         out += [k.encode(), want]
     return out
-
-
-def versions_record(versions: dict[str, Any]) -> bytes:
-    parts: list[bytes] = []
-    for ch, ver in versions.items():
-        parts.append(ch.encode())
-        parts.append(str(ver).encode())
-    return pack(parts)
 
 
 def pairs(items: Sequence[bytes]) -> list[tuple[bytes, bytes]]:

@@ -277,8 +277,6 @@ def test_fast_framing_matches_the_record_format(parts):
     d = parts[-1] if parts and isinstance(parts[-1], bytes) else b"\x00data"
     assert codec.blob_record(t, d) == _reference_pack([t, d])
     assert codec.EMPTY_BLOB == _reference_pack(["empty", b""])
-    versions = {str(i) + (p if isinstance(p, str) else ""): p for i, p in enumerate(parts)}
-    assert codec.versions_record(versions) == _reference_pack([x for k, v in versions.items() for x in (k, str(v))])
 
 
 @given(st.lists(st.binary(max_size=40), min_size=2, max_size=12), st.data())
