@@ -85,19 +85,6 @@ local function unpack_rec(s)
   return out
 end
 
--- validate a record's framing without copying its parts; returns its number of parts
-local function rec_parts(s)
-  local semi = string.find(s, ';', 1, true)
-  if not semi then fail('RS_BADARG', 'malformed record') end
-  local n, total = 0, 0
-  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
-    n = n + 1
-    total = total + tonumber(len)
-  end
-  if semi + total ~= #s then fail('RS_BADARG', 'malformed record') end
-  return n
-end
-
 -- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
 -- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
 local function is_blob_record(s)
@@ -195,9 +182,13 @@ local function cp_parts(raw, upto)
   return out
 end
 
--- every part of a checkpoint record of any format
-local function cp_rec(raw)
-  if cp_is_mp(raw) then return cp_unpack(raw) end
+-- every part of a checkpoint record of any format; with `upto`, at least parts 1 .. upto (a
+-- format-6 record's payload parts are then left out, see cp_parts())
+local function cp_rec(raw, upto)
+  if cp_is_mp(raw) then
+    if upto then return cp_parts(raw, upto) end
+    return cp_unpack(raw)
+  end
   local rec = unpack_rec(raw)
   if #rec ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
   rec[CP_VERSIONS], rec[CP_FILTER] = unpack_rec(rec[CP_VERSIONS]), unpack_rec(rec[CP_FILTER])
@@ -847,8 +838,7 @@ local function drop_cp(ns_e, cid_e, keep_writes)
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
-  local rec
-  if cp_is_mp(raw) then rec = cp_parts(raw, CP_RUN_ID) else rec = cp_rec(raw) end
+  local rec = cp_rec(raw, CP_RUN_ID)
   redis.call('HDEL', K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
   redis.call('HDEL', K_CHAIN, field)
@@ -914,8 +904,7 @@ local function drop_thread()
   redis.call('UNLINK', unpack(THREAD_KEYS))
 end
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does (of an
--- earlier format's, only CP_PARENT and CP_VERSIONS .. CP_PARENTS: its payloads are not copied)
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -935,21 +924,7 @@ local function validate_record(raw)
       end
     end
   else
-    local semi = string.find(raw, ';', 1, true)
-    if not semi then fail('RS_BADARG', 'malformed record') end
-    local pos, n = semi + 1, 0
-    rec = {}
-    for len in string.gmatch(string.sub(raw, 1, semi - 1), '%d+') do
-      n = n + 1
-      len = tonumber(len)
-      if n == CP_PARENT or n >= CP_VERSIONS then rec[n] = string.sub(raw, pos, pos + len - 1) end
-      pos = pos + len
-    end
-    if n ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
-    if pos ~= #raw + 1 then fail('RS_BADARG', 'malformed record') end
-    for i = CP_VERSIONS, CP_PARENTS do
-      if i ~= CP_RUN_ID then rec[i] = unpack_rec(rec[i]) end
-    end
+    rec = cp_rec(raw)  -- an earlier format's (copy_thread of an old thread): its framing checked
   end
   if #rec[CP_VERSIONS] % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
   return rec

@@ -66,8 +66,7 @@ local function walk(ns_e, from_e, need, left, first, max)
     if not raw then return kept, '', {}, cur end
     seen[cur] = true
     kept[#kept + 1] = cur
-    local rec
-    if cp_is_mp(raw) then rec = cp_parts(raw, CP_VERSIONS) else rec = cp_rec(raw) end
+    local rec = cp_rec(raw, CP_VERSIONS)
     if #kept > 1 or not first then
       local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
       for ch, _ in pairs(need) do
@@ -88,9 +87,7 @@ end
 
 -- the channels the latest checkpoint needs from its ancestors
 local function needs(ns_e, latest_e)
-  local raw = redis.call('HGET', K_CP, ns_e .. latest_e)
-  local rec
-  if cp_is_mp(raw) then rec = cp_parts(raw, CP_DELTA) else rec = cp_rec(raw) end
+  local rec = cp_rec(redis.call('HGET', K_CP, ns_e .. latest_e), CP_DELTA)
   local by_ch = blob_field_map(ns_e, rec[CP_VERSIONS])
   local need, left = {}, 0
   for _, ch in ipairs(rec[CP_DELTA]) do

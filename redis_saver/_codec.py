@@ -272,16 +272,12 @@ def _json_value(v: str) -> Any:
     return json.loads(v)
 
 
-def _texts(x: bytes | list[Any]) -> list[str]:
-    """The parts of a nested part as str: a list of bytes (format 6) or a record (earlier)."""
-    if type(x) is bytes:
-        return unpack_text(x)
-    if type(x) is not list:
+def _record_texts(x: Any) -> list[str]:
+    """The parts of an earlier format's nested record as str (format 6's are lists: read by the
+    callers in C-level loops)."""
+    if type(x) is not bytes:
         raise MalformedReplyError("malformed checkpoint record: a nested part is not an array")
-    try:
-        return [p.decode() for p in x]
-    except (AttributeError, UnicodeDecodeError) as exc:
-        raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
+    return unpack_text(x)
 
 
 def metadata_from_filter(flt: bytes | list[Any]) -> dict[str, Any]:
@@ -292,24 +288,23 @@ def metadata_from_filter(flt: bytes | list[Any]) -> dict[str, Any]:
             return {k.decode(): _json_value(v.decode()) for k, v in zip(it, it, strict=True)}
         except (AttributeError, UnicodeDecodeError, ValueError) as exc:
             raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
-    parts = _texts(flt)
+    parts = _record_texts(flt)
     return {parts[i]: _json_value(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
 def str_pairs(rec: bytes | list[Any]) -> dict[str, Any]:
     """(key, value) pairs as a dict of str (a checkpoint's channel versions), from a list of
     bytes or a record."""
-    if type(rec) is list and not len(rec) % 2:
-        try:
-            it = iter(rec)
-            return dict(zip(map(bytes.decode, it), map(bytes.decode, it), strict=True))
-        except (TypeError, UnicodeDecodeError) as exc:
-            raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
-    parts = _texts(rec)
+    parts: list[Any] = rec if type(rec) is list else _record_texts(rec)
     if len(parts) % 2:
         raise MalformedReplyError("malformed record: an odd number of parts where pairs were expected")
     it = iter(parts)
-    return dict(zip(it, it, strict=True))
+    if parts is not rec:
+        return dict(zip(it, it, strict=True))
+    try:
+        return dict(zip(map(bytes.decode, it), map(bytes.decode, it), strict=True))
+    except (TypeError, UnicodeDecodeError) as exc:
+        raise MalformedReplyError(f"malformed checkpoint record: {exc}") from exc
 
 
 def unpack_text(rec: bytes) -> list[str]:
