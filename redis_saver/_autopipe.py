@@ -40,7 +40,7 @@ neither is ever fully busy; see ``LANES``). Hence:
   not answered yet (their replies are lost with it); calls not written yet go out on a new
   connection.
 
-Not through a lane: a call with more than ``LARGE`` bytes of arguments (the calls behind it
+Not through a lane: a call of more than ``LARGE`` bytes, packed (the calls behind it
 would wait for its bytes), WAIT (it blocks its connection for up to ``wait_timeout_ms``: the
 script and its WAIT keep their own pooled connection), fan-out pipelines, scans and setup. In a
 cluster, a call whose reply redirects (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) or whose connection
@@ -140,19 +140,23 @@ def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
     a get_tuple 22 -> 4 us); its sync one checks each argument in Python first (a put 6 -> 3 us;
     the sync driver's direct path packs here too). Script commands only (no command name to
     split)."""
-    enc = getattr(conn, "encoder", None)
-    if (
-        _pack_command is not None
-        and enc is not None
-        and enc.encoding_errors == "strict"
-        and enc.encoding.lower().replace("-", "").replace("_", "") == "utf8"
-    ):
+    if _hiredis_packs(getattr(conn, "encoder", None)):
         try:
             return [b"".join([_pack_command(c) for c in commands])]
         except TypeError:  # an argument hiredis does not take: redis-py's packer says what is wrong
             pass
     packed: list[bytes] = conn.pack_commands(commands)
     return packed
+
+
+def _hiredis_packs(enc: Any) -> bool:
+    """Whether hiredis' packer encodes as redis-py's ``enc`` does (UTF-8, strict errors)."""
+    return (
+        _pack_command is not None
+        and enc is not None
+        and enc.encoding_errors == "strict"
+        and enc.encoding.lower().replace("-", "").replace("_", "") == "utf8"
+    )
 
 
 def supported(client: Any) -> bool:
@@ -315,17 +319,19 @@ class Lane:
         self.callbacks = callbacks
         self.node = node  # the cluster node served (None: standalone)
         self.hold = hold  # seconds the connection is kept without calls
-        self.queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []  # not written yet
+        # not written yet: (command, its packed bytes or None, future)
+        self.queue: list[tuple[tuple[Any, ...], bytes | None, asyncio.Future[Any]]] = []
         # written, reply not read yet: (command name, future, deadline of the reply or None)
         self.sent: deque[tuple[Any, asyncio.Future[Any], float | None]] = deque()
         self.conn: Any = None
         self.worker: asyncio.Task[None] | None = None
         self.idle: asyncio.TimerHandle | None = None
 
-    def submit(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """Queue one command; the future gets its reply (an error reply as its exception)."""
+    def submit(self, command: tuple[Any, ...], packed: bytes | None = None) -> asyncio.Future[Any]:
+        """Queue one command (``packed``: its bytes, when the caller packed it already); the
+        future gets its reply (an error reply as its exception)."""
         fut = self.loop.create_future()
-        self.queue.append((command, fut))
+        self.queue.append((command, packed, fut))
         if self.worker is None:
             self.worker = self.loop.create_task(self._work())
         return fut
@@ -354,12 +360,18 @@ class Lane:
                 if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
                     batch, self.queue = self.queue, []
                     commands = []
+                    packs: list[bytes] | None = []
                     deadline = None if timeout is None else loop.time() + timeout
-                    for command, fut in batch:
+                    for command, packed, fut in batch:
                         if not fut.done():  # a caller cancelled before the write: not sent at all
                             commands.append(command)
+                            if packed is None:
+                                packs = None
+                            elif packs is not None:
+                                packs.append(packed)
                             sent.append((command[0], fut, deadline))
                     if commands:
+                        data = packs if packs is not None else _packed(conn, commands)
                         # a health-check PING (redis-py, after health_check_interval idle) reads its own
                         # reply: only when no reply of ours is still on the way
                         alone = len(sent) == len(commands)
@@ -368,11 +380,11 @@ class Lane:
                         ):
                             # send_packed_command's work when it has none to do but write
                             writer = conn._writer
-                            writer.writelines(_packed(conn, commands))
+                            writer.writelines(data)
                             if writer.transport.get_write_buffer_size() > DRAIN_OVER:
                                 await _drain(conn, writer)
                         else:
-                            await conn.send_packed_command(_packed(conn, commands), check_health=alone)
+                            await conn.send_packed_command(data, check_health=alone)
                             direct = _direct(conn)  # (re)connected: the parser is new
                 if not sent:
                     if not self.hold and not self.queue:  # a small pool: the connection goes back now
@@ -445,7 +457,7 @@ class Lane:
 
     def _fail_queued(self, exc: BaseException) -> None:
         queued, self.queue = self.queue, []
-        for _, fut in queued:
+        for _, _, fut in queued:
             if not fut.done():
                 fut.set_exception(_copy(exc))
 
@@ -492,6 +504,10 @@ class Router:
         self.cluster = hasattr(client, "get_node_from_key")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lanes: dict[Any, Lanes] = {}  # per server (None: standalone; a cluster node's name)
+        get_encoder = getattr(client, "get_encoder", None)
+        # calls are packed here, once, when hiredis packs as the client's connections would (their
+        # size decides the lane; the lane writes the bytes)
+        self.packs = get_encoder is not None and _hiredis_packs(get_encoder())
 
     def _lane(self, args: tuple[Any, ...]) -> Lane | None:
         loop = asyncio.get_running_loop()
@@ -523,20 +539,30 @@ class Router:
         client's own retry policy, as redis-py would send it."""
         lane = self._lane(args)
         command = (SCRIPT_COMMANDS[name], *args)
-        # (keys and arguments: an EVAL's body, sent once after NOSCRIPT, is not counted)
-        if lane is not None and sum([len(a) for a in args[2:] if isinstance(a, (bytes, str))]) > LARGE:
-            lane = None  # a large call goes alone: calls behind it in a lane would wait for its bytes
         if lane is None:
             return await self._unpiped(command)
+        packed = None
+        if self.packs:
+            try:
+                packed = _pack_command(command)
+            except TypeError:  # an argument hiredis does not take: the lane packs it as redis-py would
+                pass
+        # (an EVAL's body, args[0], sent once after NOSCRIPT, is not counted)
+        if packed is not None:
+            size = len(packed) - len(args[0])
+        else:
+            size = sum([len(a) for a in args[2:] if isinstance(a, (bytes, str))])
+        if size > LARGE:
+            return await self._unpiped(command)  # alone: calls behind it in a lane would wait for its bytes
         if not self.cluster:
             retry = self.client.get_retry()
             if not _retries(retry):
-                return await lane.submit(command)
+                return await lane.submit(command, packed)
             # redis-py retries a command that failed with ConnectionError (and TimeoutError, by
             # default) after a backoff: the lane sends it again, on a new connection
-            return await retry.call_with_retry(lambda: lane.submit(command), _ignore)
+            return await retry.call_with_retry(lambda: lane.submit(command, packed), _ignore)
         try:
-            return await lane.submit(command)
+            return await lane.submit(command, packed)
         except _REDIRECTS:
             pass  # redis-py's cluster path follows it (and fixes its slot map)
         except (ConnectionError, RedisTimeoutError):
