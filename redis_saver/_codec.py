@@ -34,12 +34,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgpack
 
 from .errors import MalformedReplyError
+
+_local = threading.local()
 
 
 def pack(parts: Iterable[bytes | str]) -> bytes:
@@ -70,7 +73,10 @@ CP_MSGPACK = 0x9A  # the first byte of a format-6 checkpoint record: a MessagePa
 def checkpoint_record(parts: Sequence[Any]) -> bytes:
     """A format-6 checkpoint record: ``parts`` (CP order; bytes and str, the nested parts lists
     of them) as a MessagePack array, every string of the raw family (lua/_lib.lua cp_rec)."""
-    out: bytes = msgpack.packb(parts, use_bin_type=False)
+    packer = getattr(_local, "packer", None)
+    if packer is None:  # one per thread (a Packer keeps a buffer), reused: msgpack.packb builds one per call
+        packer = _local.packer = msgpack.Packer(use_bin_type=False)
+    out: bytes = packer.pack(parts)
     return out
 
 

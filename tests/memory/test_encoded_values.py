@@ -369,7 +369,7 @@ def test_splice_is_exact_for_any_edit_of_a_list() -> None:
     def item(most: int) -> bytes:  # compressible, as text is (random bytes are stored raw)
         return b" ".join(rng.choice(words) for _ in range(rng.randrange(1, most)))
 
-    appended = 0
+    appended = fast = 0
     for _history in range(60):
         items = [item(8) for _ in range(rng.randrange(0, 20))]
         known = None
@@ -387,6 +387,15 @@ def test_splice_is_exact_for_any_edit_of_a_list() -> None:
             else:
                 items = [item(8) for _ in range(rng.randrange(0, 20))]
             data = ormsgpack.packb(items)
+            if known is not None:
+                # the fast path for a list appended at the stream's end gives the general answer
+                base, ops, n = known.value, known.ops, len(known.stream.raw)
+                hn, hb = values._array_header(data), values._array_header(base)
+                if hn and hb and data[:hn] != base[:hb] and data.startswith(base[hb:], hn):
+                    head_and_items = [data[:hn], *values._sub_ops(ops, hb, len(base))]
+                    general = values._finish(data, head_and_items, hn + len(base) - hb, n)
+                    fast += general is not None and len(ops) <= 2 and ops[-1][1] == n
+                    assert values.splice(data, base, ops, n) == general
             rec, app = values.encode_channel(b"msgpack", data, b"messages\0", known)
             if app is None:  # small, or zstd could not shrink it: stored as it is
                 assert rec == values.blob_record(b"msgpack", data)
@@ -397,7 +406,7 @@ def test_splice_is_exact_for_any_edit_of_a_list() -> None:
                 appended += 1
                 assert app.mode in (b"a", b"m", b"-")
             known = app.known
-    assert appended > 300  # the append path was exercised
+    assert appended > 300 and fast > 200  # the append path and its fast path were exercised
     # array16 -> array32 (65,536 items)
     items = [b"ab"] * 65_535
     first = ormsgpack.packb(items)
