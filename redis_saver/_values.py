@@ -256,6 +256,8 @@ def splice(new: bytes, base: bytes, base_ops: Sequence[Op], stream_len: int) -> 
     """``new`` as ops over a stream whose bytes ``base_ops`` (= ``base``) point into, plus the
     bytes to append to the stream (its raw length is ``stream_len``); None when less than half
     of ``new`` is shared or the record would be too long."""
+    if new == base:  # a new version of an unchanged value: the same ops, nothing to append
+        return list(base_ops), b""
     hn, hb = _array_header(new), _array_header(base)
     if hn and hb and new[:hn] != base[:hb] and new.startswith(memoryview(base)[hb:], hn):
         # the common case, a msgpack list that grew by appends: a new header, then every item of
