@@ -109,11 +109,12 @@ async def mixed_round(ops: Ops, worker: str, k: int, state: dict[str, Any]) -> N
         assert await ops("get_tuple", cfg(j)) is None
 
 
-async def run_rounds(ops: Ops, worker: str, seconds: float, state: dict[str, Any]) -> int:
-    """Rounds until ``seconds`` have passed; a failed call ends its round (counted in ``ops``)."""
+async def run_rounds(ops: Ops, worker: str, seconds: float, state: dict[str, Any], min_rounds: int = 0) -> int:
+    """Rounds until ``seconds`` have passed and at least ``min_rounds`` ran; a failed call ends
+    its round (counted in ``ops``)."""
     deadline = time.monotonic() + seconds
     k = 0
-    while time.monotonic() < deadline:
+    while k < min_rounds or time.monotonic() < deadline:
         k += 1
         try:
             await mixed_round(ops, worker, k, state)

@@ -39,6 +39,9 @@ from tests.faults._util import Ops, cfg, checkpoint, info, run_rounds, stat_coun
 SYNC_THREADS = 3
 ASYNC_TASKS = 3
 ALL_CALLS = {"put", "put_writes", "get_tuple", "list", "get_delta_channel_history", "prune", "delete_for_runs"}
+# mixed_round() prunes and deletes runs every 4th round: each worker runs at least that many, however
+# slow the machine (on a loaded 2-core machine the sync threads once finished 6 rounds in all)
+EVERY_CALL = 4
 
 
 def _storm(server: Any, what: str = "SCRIPT") -> subprocess.Popen:
@@ -68,7 +71,7 @@ def _sync_worker(make: Callable[[], tuple[Any, Callable[[], None]]], name: str, 
     try:
         ops = Ops(saver)
         out.append(ops)
-        asyncio.run(run_rounds(ops, name, seconds, {}))
+        asyncio.run(run_rounds(ops, name, seconds, {}, min_rounds=EVERY_CALL))
     finally:
         close()
 
@@ -78,7 +81,9 @@ async def _async_workers(make: Callable[[], Any], seconds: float, out: list[Ops]
     try:
         opss = [Ops(saver) for saver, _ in made]
         out.extend(opss)
-        await asyncio.gather(*(run_rounds(ops, f"a{i}", seconds, {}) for i, ops in enumerate(opss)))
+        await asyncio.gather(
+            *(run_rounds(ops, f"a{i}", seconds, {}, min_rounds=EVERY_CALL) for i, ops in enumerate(opss))
+        )
     finally:
         for _, aclose in made:
             await aclose()
