@@ -9,8 +9,10 @@ The scenario itself (``devkit.workers.run_failover``): 6 worker threads, each wi
 each (put a child, then put_writes), retrying only safe-to-retry errors on the *same* saver (put is
 idempotent by checkpoint id, put_writes by (task_id, idx)). After 1 s the primary of ``fo-0``'s slot is
 SIGKILLed; once the replica is promoted the dead node is restarted (it rejoins as a replica) and writing
-goes on for 1.5 s. The ``sigstop`` variants pause the primary instead (calls time out rather than being
-refused) and SIGCONT it after the promotion (it briefly still believes it is the primary). Then every
+goes on for 1.5 s, and until every thread that can has a put acknowledged after the fault (at most 10 s
+from it: the scenario's ``settle``, so that on a loaded machine a slow recovery is measured, not
+missed). The ``sigstop`` variants pause the primary instead (calls time out rather than being refused)
+and SIGCONT it after the promotion (it briefly still believes it is the primary). Then every
 acknowledged put / write is read back by id on a fresh client.
 """
 
