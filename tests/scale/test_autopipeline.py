@@ -328,15 +328,24 @@ async def test_a_call_cancelled_before_its_write_is_not_sent(aclient):
 
 
 async def test_a_caller_cancelled_while_waiting_leaves_the_others_correct(aclient, writes):
+    # both lanes connected first: on a loaded machine lane B's connect once took longer than lane
+    # A's SLOW, whose calls were then answered before the cancellation below. Three calls (A, B,
+    # A) leave the lanes' turn as a fresh client's, so the burst below takes them as described
+    warm = await asyncio.gather(*(call(aclient, ECHO, args=(f"w{i}",)) for i in range(3)))
+    assert warm == [b"w0", b"w1", b"w2"]
+    assert len(writes.connections) == 2
+    writes.reset()
     # one iteration's calls: a SLOW first on each lane, then the others, each written behind its
     # lane's SLOW (lane A: slow, b0, b2, b4; lane B: slow, b1, b3, b5), the server busy with them
-    slow = [asyncio.create_task(call(aclient, SLOW, args=(150, f"slow{k}"))) for k in range(2)]
+    slow = [asyncio.create_task(call(aclient, SLOW, args=(300, f"slow{k}"))) for k in range(2)]
     behind = [asyncio.create_task(call(aclient, ECHO, args=(f"b{i}",))) for i in range(6)]
-    for _ in range(200):  # all written (a loaded machine may take a while to connect)
+    for _ in range(200):  # all written
         await asyncio.sleep(0.01)
         if writes.scripts == 8:
             break
     assert sorted(n for _, n in writes.log) == [4, 4]
+    waiting = [t for t in behind if not t.done()]
+    assert len(waiting) == 6  # still waiting behind the SLOWs
     behind[1].cancel()  # one call waiting on each lane
     behind[4].cancel()
     results = await asyncio.gather(*slow, *behind, return_exceptions=True)
