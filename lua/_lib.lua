@@ -471,15 +471,19 @@ local function unlink_run_if_unused(run_e)
   end
 end
 
--- versions record (channel, version, ...) -> the blob fields e(ns)e(channel)..version and the
--- channels, in order. Read paths call it once per checkpoint returned: one pass over the
--- header, no table of parts (put validated the framing and the even number of parts).
+-- the blob field of a channel's version: e(ns)e(channel)..version
+local function blob_field(ns_e, ch, ver)
+  return ns_e .. enc(ch) .. ver
+end
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
 local function blob_fields(ns_e, v)
   local fields, chans, n = {}, {}, 0
   for i = 1, #v - 1, 2 do
     n = n + 1
     chans[n] = v[i]
-    fields[n] = ns_e .. enc(v[i]) .. v[i + 1]
+    fields[n] = blob_field(ns_e, v[i], v[i + 1])
   end
   return fields, chans
 end
@@ -947,7 +951,7 @@ local function tuple_replies(items, span)
       local k = m[ver]
       if not k then
         k = #bfields + 1
-        bfields[k] = ns_e .. enc(ch) .. ver
+        bfields[k] = blob_field(ns_e, ch, ver)
         m[ver] = k
       end
       at[n] = k
