@@ -330,13 +330,15 @@ def run_failover(
     time.sleep(after)
     can_progress = [t for t in threads if t not in affected or restart or fault == "stop"]
 
-    def progressed(t: str) -> bool:
+    def acked_after_fault(t: str) -> list[float]:
+        """When ``t``'s puts were acknowledged after the fault and after its first error (a put
+        answered just before the fault may return just after it)."""
         since = max(t_kill, stats.first_error.get(t, t_kill))
-        return any(ts > since for _, ts in stats.acked_puts.get(t, []))
+        return [ts for _, ts in stats.acked_puts.get(t, []) if ts > since]
 
     while time.monotonic() < t_kill + settle:
         with lock:
-            if all(progressed(t) for t in can_progress):
+            if all(acked_after_fault(t) for t in can_progress):
                 break
         time.sleep(0.05)
     stop.set()
@@ -347,11 +349,9 @@ def run_failover(
         shared_cm.__exit__(None, None, None)
 
     # recovery: first acknowledged put after the kill, per affected thread (the slowest one counts)
-    # (after the thread's first error: a put answered just before the fault may return just after it)
     rec, gaps = [], []
     for t in affected:
-        since = max(t_kill, stats.first_error.get(t, t_kill))
-        after_kill = [ts for _, ts in stats.acked_puts.get(t, []) if ts > since]
+        after_kill = acked_after_fault(t)
         rec.append(min(after_kill) - t_kill if after_kill else float("inf"))
         times = [t_kill] + sorted(ts for _, ts in stats.acked_puts.get(t, []) if ts > t_kill)
         gaps.append(max(b - a for a, b in itertools.pairwise(times)) if len(times) > 1 else float("inf"))
