@@ -209,12 +209,9 @@ class Plans:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        loads = self.serde.loads_typed
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
-            # each item loads its own objects (callers may mutate them); a blob shared by several
-            # items of a reply is unpacked and decompressed once
-            values[chan] = loads(blobs.typed(self, values_at[i + 1], (thread_id, ns, chan) if remember else None))
+            values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
         for w in writes:
@@ -845,15 +842,33 @@ def _list_bounds(ns: str | None, cid: str | None, before_id: str | None) -> tupl
 REWRITE_BYTES = 1 << 20  # raw bytes one rewrite "get" call brings back, at most (one value may exceed it)
 
 
+# what serde may load once for all the checkpoints of a reply that hold the same blob: nobody
+# can change such an object, so sharing it is unobservable (a list, a dict or a message is
+# loaded again for each checkpoint: callers may mutate what they get)
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 class _ReplyBlobs:
     """The blobs of one get_tuple or list reply, each unpacked (and decompressed, and read from
-    its stream) at most once however many of the reply's checkpoints hold it."""
+    its stream) at most once however many of the reply's checkpoints hold it; an immutable value
+    (a str, a number, None) is also loaded once."""
 
-    __slots__ = ("blobs", "streams", "done")
+    __slots__ = ("blobs", "streams", "done", "shared")
 
     def __init__(self, blobs: list[bytes], streams: dict[bytes, values_.Stream]) -> None:
         self.blobs, self.streams = blobs, streams
         self.done: dict[int, tuple[str, bytes]] = {}
+        self.shared: dict[int, Any] = {}
+
+    def value(self, plans: Plans, k: int, cache_key: tuple[str, str, str] | None) -> Any:
+        """The value of blob ``k``: loaded by serde for this checkpoint, or the one loaded for
+        an earlier checkpoint of the reply when it is immutable."""
+        if k in self.shared:
+            return self.shared[k]
+        v = plans.serde.loads_typed(self.typed(plans, k, cache_key))
+        if type(v) in _IMMUTABLE:
+            self.shared[k] = v
+        return v
 
     def typed(self, plans: Plans, k: int, cache_key: tuple[str, str, str] | None) -> tuple[str, bytes]:
         got = self.done.get(k)
