@@ -86,7 +86,7 @@ end
 local needles, blob_prefix = {}, {}
 for ch, _ in pairs(remaining) do
   needles[ch] = '\0\1' .. enc(ch) .. '\2'
-  blob_prefix[ch] = ns_e .. enc(ch)
+  blob_prefix[ch] = blob_field(ns_e, ch, '')  -- its blob fields without the version
 end
 local function link(field)
   local entry = nil
