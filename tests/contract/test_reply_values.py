@@ -62,29 +62,33 @@ def _check(tuples: list[Any]) -> None:
     assert tuples[2].checkpoint["channel_values"] == VALUES
 
 
+def _puts() -> list[tuple[Any, ...]]:
+    """put's arguments for a chain of 3 checkpoints of thread "t"."""
+    out, parent = [], None
+    for cp in _checkpoints(3):
+        link = {"checkpoint_id": parent} if parent else {}
+        conf = {"configurable": {"thread_id": "t", "checkpoint_ns": "", **link}}
+        out.append((conf, cp, {"step": 1}, dict(cp["channel_versions"])))
+        parent = cp["id"]
+    return out
+
+
 def test_list_page_values_are_independent(contract_kind: str, contract_url: str | None) -> None:
     prefix = unique_prefix()
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    checkpoints = _checkpoints(3)
     if contract_kind == "async":
 
         async def run() -> list[Any]:
             saver = new_saver("async", contract_url, prefix=prefix)
-            parent: str | None = None
-            for cp in checkpoints:
-                conf = {"configurable": {**config["configurable"], **({"checkpoint_id": parent} if parent else {})}}
-                await saver.aput(conf, cp, {"step": 1}, dict(cp["channel_versions"]))
-                parent = cp["id"]
+            for args in _puts():
+                await saver.aput(*args)
             return [t async for t in saver.alist(config)]
 
         tuples = asyncio.run(run())
     else:
         saver = new_saver(contract_kind, contract_url, prefix=prefix)
-        parent = None
-        for cp in checkpoints:
-            conf = {"configurable": {**config["configurable"], **({"checkpoint_id": parent} if parent else {})}}
-            saver.put(conf, cp, {"step": 1}, dict(cp["channel_versions"]))
-            parent = cp["id"]
+        for args in _puts():
+            saver.put(*args)
         tuples = list(saver.list(config))
     try:
         _check(tuples)
