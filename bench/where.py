@@ -1,10 +1,10 @@
 """Where the time of ``put_writes``, ``put`` and delta history goes: redis_saver against the floor.
 
-    python bench/where.py [--rounds 15] [--crowd 20] [--list 40]
+    python bench/where.py [--rounds 15] [--crowd 20] [--list 40] [--put 12 [--put-crowd 6]]
 
 Starts its own redis-server (devkit/servers.py: start_standalone) and replays the benchmark's
 recorded chat workload (bench/workload.py) into it, through redis_saver and through the floor
-(bench/floor.py). Prints three markdown tables:
+(bench/floor.py), and the minimal floor (bench/floor_min.py) where it says so. Prints markdown tables:
 
 1. **Server time per call** (``INFO commandstats`` usec delta around each call; mean per round,
    median over rounds): the whole script, redis_saver vs floor.
@@ -15,7 +15,9 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
    ``#!lua`` + ``return 1`` with the same keys and arguments: what any EVALSHA carrying them
    costs before its first line (the floor pays it too).
 3. **Client CPU per call** (``time.process_time``, min over rounds): building the call (the
-   plan, serde included) and the whole call, redis_saver vs floor.
+   plan, serde included) and the whole call, redis_saver (and with ``compress=False``) vs both
+   floors, and the serializer's share of a put (what every saver pays: checkpoint, metadata,
+   new values).
 4. With ``--crowd ROUNDS``: **put_writes among other savers**, interleaved call by call as in
    the full benchmark (InMemorySaver, SqliteSaver, 3 more floors and 3 more redis_savers on 6
    more servers): p50 of wall time, client CPU and server time of the floor and of redis_saver, with its
@@ -24,6 +26,10 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
 5. With ``--list ROUNDS``: **list(before=middle, limit=10) on a 1,000-checkpoint thread** of
    small checkpoints (the benchmark's scaling fill, a 2-write put_writes on every third),
    redis_saver and the floor alternating: server time and wall time per call (p50).
+6. With ``--put ROUNDS``: **server time of put by stage**, the function library's put (FCALL, as
+   the saver calls it) cut after each stage, on the replay's put calls recorded as the saver
+   sent them, against the minimal floor's put (``put_stages()``); ``--put-crowd N`` first runs
+   each call on N other servers, so caches are cold as in the full benchmark.
 
 Nothing here asserts anything beyond sanity checks (a page of 10): it measures. Numbers move with the
 machine's load; compare rows within one run.
@@ -45,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import redis  # noqa: E402
 
 from bench.floor import FloorSaver  # noqa: E402
+from bench.floor_min import MinFloorSaver  # noqa: E402
 from bench.workload import call_for_thread, capture  # noqa: E402
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
@@ -129,36 +136,166 @@ def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: in
     return [(label, statistics.median(v)) for label, v in res.items()]
 
 
+# put.lua (the function library's put), cut before each of these lines, in order (the test in
+# tests/scripts/test_scripts.py checks they exist); the stage is what runs between a cut and the next
+PUT_STAGES = [
+    ("argument checks", "local rec = validate_record(raw)"),
+    ("record validation, chain entry check", "for i = 1, nblobs do\n  if not is_blob_record"),
+    ("blob and stream argument checks", "check_format()\nlocal ns_e, cid_e"),
+    ("meta read (one HMGET), format check", "local ns_e, cid_e = enc(ns), enc(cid)"),
+    ("blob fields, blob / stream plan (HSTRLEN, HGET of stream records)", "-- Fencing: a namespace's head"),
+    ("fencing (off: one comparison)", "-- validation done: writes start here"),
+    ("meta init, first-put marks", "apply_blobs(blobs)"),
+    ("writing blobs and stream frames (HSET, stream refs)", "store_cp(ns_e, cid_e, raw, rec, entry"),
+    ("storing the record, its indexes (HSETNX, HINCRBY, 2 ZADD)", "if new_head then"),
+]
+PUT_BODY = "local function s_put()\n"
+
+
+def put_libraries() -> list[tuple[str, str, str]]:
+    """(label, FUNCTION LOAD source, put's function name) per variant: the function library
+    with put's body cut before each PUT_STAGES line (every variant a library of its own name),
+    the whole library, and an empty function with put's keys and arguments."""
+    lib = _scripts.library()
+    text = lib.source.decode()
+    start = text.index(PUT_BODY) + len(PUT_BODY)
+    end = text.index("\nlocal function s_", start)
+    body = text[start:end]
+
+    def cut(k: int, marker: str | None) -> tuple[str, str]:
+        b = "do return 0 end\n" + body if marker is None else body.replace(marker, "do return 0 end\n" + marker, 1)
+        name = f"{lib.name}_cut{k}"
+        return (text[:start] + b + text[end:]).replace(lib.name, name), lib.functions["put"].replace(lib.name, name)
+
+    empty = f"{lib.name}_empty"
+    out = [("empty function (same keys and arguments)",
+            f"#!lua name={empty}\nredis.register_function('{empty}_put', function(keys, argv) return 1 end)",
+            f"{empty}_put"),
+           ("+ per-call setup (keys, state)", *cut(0, None))]
+    for k, (label, marker) in enumerate(PUT_STAGES, 1):
+        assert body.count(marker) == 1, f"put.lua changed: marker {marker!r} not found once"
+        out.append((f"+ {label}", *cut(k, marker)))
+    out.append(("+ latest-only check, touch(): the whole script", text, lib.functions["put"]))
+    return out
+
+
+def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
+    """Server time per put, put.lua cut after each stage, FCALL as the saver calls it.
+
+    The chat replay's put and put_writes calls are recorded once, exactly as the default saver
+    sends them (FCALL, one thread). Each variant then replays them into a flushed server: each
+    put first as the variant (timed: ``INFO commandstats`` around it), then whole (untimed: a
+    put is idempotent, so the whole one completes what a cut one left, and every variant's
+    calls find the same state); put_writes whole. The minimal floor replays the same workload
+    through its saver on the same server (timed the same way). With ``crowd`` > 0, each call is
+    first run on that many other servers holding the same thread, so caches are cold as in the
+    full benchmark. Variants alternate order by round; median over rounds of the mean per put."""
+    from contextlib import ExitStack
+
+    calls = [c for c in capture(25).calls if c.op in ("put", "put_writes")]
+    variants = put_libraries()
+    with ExitStack() as stack:
+        servers = [stack.enter_context(start_standalone()) for _ in range(1 + crowd)]
+        cl = [redis.Redis(host=s.host, port=s.port, **client_kwargs()) for s in servers]
+        r = cl[0]
+        rs = RedisSaver(r, prefix="lg")
+        recorded: list[tuple[bool, tuple]] = []
+        drv = rs._driver
+        plain = drv._script
+
+        def record(command: str, args: Any) -> Any:
+            out = plain(command, args)
+            recorded.append((str(args[0]).endswith("_put"), tuple(args)))
+            return out
+
+        drv._script = record  # type: ignore[method-assign]
+        for c in calls:
+            getattr(rs, c.op)(*call_for_thread(c, "stages").args)
+        drv._script = plain  # type: ignore[method-assign]
+        assert sum(is_put for is_put, _ in recorded) == sum(c.op == "put" for c in calls), "a put took 2 calls"
+        for c in cl:
+            for _, src, _ in variants:
+                c.function_load(src, replace=True)
+        floor = MinFloorSaver(r)
+        res: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+        res["minimal floor: whole script"] = []
+        order = [*variants, ("minimal floor: whole script", "", "")]
+        for rnd in range(rounds):
+            for label, _, fname in (order if rnd % 2 == 0 else order[::-1]):
+                for c in cl:
+                    c.flushdb()
+                spent = []
+                if not fname:
+                    for j, c in enumerate([call_for_thread(c, f"floor:{rnd}") for c in calls]):
+                        for other in cl[1:]:  # the crowd runs the recorded calls alongside
+                            other.fcall(*recorded[j % len(recorded)][1])
+                        if c.op == "put":
+                            spent.append(_timed(r, lambda c=c: floor.put(*c.args)))
+                        else:
+                            floor.put_writes(*c.args)
+                    res[label].append(statistics.fmean(spent))
+                    continue
+                for is_put, args in recorded:
+                    for other in cl[1:]:
+                        other.fcall(*args)
+                    if is_put:
+                        spent.append(_timed(r, lambda args=args, fname=fname: r.fcall(fname, *args[1:])))
+                    r.fcall(*args)
+                res[label].append(statistics.fmean(spent))
+        for c in cl:
+            c.close()
+    return [(label, statistics.median(v)) for label, v in res.items()]
+
+
 def client_cpu(savers: dict[str, Any], calls: list, rounds: int) -> dict[str, dict[str, float]]:
-    rs, fl = savers["redis_saver"], savers["floor"]
+    rs, fl, mf = savers["redis_saver"], savers["floor"], savers["minimal floor"]
+    nc = savers["redis_saver compress=False"]
     pw = [c for c in calls if c.op == "put_writes"]
     pu = [c for c in calls if c.op == "put"]
+    serde = rs.serde
+
+    def dumps(c: Any) -> None:  # what every saver serializes for a put: checkpoint, metadata, new values
+        _, cp, md, nv = c.args
+        values = cp["channel_values"]
+        serde.dumps_typed({k: v for k, v in cp.items() if k != "channel_values"})
+        serde.dumps_typed(md)
+        for ch in nv:
+            if ch in values:
+                serde.dumps_typed(values[ch])
+
     cases: dict[str, Callable[[list], None]] = {
         "redis_saver: build put_writes call": lambda cs: [next(rs._plan_put_writes(*c.args)) for c in cs],
         "floor: build put_writes call": lambda cs: [fl._writes_args(*c.args) for c in cs],
+        "minimal floor: build put_writes call": lambda cs: [mf._writes_args(*c.args) for c in cs],
+        "serializer alone (checkpoint, metadata, new values) of a put": lambda cs: [dumps(c) for c in cs],
         "redis_saver: build put call": lambda cs: [next(rs._plan_put(*c.args)) for c in cs],
+        "redis_saver compress=False: build put call": lambda cs: [next(nc._plan_put(*c.args)) for c in cs],
         "floor: build put call": lambda cs: [fl._put_args(*c.args) for c in cs],
+        "minimal floor: build put call": lambda cs: [mf._put_args(*c.args) for c in cs],
     }
-    out: dict[str, dict[str, float]] = {}
-    for label, fn in cases.items():
-        cs = pw if "put_writes" in label else pu
-        best = min(_cpu(lambda fn=fn, cs=cs: fn(cs)) for _ in range(rounds)) / len(cs)
-        out[label] = {"us": best * 1e6}
-    for name, s in savers.items():
-        for op, cs in (("put_writes", pw), ("put", pu)):
-            best = float("inf")
-            for rnd in range(rounds):
-                prepared = [call_for_thread(c, f"cpu{rnd}") for c in calls]
-                t = 0.0
-                for c in prepared:
-                    if c.op == op:
-                        c0 = time.process_time()
-                        getattr(s, op)(*c.args)
-                        t += time.process_time() - c0
-                    else:
-                        getattr(s, c.op)(*c.args)
-                best = min(best, t / len(cs))
-            out[f"{name}: whole {op} call"] = {"us": best * 1e6}
+    # round-robin over the cases, so a stretch of machine noise falls on all of them alike
+    built: dict[str, float] = {}
+    for _ in range(rounds):
+        for label, fn in cases.items():
+            cs = pw if "put_writes" in label else pu
+            built[label] = min(built.get(label, float("inf")), _cpu(lambda fn=fn, cs=cs: fn(cs)) / len(cs))
+    out: dict[str, dict[str, float]] = {label: {"us": t * 1e6} for label, t in built.items()}
+    # one replay per saver and round, both operations timed in it; the savers' order alternates
+    # by round, so a stretch of machine noise falls on all of them alike
+    fastest: dict[tuple[str, str], float] = {}
+    names = list(savers)
+    for rnd in range(rounds):
+        for name in (names if rnd % 2 == 0 else names[::-1]):
+            s = savers[name]
+            spent = {"put": 0.0, "put_writes": 0.0}
+            for c in [call_for_thread(c, f"cpu{rnd}") for c in calls]:
+                c0 = time.process_time()
+                getattr(s, c.op)(*c.args)
+                spent[c.op] += time.process_time() - c0
+            for op, cs in (("put_writes", pw), ("put", pu)):
+                fastest[name, op] = min(fastest.get((name, op), float("inf")), spent[op] / len(cs))
+    for (name, op), t in sorted(fastest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        out[f"{name}: whole {op} call"] = {"us": t * 1e6}
     return out
 
 
@@ -263,12 +400,17 @@ def main() -> None:
                     help="also time list(before=middle, limit=10) on a 1,000-checkpoint thread")
     ap.add_argument("--crowd", type=int, default=0, metavar="ROUNDS",
                     help="also time put_writes among 8 other savers on 6 more servers (ROUNDS per pass)")
+    ap.add_argument("--put", type=int, default=0, metavar="ROUNDS",
+                    help="also time put.lua cut after each stage (FCALL), against the minimal floor's put")
+    ap.add_argument("--put-crowd", type=int, default=0, metavar="SERVERS",
+                    help="with --put: run each call on this many other servers first (cold caches)")
     a = ap.parse_args()
     work = capture(25)
     calls = [c for c in work.calls if c.op in ("put", "put_writes")]
     with start_standalone() as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
-        savers = {"redis_saver": RedisSaver(r, prefix="lg"), "floor": FloorSaver(r)}
+        savers = {"redis_saver": RedisSaver(r, prefix="lg"), "floor": FloorSaver(r), "minimal floor": MinFloorSaver(r),
+                  "redis_saver compress=False": RedisSaver(r, prefix="nc", compress=False)}
         print(f"# Where the time goes (workload: {len(calls)} put/put_writes calls, {a.rounds} rounds)\n")
         print("## Server time per call (µs)\n\n| saver | put | put_writes |\n|---|---|---|")
         for name, d in server_per_call(r, savers, calls, a.rounds).items():
@@ -286,6 +428,12 @@ def main() -> None:
         print("| saver | server | wall |\n|---|---|---|")
         for name, d in list_page(a.list).items():
             print(f"| {name} | {d['server']:.0f} | {d['wall']:.0f} |")
+    if a.put:
+        crowd = f", each call run on {a.put_crowd} other servers first" if a.put_crowd else ""
+        print(f"\n## Server time of put, put.lua cut after each stage (FCALL; µs per put{crowd})\n")
+        print("| script runs up to | µs |\n|---|---|")
+        for label, us in put_stages(a.put, a.put_crowd):
+            print(f"| {label} | {us:.1f} |")
     if a.crowd:
         print("\n## put_writes among other savers (interleaved call by call, as in the full benchmark)\n")
         print("| pass: saver | p50 µs | client CPU µs (p50) | server µs (p50) |\n|---|---|---|---|")

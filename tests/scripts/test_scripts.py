@@ -16,7 +16,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from redis_saver import FORMAT_VERSION, READ_FORMATS, RedisSaver
 from redis_saver._plans import Call, IndexSlots, Out
-from redis_saver._scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, load_all, lua_dir
+from redis_saver._scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -227,6 +227,39 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
     assert BODY_START in source
     at = [source.index(marker) for _, marker in STAGES]
     assert at == sorted(at) and source.index(BODY_START) < at[0]
+
+
+def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
+    # bench/where.py times the library's put cut before each of these lines: keep them in step
+    from bench.where import PUT_BODY, PUT_STAGES, put_libraries
+
+    source = library().source.decode()
+    body = source[source.index(PUT_BODY):]
+    at = [body.index(marker) for _, marker in PUT_STAGES]
+    assert at == sorted(at)
+    # each variant loads as a library of its own, and its put stops where it is cut: on a put
+    # the saver sent (a retry, once stored), the cut ones return 0, the empty and whole ones 1
+    saver = RedisSaver(sync_client, prefix=prefix)
+    sent: list = []
+    plain = saver._driver._script
+    saver._driver._script = lambda command, args: (sent.append(tuple(args)), plain(command, args))[1]
+    config = generate_config("where")
+    saver.put(config, generate_checkpoint(), generate_metadata(), {})
+    saver._driver._script = plain
+    args = sent[-1]  # the first FCALL may have found the library missing and loaded it
+    assert str(args[0]).endswith("_put")
+    variants = put_libraries()
+    assert len(variants) == len(PUT_STAGES) + 3
+    names = [src.split("\n", 1)[0].split("name=", 1)[1] for _, src, _ in variants]
+    assert len(set(names)) == len(names)
+    try:
+        for _, src, _ in variants:
+            sync_client.function_load(src, replace=True)
+        got = [sync_client.fcall(fname, *args[1:]) for _, _, fname in variants]
+    finally:
+        for name in names[:-1]:  # the last one is the saver's own library
+            sync_client.function_delete(name)
+    assert got == [1] + [0] * (len(PUT_STAGES) + 1) + [1]
 
 
 def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
