@@ -28,6 +28,22 @@ def _pf(t):
     return ("PASS " if t["pass"] else "FAIL ") + _x(t["value"])
 
 
+def control_lines(rmin: dict) -> list[str]:
+    """The spread between the default sync saver and its control (the same saver, a second entry):
+    a ratio of this run is only as exact as the two agree."""
+    from bench.savers import CONTROL
+
+    a, b = rmin.get("redis_saver RedisSaver") or {}, rmin.get(CONTROL) or {}
+    ops = [op for op in MIN_OPS if a.get(op) and b.get(op)]
+    if not ops:
+        return []
+    spread = [f"{op} {_x(a[op])} and {_x(b[op])} ({100 * (a[op] / b[op] - 1):+.1f}%)" for op in ops]
+    worst = max(abs(a[op] / b[op] - 1) for op in ops)
+    return [f"**Control.** `{CONTROL}` is `redis_saver RedisSaver` again, an entry of its own on a server of "
+            f"its own; ratios to the minimal floor: " + "; ".join(spread) + f". Two identical entries lie up to "
+            f"{100 * worst:.1f}% apart in this run: differences between entries below that are noise.", ""]
+
+
 def markdown(res: dict) -> str:
     m = res["meta"]
     w = m["workload"]
@@ -74,6 +90,7 @@ def markdown(res: dict) -> str:
             L.append(f"| {n} | " + " | ".join(
                 f"{_x(a.get(op))} / {_x(b.get(op))}" if op in a else "–" for op in MIN_OPS) + " |")
         L.append("")
+        L += control_lines(rmin)
     if res.get("split"):
         sp = res["split"]
         ops = [op for op in MIN_OPS if any(op in d for d in sp.values())]

@@ -197,6 +197,21 @@ def make_redis_saver_sync(ctx):
     return _redis_entry("redis_saver RedisSaver", "sync", ctx, make)
 
 
+CONTROL = "redis_saver RedisSaver (control)"
+
+
+def make_redis_saver_sync_control(ctx):
+    """The default sync saver again, as an entry of its own (its own server): how far two identical
+    entries' ratios lie apart in one run, the spread any ratio of the run carries (bench/report.py)."""
+    RedisSaver, _ = _import_redis_saver()
+
+    def make(h, p):
+        c = redis.Redis(host=h, port=p, **_rkw())
+        return RedisSaver(c, prefix="lg"), _sync_close(c)
+
+    return _redis_entry(CONTROL, "sync", ctx, make)
+
+
 def make_redis_saver_sync_no_telemetry(ctx):
     """The same saver with telemetry=False: what the OpenTelemetry hooks cost without a provider."""
     RedisSaver, _ = _import_redis_saver()
@@ -482,6 +497,7 @@ FACTORIES: list[tuple[str, Callable]] = [
     (MIN_FLOOR_ASYNC, make_min_floor_async),
     ("redis_saver RedisSaver", make_redis_saver_sync),
     ("redis_saver AsyncRedisSaver", make_redis_saver_async),
+    (CONTROL, make_redis_saver_sync_control),
     ("redis_saver RedisSaver (telemetry off)", make_redis_saver_sync_no_telemetry),
     ("redis_saver RedisSaver (EVALSHA)", make_redis_saver_sync_evalsha),
     ("redis_saver RedisSaver (compress=False)", make_redis_saver_sync_no_compress),
