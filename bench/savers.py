@@ -187,14 +187,14 @@ def _import_redis_saver():
     return RedisSaver, AsyncRedisSaver
 
 
-def make_redis_saver_sync(ctx):
+def make_redis_saver_sync(ctx, name: str = "redis_saver RedisSaver"):
     RedisSaver, _ = _import_redis_saver()
 
     def make(h, p):
         c = redis.Redis(host=h, port=p, **_rkw())
         return RedisSaver(c, prefix="lg"), _sync_close(c)
 
-    return _redis_entry("redis_saver RedisSaver", "sync", ctx, make)
+    return _redis_entry(name, "sync", ctx, make)
 
 
 CONTROL = "redis_saver RedisSaver (control)"
@@ -203,13 +203,7 @@ CONTROL = "redis_saver RedisSaver (control)"
 def make_redis_saver_sync_control(ctx):
     """The default sync saver again, as an entry of its own (its own server): how far two identical
     entries' ratios lie apart in one run, the spread any ratio of the run carries (bench/report.py)."""
-    RedisSaver, _ = _import_redis_saver()
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg"), _sync_close(c)
-
-    return _redis_entry(CONTROL, "sync", ctx, make)
+    return make_redis_saver_sync(ctx, CONTROL)
 
 
 def make_redis_saver_sync_no_telemetry(ctx):
