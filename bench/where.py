@@ -7,7 +7,7 @@ recorded chat workload (bench/workload.py) into it, through redis_saver and thro
 (bench/floor.py), and the minimal floor (bench/floor_min.py) where it says so. Prints markdown tables:
 
 1. **Server time per call** (``INFO commandstats`` usec delta around each call; mean per round,
-   median over rounds): the whole script, redis_saver vs floor.
+   median over rounds): the whole script, redis_saver (and with ``compress=False``) vs both floors.
 2. **Server time by stage of put_writes**: the real script cut short after each stage
    (``do return 0 end`` inserted before a marker line), swapped into the saver, and the
    workload's put_writes calls sent to a fresh thread per variant and round;
@@ -213,17 +213,17 @@ def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
             getattr(rs, c.op)(*call_for_thread(c, "stages").args)
         drv._script = plain  # type: ignore[method-assign]
         assert sum(is_put for is_put, _ in recorded) == sum(c.op == "put" for c in calls), "a put took 2 calls"
-        for c in cl:
+        for cli in cl:
             for _, src, _ in variants:
-                c.function_load(src, replace=True)
+                cli.function_load(src, replace=True)
         floor = MinFloorSaver(r)
         res: dict[str, list[float]] = {label: [] for label, _, _ in variants}
         res["minimal floor: whole script"] = []
         order = [*variants, ("minimal floor: whole script", "", "")]
         for rnd in range(rounds):
             for label, _, fname in (order if rnd % 2 == 0 else order[::-1]):
-                for c in cl:
-                    c.flushdb()
+                for cli in cl:
+                    cli.flushdb()
                 spent = []
                 if not fname:
                     for j, c in enumerate([call_for_thread(c, f"floor:{rnd}") for c in calls]):
@@ -242,8 +242,8 @@ def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
                         spent.append(_timed(r, lambda args=args, fname=fname: r.fcall(fname, *args[1:])))
                     r.fcall(*args)
                 res[label].append(statistics.fmean(spent))
-        for c in cl:
-            c.close()
+        for cli in cl:
+            cli.close()
     return [(label, statistics.median(v)) for label, v in res.items()]
 
 
