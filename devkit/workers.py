@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import sys
 import time
+import traceback
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -296,7 +298,10 @@ def run_failover(
     shared_saver = shared_cm.__enter__() if shared_cm is not None else None
     workers = [
         threading.Thread(
-            target=failover_worker, args=(url, prefix, t, saver_kw, stats, stop, lock, shared_saver), daemon=True
+            target=failover_worker,
+            args=(url, prefix, t, saver_kw, stats, stop, lock, shared_saver),
+            name=t,
+            daemon=True,
         )
         for t in threads
     ]
@@ -341,6 +346,15 @@ def run_failover(
             if all(acked_after_fault(t) for t in can_progress):
                 break
         time.sleep(0.05)
+    # where each worker that has not progressed since the fault is, now (for the failure message)
+    frames = sys._current_frames()
+    with lock:
+        late = [t for t in can_progress if not acked_after_fault(t)]
+    stalled_stacks = {
+        w.name: "".join(traceback.format_stack(frames[w.ident])[-12:])
+        for w in workers
+        if w.name in late and w.ident in frames
+    }
     stop.set()
     for w in workers:
         w.join(15)
@@ -411,6 +425,7 @@ def run_failover(
         "recovery_s": recovery,
         "max_gap_s": max_gap,
         "others_stalled": others_stalled,
+        "stalled_stacks": stalled_stacks,
         "acked_affected_after_kill": acked_affected_after_kill,
         "errors": dict(stats.errors),
         "unexpected": stats.unexpected,

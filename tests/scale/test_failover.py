@@ -51,7 +51,10 @@ def _common(r: dict) -> None:
     assert not r["hung_workers"], r["hung_workers"]
     assert not r["unexpected"], r["unexpected"]  # only connection/cluster-state errors surfaced
     assert r["affected_threads"] >= 1
-    assert not r["others_stalled"], f"threads on other primaries stopped making progress: {r['others_stalled']}"
+    assert not r["others_stalled"], (
+        f"threads on other primaries stopped making progress: {r['others_stalled']}; where they were at the end "
+        f"of the wait: {r['stalled_stacks']}"
+    )
 
 
 FAULTS = pytest.mark.parametrize("fault", ["kill", "stop"], ids=["kill9", "sigstop"])
