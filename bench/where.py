@@ -41,7 +41,8 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,26 @@ def put_libraries() -> list[tuple[str, str, str]]:
     return out
 
 
+@contextmanager
+def script_calls(saver: RedisSaver) -> Iterator[list[tuple]]:
+    """The arguments of every script call ``saver`` sends and the server answers while in the
+    block (FCALL: function, numkeys, keys..., arguments...), exactly as its sync driver sends them."""
+    drv = saver._driver
+    plain = drv._script
+    sent: list[tuple] = []
+
+    def record(command: str, args: Any) -> Any:
+        out = plain(command, args)
+        sent.append(tuple(args))
+        return out
+
+    drv._script = record  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        drv._script = plain  # type: ignore[method-assign]
+
+
 def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
     """Server time per put, put.lua cut after each stage, FCALL as the saver calls it.
 
@@ -199,19 +220,10 @@ def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
         cl = [redis.Redis(host=s.host, port=s.port, **client_kwargs()) for s in servers]
         r = cl[0]
         rs = RedisSaver(r, prefix="lg")
-        recorded: list[tuple[bool, tuple]] = []
-        drv = rs._driver
-        plain = drv._script
-
-        def record(command: str, args: Any) -> Any:
-            out = plain(command, args)
-            recorded.append((str(args[0]).endswith("_put"), tuple(args)))
-            return out
-
-        drv._script = record  # type: ignore[method-assign]
-        for c in calls:
-            getattr(rs, c.op)(*call_for_thread(c, "stages").args)
-        drv._script = plain  # type: ignore[method-assign]
+        with script_calls(rs) as sent:
+            for c in calls:
+                getattr(rs, c.op)(*call_for_thread(c, "stages").args)
+        recorded = [(str(args[0]).endswith("_put"), args) for args in sent]
         assert sum(is_put for is_put, _ in recorded) == sum(c.op == "put" for c in calls), "a put took 2 calls"
         for cli in cl:
             for _, src, _ in variants:

@@ -231,7 +231,7 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
 
 def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     # bench/where.py times the library's put cut before each of these lines: keep them in step
-    from bench.where import PUT_BODY, PUT_STAGES, put_libraries
+    from bench.where import PUT_BODY, PUT_STAGES, put_libraries, script_calls
 
     source = library().source.decode()
     body = source[source.index(PUT_BODY):]
@@ -240,13 +240,9 @@ def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     # each variant loads as a library of its own, and its put stops where it is cut: on a put
     # the saver sent (a retry, once stored), the cut ones return 0, the empty and whole ones 1
     saver = RedisSaver(sync_client, prefix=prefix)
-    sent: list = []
-    plain = saver._driver._script
-    saver._driver._script = lambda command, args: (sent.append(tuple(args)), plain(command, args))[1]
-    config = generate_config("where")
-    saver.put(config, generate_checkpoint(), generate_metadata(), {})
-    saver._driver._script = plain
-    args = sent[-1]  # the first FCALL may have found the library missing and loaded it
+    with script_calls(saver) as sent:
+        saver.put(generate_config("where"), generate_checkpoint(), generate_metadata(), {})
+    args = sent[-1]
     assert str(args[0]).endswith("_put")
     variants = put_libraries()
     assert len(variants) == len(PUT_STAGES) + 3
