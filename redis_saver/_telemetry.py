@@ -24,9 +24,27 @@ except ImportError:  # pragma: no cover - the extra is not installed
 from .errors import ConflictError, ReplicationTimeoutError
 
 _SCOPE = "redis_saver"
-# the API's own default providers (proxies until the application sets real ones)
-_DEFAULT_TP = _trace.get_tracer_provider() if _trace is not None else None
-_DEFAULT_MP = _metrics.get_meter_provider() if _metrics is not None else None
+
+
+def _api_placeholders() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """The provider classes of the API itself: its proxies (what the globals are until the
+    application sets a provider) and its no-op providers. Any other provider records. Judged by
+    class, never by which object was global when this module was imported: an application (or
+    ``opentelemetry-instrument``) usually sets its SDK providers before importing redis_saver."""
+    if _trace is None:  # pragma: no cover - the extra is not installed
+        return (), ()
+    tp: list[type] = [_trace.ProxyTracerProvider, _trace.NoOpTracerProvider]
+    mp: list[type] = [_metrics.NoOpMeterProvider]
+    try:  # the metrics proxy is private in the API; found by name, as it has been since 1.12
+        from opentelemetry.metrics import _internal as _mi
+
+        mp.append(_mi._ProxyMeterProvider)
+    except (ImportError, AttributeError):  # pragma: no cover - a later API moved it
+        pass
+    return tuple(tp), tuple(mp)
+
+
+_PLACEHOLDER_TP, _PLACEHOLDER_MP = _api_placeholders()
 
 
 def _size(v: Any) -> int:
@@ -106,14 +124,18 @@ class Telemetry:
         self._is_live = self._traces_live() or self._metrics_live()
         return self._is_live
 
-    # whether anything would record: an explicit provider, or a global one the application set
-    # (the API's default is a proxy until then: compared by identity per call, so a provider
-    # set later counts, and the no-provider case costs two calls and two comparisons)
+    # whether anything would record: an explicit provider, or a global one the application set,
+    # before or after importing redis_saver (the API's global is its proxy until then, or a no-op
+    # provider: checked by class, so the no-provider case costs two calls and two isinstance)
     def _traces_live(self) -> bool:
-        return self._tracer_provider is not None or _trace.get_tracer_provider() is not _DEFAULT_TP
+        if self._tracer_provider is not None:
+            return not isinstance(self._tracer_provider, _PLACEHOLDER_TP)
+        return not isinstance(_trace.get_tracer_provider(), _PLACEHOLDER_TP)
 
     def _metrics_live(self) -> bool:
-        return self._meter_provider is not None or _metrics.get_meter_provider() is not _DEFAULT_MP
+        if self._meter_provider is not None:
+            return not isinstance(self._meter_provider, _PLACEHOLDER_MP)
+        return not isinstance(_metrics.get_meter_provider(), _PLACEHOLDER_MP)
 
     def reloaded(self) -> None:
         if self.enabled:

@@ -100,3 +100,76 @@ def test_telemetry_off_and_bad_option(sync_client, prefix):
         RedisSaver(sync_client, prefix=prefix, telemetry="yes")
     with pytest.raises(TypeError):
         AsyncRedisSaver(sync_client, prefix=prefix, telemetry=object())
+
+
+# Global providers can be set once per process, so each order runs in a fresh interpreter.
+_GLOBAL_ORDER = r'''
+import asyncio, sys, time
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+order, url, prefix = sys.argv[1:4]
+spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+
+
+def configure():
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    trace.set_tracer_provider(tp)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+
+if order == "before":
+    configure()  # as an application or opentelemetry-instrument does, before importing the library
+import redis
+from langgraph.checkpoint.base import empty_checkpoint
+from redis_saver import AsyncRedisSaver, RedisSaver
+
+cfg = {"configurable": {"thread_id": "t-" + order, "checkpoint_ns": ""}}
+saver = RedisSaver(redis.Redis.from_url(url), prefix=prefix)
+asaver = AsyncRedisSaver(redis.asyncio.Redis.from_url(url), prefix=prefix)
+if order == "after":
+    saver.get_tuple(cfg)  # a call before any provider: nothing records
+    configure()
+    time.sleep(1.1)  # a provider set later is picked up within a second
+saver.put(cfg, empty_checkpoint(), {"step": 0}, {})
+saver.get_tuple(cfg)
+
+
+async def main():
+    await asaver.aget_tuple(cfg)
+    await asaver.aput_writes({"configurable": {**cfg["configurable"], "checkpoint_id": "x"}}, [("c", 1)], "task")
+
+
+asyncio.run(main())
+print(",".join(s.name for s in spans.get_finished_spans()))
+counts = {}
+for rm in reader.get_metrics_data().resource_metrics:
+    for sm in rm.scope_metrics:
+        for m in sm.metrics:
+            if m.name == "db.client.operation.duration":
+                for dp in m.data.data_points:
+                    counts[dp.attributes["db.operation.name"]] = dp.count
+print(",".join(f"{k}={v}" for k, v in sorted(counts.items())))
+'''
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_global_providers_set_before_or_after_import(order, redis_url, prefix):
+    """The global SDK providers record whether the application sets them before the first
+    import of redis_saver (the usual order, and opentelemetry-instrument's) or after it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_ORDER, order, redis_url, prefix],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    names, durations = out.stdout.strip().splitlines()
+    assert names.split(",") == ["put", "get_tuple", "get_tuple", "put_writes"]
+    assert durations == "get_tuple=2,put=1,put_writes=1"
