@@ -4,8 +4,8 @@ One Lua round trip per call, every key of a thread in one hash slot (Redis Clust
 proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only mode.
 """
 
-from ._base import TTLConfig
 from ._telemetry import Telemetry
+from ._ttl import TTLConfig
 from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,

@@ -34,7 +34,7 @@ from .errors import MalformedReplyError, ParentCycleError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
 if TYPE_CHECKING:
-    from ._base import TTLConfig
+    from ._ttl import TTLConfig
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 512  # records one list call may examine while filtering (~10 ms of server time)
