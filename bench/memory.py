@@ -124,7 +124,7 @@ def entries() -> tuple[list[Entry], dict[str, str]]:
     try:
         Prev, _ = previous.savers()
         out.append(Entry(previous.LABEL, lambda c: Prev(c, prefix="lg"), "lg",
-                         [f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}"]))
+                         [f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}"]))
     except Unavailable as e:
         skipped[previous.LABEL] = str(e)
     try:
