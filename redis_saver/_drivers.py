@@ -186,7 +186,7 @@ class AsyncDriver(_Driver):
 
     async def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
-            if self.router is not None and op.name in SCRIPT_COMMANDS:
+            if self.router is not None and op.name in _autopipe.LANE_COMMANDS:
                 return await self.router.call(op.name, tuple(op.args))
             if op.name == "fcall" and self.engine.cluster:
                 return await acluster_fcall(self.client, op.args)

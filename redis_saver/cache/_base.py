@@ -15,7 +15,7 @@ from ..keys import KeySchema
 from . import _core as core
 from .keys import CacheKeys
 
-CACHE_OPTIONS = ("prefix", "serde", "compress", "retries", "telemetry")
+CACHE_OPTIONS = ("prefix", "serde", "compress", "retries", "telemetry", "auto_pipeline")
 
 
 class RedisCacheBase(BaseCache[ValueT]):

@@ -27,6 +27,21 @@ class AsyncRedisCache(RedisCacheBase[ValueT]):
     _driver: AsyncDriver
     loop: asyncio.AbstractEventLoop | None = None
 
+    def __init__(self, client: Any, *, auto_pipeline: bool | None = None, **options: Any) -> None:
+        """``auto_pipeline``: as ``AsyncRedisSaver``'s (on by default): the calls concurrent tasks
+        issue in one event-loop iteration leave in one write per server (``_autopipe.py``); it
+        shares the client's lanes with the savers on that client. Other options:
+        :class:`RedisCacheBase`."""
+        super().__init__(client, **options)
+        if auto_pipeline is None:
+            from .. import aio
+
+            auto_pipeline = aio.AUTO_PIPELINE
+        if not isinstance(auto_pipeline, bool):
+            raise TypeError("auto_pipeline must be True or False")
+        self.auto_pipeline = auto_pipeline
+        self._driver.set_auto_pipeline(auto_pipeline)
+
     @classmethod
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisCache[Any]]:

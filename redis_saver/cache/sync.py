@@ -33,6 +33,8 @@ class RedisCache(RedisCacheBase[ValueT]):
     def __init__(self, client: Any, **options: Any) -> None:
         if inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
             raise TypeError("RedisCache needs a sync redis client; use AsyncRedisCache for redis.asyncio")
+        if "auto_pipeline" in options:
+            raise TypeError("auto_pipeline is an AsyncRedisCache option (RedisCache sends each call as it comes)")
         super().__init__(client, **options)
 
     @classmethod

@@ -254,3 +254,23 @@ def test_spans_and_metrics(redis_url, prefix):
     names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
              for m in sm.metrics}
     assert "db.client.operation.duration" in names
+
+
+@pytest.mark.parametrize("auto_pipeline", [True, False])
+async def test_concurrent_async_calls_get_their_own_replies(deployment, prefix, auto_pipeline):
+    """AsyncRedisCache's calls from many tasks at once (through the lanes when auto_pipeline is
+    on): every task reads back exactly what it wrote."""
+    from redis_saver import AsyncRedisCache
+
+    async with AsyncRedisCache.from_conn_string(deployment, prefix=prefix, auto_pipeline=auto_pipeline) as cache:
+        assert cache.auto_pipeline is auto_pipeline
+
+        async def task(i: int) -> None:
+            mine = {((f"ns{i % 7}",), f"k{i}"): (f"value {i}", 60), ((f"ns{i % 5}", "x"), f"k{i}"): (i, None)}
+            for _ in range(5):
+                await cache.aset(mine)
+                assert await cache.aget(list(mine)) == {k: v for k, (v, _) in mine.items()}
+                assert await cache.aget([((f"ns{i % 7}",), f"missing{i}")]) == {}
+
+        await asyncio.gather(*(task(i) for i in range(40)))
+        await cache.aclear()
