@@ -173,29 +173,28 @@ def set_(
 
 def clear(keys: CacheKeys, namespaces: Iterable[Any] | None) -> Plan[None]:
     """Delete the entries of ``namespaces`` (every namespace of the prefix when None: found with
-    SCAN), a page of ``CLEAR_PAGE`` per namespace and call; the namespaces' calls of one round
-    go in one pipeline. Entries set after the clear began may stay (each namespace gets the
-    calls its size at the first call needs), so concurrent writers cannot keep it running."""
+    SCAN) as they were when the clear began: clear.lua takes each namespace's index as its
+    snapshot, then deletes up to ``CLEAR_PAGE`` of its entries per call; the namespaces' calls of
+    one round go in one pipeline. The snapshots only shrink, so the number of calls is bounded
+    whatever other workers set meanwhile (their sets go to a new index and stay)."""
     if namespaces is None:
         found = yield Scan(keys.index_pattern())
-        todo = sorted({bytes(k) for k in found if keys.is_index(bytes(k))})
+        bases = sorted({b for k in found if (b := keys.namespace_base(bytes(k))) is not None})
     else:
         if isinstance(namespaces, (str, bytes)):
             raise TypeError("clear takes a sequence of namespaces (tuples of str), not a str")
-        todo = list(dict.fromkeys(keys.index(namespace(ns)) for ns in namespaces))
-    budget: dict[bytes, int] = {}
-    while todo:
-        calls = [Call(CLEAR, [ix], [CLEAR_PAGE]) for ix in todo]
+        bases = list(dict.fromkeys(keys.base(namespace(ns)) for ns in namespaces))
+    took: set[bytes] = set()  # the namespaces whose index a call took: what preceded the clear
+    while bases:
+        calls = [Call(CLEAR, [b + b"i", b + b"c"], [CLEAR_PAGE]) for b in bases]
         replies = [(yield calls[0])] if len(calls) == 1 else (yield calls)
         left = []
-        for ix, r in zip(todo, replies, strict=True):
-            n = int(r)
-            if ix not in budget:
-                budget[ix] = -(-n // CLEAR_PAGE)
-            budget[ix] -= 1
-            if n > 0 and budget[ix] >= 0:
-                left.append(ix)
-        todo = left
+        for b, (n, took_now) in zip(bases, replies, strict=True):
+            if int(took_now):
+                took.add(b)
+            if int(n) > 0 or b not in took:
+                left.append(b)
+        bases = left
     return None
 
 

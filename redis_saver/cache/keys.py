@@ -5,13 +5,15 @@ entries and its index live in one cluster slot::
 
     <prefix>:cache{<ns tag>}i          ZSET    entry key -> expiry (ms since epoch, server clock;
                                                +inf = none): what clear() deletes
+    <prefix>:cache{<ns tag>}c          ZSET    the index as a clear() took it (its snapshot),
+                                               while that clear runs
     <prefix>:cache{<ns tag>}e<key>     STRING  e(serde type) + the value's bytes (type marked
                                                "\\x1fz" when they are one zstd frame)
 
 ``<ns tag>`` is the namespace's components, each ``e(c)`` (``keys.enc``: self-delimiting), with
 ``%``, ``{`` and ``}`` escaped (``%25``, ``%7B``, ``%7D``; the empty namespace is ``%``), so it
 is injective, never empty (an empty tag would hash the whole key) and never ends early. After
-the tag comes one byte naming the kind (``i`` index, ``e`` entry) and, for an entry, the key's
+the tag comes one byte naming the kind (``i`` index, ``c`` snapshot, ``e`` entry) and, for an entry, the key's
 bytes as they are: every (prefix, namespace, key) has its own key name.
 
 Across kinds (docs/architecture.md, "Keys are injective"): a prefix holds no brace, so the text
@@ -77,14 +79,20 @@ class CacheKeys:
         ACL rules (``~<pattern>``) and SCAN."""
         return _glob_escape(self._p) + b"*"
 
-    def index_pattern(self) -> bytes:
-        """A SCAN MATCH pattern of this prefix's index keys (entry keys whose key ends with
-        ``}i`` match too: :meth:`is_index` tells them apart)."""
-        return _glob_escape(self._p) + b"*}i"
+    def snapshot(self, namespace: Sequence[str]) -> bytes:
+        return self.base(namespace) + b"c"
 
-    def is_index(self, key: bytes) -> bool:
-        """Whether ``key`` is an index key of this prefix: the tag ends at the first ``}``."""
+    def index_pattern(self) -> bytes:
+        """A SCAN MATCH pattern of this prefix's index and snapshot keys (entry keys whose key
+        ends with ``}i`` or ``}c`` match too: :meth:`namespace_base` tells them apart)."""
+        return _glob_escape(self._p) + b"*}[ic]"
+
+    def namespace_base(self, key: bytes) -> bytes | None:
+        """The namespace's :meth:`base` when ``key`` is an index or snapshot key of this prefix
+        (the tag ends at the first ``}``), else None."""
         if not key.startswith(self._p):
-            return False
+            return None
         end = key.find(b"}", len(self._p))
-        return end > len(self._p) and key[end + 1 :] == b"i"
+        if end <= len(self._p) or key[end + 1 :] not in (b"i", b"c"):
+            return None
+        return key[: end + 1]

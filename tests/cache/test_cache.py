@@ -185,11 +185,14 @@ def test_keys_never_meet_saver_keys_or_other_prefixes():
     for p in prefixes:
         ck = CacheKeys(p)
         mine = {ck.index(ns) for ns in NAMESPACES} | {ck.entry(ns, k) for ns in NAMESPACES for k in HOSTILE}
-        mine |= {ck.entry(ns, k + "}i") for ns in NAMESPACES for k in HOSTILE}
+        mine |= {ck.snapshot(ns) for ns in NAMESPACES}
+        mine |= {ck.entry(ns, k + t) for ns in NAMESPACES for k in HOSTILE for t in ("}i", "}c")}
         for n in mine:
             assert n.startswith(p.encode() + b":cache{")
             assert names.setdefault(n, ("cache", p)) == ("cache", p), n
-        assert {n for n in mine if ck.is_index(n)} == {ck.index(ns) for ns in NAMESPACES}
+        assert {ck.namespace_base(n) for n in mine} - {None} == {ck.base(ns) for ns in NAMESPACES}
+        assert {n for n in mine if ck.namespace_base(n)} == {ck.index(ns) for ns in NAMESPACES} | {
+            ck.snapshot(ns) for ns in NAMESPACES}
         if p.endswith(":ix"):
             continue  # not a saver prefix
         sk = KeySchema(p)
@@ -274,3 +277,48 @@ async def test_concurrent_async_calls_get_their_own_replies(deployment, prefix, 
 
         await asyncio.gather(*(task(i) for i in range(40)))
         await cache.aclear()
+
+
+async def test_clear_ends_while_another_worker_keeps_setting(make_cache):
+    """A clear of a namespace larger than a page ends although another worker keeps adding to it;
+    everything set before the clear began is gone."""
+    c, writer = await make_cache(), await make_cache()
+    ns = ("busy",)
+    before = {(ns, f"old{i}"): (i, None) for i in range(core.CLEAR_PAGE * 2 + 50)}
+    await c.set(before)
+    stop = asyncio.Event()
+
+    async def keep_setting() -> int:
+        n = 0
+        while not stop.is_set():
+            await writer.set({(ns, f"new{n + j}"): (j, None) for j in range(50)})
+            n += 50
+            await asyncio.sleep(0)
+        return n
+
+    task = asyncio.create_task(keep_setting())
+    await asyncio.sleep(0.01)
+    if make_cache.sync:
+        await asyncio.to_thread(c.cache.clear, [ns])  # the writer runs on the loop meanwhile
+    else:
+        await c.clear([ns])
+    stop.set()
+    await task
+    assert await c.get(list(before)) == {}
+
+
+async def test_clear_finishes_what_a_stopped_clear_left(make_cache, raw, prefix):
+    """A clear that stopped after taking the index (its snapshot left behind): the next clear, of
+    that namespace or of all, deletes the snapshot's entries and the index's."""
+    c = await make_cache()
+    ck = CacheKeys(prefix)
+    ns = ("n",)
+    await c.set({(ns, f"old{i}"): (i, None) for i in range(10)})
+    raw.rename(ck.index(ns), ck.snapshot(ns))  # what clear.lua's first call does
+    await c.set({(ns, "new"): ("new", 60), (ns, "old3"): ("set again", None)})
+    assert len(await c.get([(ns, f"old{i}") for i in range(10)])) == 10
+    for which in ([ns], None):
+        await c.clear(which)
+        assert keys_under(raw, prefix) == []
+        await c.set({(ns, "old1"): (1, None)})
+        raw.rename(ck.index(ns), ck.snapshot(ns))

@@ -19,7 +19,10 @@ from tests.cache.conftest import keys_under
 
 # EVALSHA runs the scripts, EVAL answers NOSCRIPT, MGET is get, SCAN finds the namespaces for
 # clear(); the rest are what the scripts call (ACL checks every redis.call)
-CACHE_ACL_COMMANDS = "+evalsha +eval +mget +scan +time +set +unlink +zadd +zrem +zrange +zcard +persist +pexpireat"
+CACHE_ACL_COMMANDS = (
+    "+evalsha +eval +mget +scan "
+    "+time +set +unlink +zadd +zrem +zrange +zcard +zscore +persist +pexpireat +exists +rename"
+)
 CLIENT_SIDE = {"evalsha", "eval", "mget", "scan"}
 
 
@@ -55,7 +58,9 @@ def test_set_script_checks_everything_before_writing(sync_client, prefix, keys, 
         sync_client.eval(src, len(names), *names, *args)
     assert keys_under(sync_client, prefix) == []
     with pytest.raises(redis.exceptions.ResponseError, match="RS_BADARG"):
-        sync_client.eval(core.scripts()["cache_clear"].source, 1, by["i"], 0)
+        sync_client.eval(core.scripts()["cache_clear"].source, 2, by["i"], ck.snapshot(("n",)), 0)
+    with pytest.raises(redis.exceptions.ResponseError, match="RS_BADARG"):  # another namespace's snapshot
+        sync_client.eval(core.scripts()["cache_clear"].source, 2, by["i"], ck.snapshot(("m",)), 5)
     # well formed, the same script writes: two groups in one call (standalone)
     both = [by["i"], by["e1"], by["i2"], ck.entry(("m",), "x")]
     assert sync_client.eval(src, 4, *both, 1, 60_000, b"v", 1, -1, b"w") == 2
@@ -98,3 +103,21 @@ def test_cache_works_as_a_restricted_acl_user(sync_client, redis_url, prefix):
         assert keys_under(sync_client, prefix) == []
     finally:
         sync_client.execute_command("ACL", "DELUSER", user)
+
+
+def test_clear_script_keeps_what_was_set_after_the_clear_began(sync_client, prefix):
+    cache = RedisCache(sync_client, prefix=prefix)
+    ck, ns = CacheKeys(prefix), ("n",)
+    cache.set({(ns, f"k{i}"): (i, None) for i in range(10)})
+    src, keys = core.scripts()["cache_clear"].source, [ck.index(ns), ck.snapshot(ns)]
+    assert sync_client.eval(src, 2, *keys, 1) == [9, 1]  # took the index, deleted one entry
+    cache.set({(ns, "k7"): ("again", None), (ns, "k99"): ("new", None)})  # into a new index
+    while True:
+        left, took = sync_client.eval(src, 2, *keys, 3)
+        assert took == 0
+        if left == 0:
+            break
+    assert cache.get([(ns, f"k{i}") for i in range(10)] + [(ns, "k99")]) == {(ns, "k7"): "again", (ns, "k99"): "new"}
+    assert sync_client.exists(ck.snapshot(ns)) == 0
+    cache.clear([ns])
+    assert keys_under(sync_client, prefix) == []
