@@ -322,3 +322,36 @@ async def test_clear_finishes_what_a_stopped_clear_left(make_cache, raw, prefix)
         assert keys_under(raw, prefix) == []
         await c.set({(ns, "old1"): (1, None)})
         raw.rename(ck.index(ns), ck.snapshot(ns))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_random_ops_match_in_memory_cache(make_cache, seed):
+    """Seeded random sequences of set / get / clear (hostile namespaces and keys; TTLs none,
+    long or 0) through the Redis cache and InMemoryCache: every get answers the same."""
+    import random
+
+    rng = random.Random(seed)
+    c, ref = await make_cache(), InMemoryCache()
+    keys = [(ns, k) for ns in NAMESPACES[:8] for k in HOSTILE[:8]]
+    mismatches = []
+    for step in range(120):
+        op = rng.random()
+        if op < 0.45:
+            pairs = {k: ({"step": step, "v": rng.random()}, rng.choice([None, 3600, 0]))
+                     for k in rng.sample(keys, rng.randint(1, 6))}
+            await c.set(pairs)
+            ref.set(pairs)
+        elif op < 0.9:
+            wanted = rng.sample(keys, rng.randint(1, 10))
+            got, exp = await c.get(wanted), ref.get(wanted)
+            if got != exp:
+                mismatches.append((step, wanted, got, exp))
+        elif op < 0.97:
+            nss = rng.sample(NAMESPACES[:8], rng.randint(1, 3))
+            await c.clear(nss)
+            ref.clear(nss)
+        else:
+            await c.clear()
+            ref.clear()
+    assert await c.get(keys) == ref.get(keys)
+    assert mismatches == []
