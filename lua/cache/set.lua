@@ -46,6 +46,7 @@ local total = 0
 for g = 1, #groups do
   local kp, ap, n, blen = groups[g][1], groups[g][2], groups[g][3], groups[g][4]
   local ix = KEYS[kp]
+  local forever = false -- an entry without expiry: the index keeps none either
   for i = 1, n do
     local key, t, value = KEYS[kp + i], tonumber(ARGV[ap + 2 * i - 1]), ARGV[ap + 2 * i]
     local member = string.sub(key, blen + 1)
@@ -55,6 +56,7 @@ for g = 1, #groups do
     elseif t < 0 then
       rcall('SET', key, value)
       rcall('ZADD', ix, 'inf', member)
+      forever = true
     else
       rcall('SET', key, value, 'PX', t)
       rcall('ZADD', ix, now_ms + t, member)
@@ -66,12 +68,16 @@ for g = 1, #groups do
     rcall('ZREM', ix, old[i])
   end
   -- the index lives as long as its longest-lived entry
-  local top = rcall('ZRANGE', ix, -1, -1, 'WITHSCORES')
-  if #top == 2 then
-    if top[2] == 'inf' then
-      rcall('PERSIST', ix)
-    else
-      rcall('PEXPIREAT', ix, top[2])
+  if forever then
+    rcall('PERSIST', ix)
+  else
+    local top = rcall('ZRANGE', ix, -1, -1, 'WITHSCORES')
+    if #top == 2 then
+      if top[2] == 'inf' then
+        rcall('PERSIST', ix)
+      else
+        rcall('PEXPIREAT', ix, top[2])
+      end
     end
   end
   total = total + n
