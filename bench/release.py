@@ -4,7 +4,7 @@
 
 (the command is in bench/__main__.py, so this module never imports run.py, which imports it) is
 ``python -m bench`` restricted to the floors and the redis_saver entries (the working tree's default
-saver, the same with ``compress=False`` when the constructor takes it, and 0.1.0 imported beside it by
+saver, the same with ``compress=False`` when the constructor takes it, and 0.1.0 installed beside it by
 bench/previous.py; the telemetry-off entry comes along, its name matching), without the scaling,
 throughput and wire phases unless asked (``--skip ""``). Everything else is bench/run.py's: the replay,
 reads and invoke turns interleaved call by call in a random order per call, the correctness check against InMemorySaver,

@@ -275,7 +275,7 @@ def make_redis_saver_async_no_compress(ctx):
 
 
 def make_previous_sync(ctx):
-    """The previous release (bench/previous.py: 0.1.0, storage format 3), imported beside the working tree."""
+    """The previous release (bench/previous.py: 0.1.0, storage format 3), installed beside the working tree."""
     from bench import previous
 
     RedisSaver, _ = previous.savers()
