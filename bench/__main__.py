@@ -1,11 +1,31 @@
 """`python -m bench [--quick]`: see bench/run.py and bench/README.md.
 
-`python -m bench release ...` (bench/release.py) and `python -m bench memory ...` (bench/memory.py) run one part."""
+`python -m bench release ...` (the working tree against the previous release: bench/release.py),
+`python -m bench memory ...` (bench/memory.py) and `python -m bench cache ...` (bench/cache.py) run
+one part."""
 
 import sys
 
-SUBCOMMANDS = {"release": "bench.release", "memory": "bench.memory"}
 
+def release(argv: list[str]) -> int:
+    """`python -m bench release`: run.py's main with the redis_saver entries and the latency phases
+    only (bench/release.py's ENTRIES and DEFAULT_SKIP, unless given). Here, not in release.py: run.py
+    imports release.py, which so never imports run.py back."""
+    from bench.release import DEFAULT_SKIP, ENTRIES
+    from bench.run import main as run_main
+
+    argv = list(argv)
+    if not any(a == "--savers" or a.startswith("--savers=") for a in argv):
+        argv += ["--savers", ",".join(ENTRIES)]
+    if not any(a == "--skip" or a.startswith("--skip=") for a in argv):
+        argv += ["--skip", DEFAULT_SKIP]
+    return run_main(argv)
+
+
+SUBCOMMANDS = {"memory": "bench.memory", "cache": "bench.cache"}
+
+if len(sys.argv) > 1 and sys.argv[1] == "release":
+    sys.exit(release(sys.argv[2:]))
 if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
     import importlib
 

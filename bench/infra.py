@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("REDIS_SAVER_BENCH_CACHE", Path.home() / ".cache" / "redis_saver_bench"))
@@ -287,3 +288,15 @@ class TurnProxy:
                 except Exception:
                     pass
         self._lsock.close()
+
+
+# the INFO commandstats entries of script calls (read-only variants included)
+SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall",
+                   "cmdstat_fcall_ro")
+
+
+def script_usec(r: Any) -> int:
+    """Cumulative server time of script calls so far (µs): EVALSHA (the floors; redis_saver
+    with ``functions=False``), FCALL (redis_saver's function library), EVAL."""
+    st = r.info("commandstats")
+    return sum(int(st[k]["usec"]) for k in SCRIPT_COMMANDS if k in st)

@@ -13,7 +13,7 @@ Entries, each on its own fresh ``redis-server`` (bench/infra.py ``start_plain``)
 
 * ``redis_saver (working tree)``: ``RedisSaver(client)`` with its defaults;
 * ``redis_saver (working tree, compress=False)``: when the constructor takes ``compress`` (else skipped, and why);
-* ``redis_saver 0.1.0 (format 3)``: the previous release, imported beside the working tree (bench/previous.py);
+* ``redis_saver 0.1.0 (format 3)``: the previous release, installed beside the working tree (bench/previous.py);
 * ``floor``: bench/floor.py's raw redis-py yardstick (serde bytes as they are, one key per checkpoint and blob);
 * ``PostgresSaver``: the same calls in a temporary schema, ``pg_total_relation_size`` deltas of its tables
   (TOAST-compressed; bench/memory_lab.py's ``measure_postgres``); skipped with the reason without a PostgreSQL.
@@ -124,7 +124,7 @@ def entries() -> tuple[list[Entry], dict[str, str]]:
     try:
         Prev, _ = previous.savers()
         out.append(Entry(previous.LABEL, lambda c: Prev(c, prefix="lg"), "lg",
-                         [f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}"]))
+                         [f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}"]))
     except Unavailable as e:
         skipped[previous.LABEL] = str(e)
     try:

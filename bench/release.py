@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench release [--quick] [any bench/run.py option]
 
-is ``python -m bench`` restricted to the floors and the redis_saver entries (the working tree's default
-saver, the same with ``compress=False`` when the constructor takes it, and 0.1.0 imported beside it by
+(the command is in bench/__main__.py, so this module never imports run.py, which imports it) is
+``python -m bench`` restricted to the floors and the redis_saver entries (the working tree's default
+saver, the same with ``compress=False`` when the constructor takes it, and 0.1.0 installed beside it by
 bench/previous.py; the telemetry-off entry comes along, its name matching), without the scaling,
 throughput and wire phases unless asked (``--skip ""``). Everything else is bench/run.py's: the replay,
 reads and invoke turns interleaved call by call in a random order per call, the correctness check against InMemorySaver,
@@ -17,7 +18,6 @@ kind: p50(current) / p50(0.1.0) per repetition, median over repetitions, as the 
 from __future__ import annotations
 
 import statistics
-import sys
 
 from bench.previous import LABEL
 
@@ -110,15 +110,3 @@ def section(res: dict) -> list[str]:
         L += ["", "Not compared: " + "; ".join(n + (f": {why[n]}" if n in why else "") for n in missing) + "."]
     L.append("")
     return L
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m bench release`: run.py's main with the redis_saver entries and the latency phases only."""
-    from bench.run import main as run_main
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a == "--savers" or a.startswith("--savers=") for a in argv):
-        argv += ["--savers", ",".join(ENTRIES)]
-    if not any(a == "--skip" or a.startswith("--skip=") for a in argv):
-        argv += ["--skip", DEFAULT_SKIP]
-    return run_main(argv)

@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import platform
-import random
 import shutil
 import statistics
 import sys
@@ -42,7 +41,17 @@ from bench.savers import (  # noqa: E402
     Entry,
     resolve_pg_url,
 )
-from bench.workload import Call, build_chat_graph, call_for_thread, capture, user_input  # noqa: E402
+from bench.workload import (  # noqa: E402
+    Call,
+    build_chat_graph,
+    call_for_thread,
+    capture,
+    fill_args,
+    fill_template,
+    make_ids,
+    shuffled,
+    user_input,
+)
 
 OPS = ["put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10", "delta history", "invoke turn"]
 TARGETS = {  # op -> max p50 ratio to the floor
@@ -197,21 +206,6 @@ def replay_op(c: Call) -> str:
 
 
 # The savers' order for each interleaved call: a fresh permutation, from one seeded generator.
-# A rotated order keeps every saver's predecessor the same on every call, and that biased whole
-# rows: the entry right after `minimal floor (async)` ran ~15% slower than its twin (put 677 vs
-# 587 µs, RedisSaver against the same saver with telemetry off), and swapping the two entries
-# moved the gap with the position (786 vs 688 µs, the other way round), in `bench release
-# --quick` runs of 2026-12-01.
-_ORDER = random.Random(20261201)
-
-
-def shuffled(xs):
-    """xs in a random order (see _ORDER)."""
-    out = list(xs)
-    _ORDER.shuffle(out)
-    return out
-
-
 def used_memory(e: Entry):
     return e.admin.info("memory")["used_memory"] if e.admin is not None else None
 
@@ -224,27 +218,6 @@ def pg_bytes(e: Entry, pg_url):
             "select coalesce(sum(pg_total_relation_size(c.oid)),0) from pg_class c join pg_namespace n "
             "on n.oid=c.relnamespace where n.nspname=%s and c.relkind='r'", (e.pg_schema,)).fetchone()[0]
         return int(n)
-
-
-def fill_template(calls):
-    """A small real put (turn 0, after the assistant step) and a real 2-write put_writes."""
-    puts = [c for c in calls if c.op == "put"]
-    pw = next(c for c in calls if c.op == "put_writes" and len(c.args[1]) == 2)
-    return puts[2], pw
-
-
-def make_ids(n):
-    from langgraph.checkpoint.base.id import uuid6
-
-    return sorted(str(uuid6(clock_seq=i)) for i in range(n))
-
-
-def fill_args(tpl, thread, ids, i):
-    """The put of ids[i] in a parent chain of the template checkpoint (the scaling fill)."""
-    _, cp0, md0, nv = tpl.args
-    cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
-                            **({"checkpoint_id": ids[i - 1]} if i else {})}}
-    return cfg, {**cp0, "id": ids[i]}, {**md0, "step": i}, nv
 
 
 def fill(e: Entry, thread, tpl, ids, start, stop, deadline):

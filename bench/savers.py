@@ -275,7 +275,7 @@ def make_redis_saver_async_no_compress(ctx):
 
 
 def make_previous_sync(ctx):
-    """The previous release (bench/previous.py: 0.1.0, storage format 3), imported beside the working tree."""
+    """The previous release (bench/previous.py: 0.1.0, storage format 3), installed beside the working tree."""
     from bench import previous
 
     RedisSaver, _ = previous.savers()
@@ -285,7 +285,7 @@ def make_previous_sync(ctx):
         return RedisSaver(c, prefix="lg"), _sync_close(c)
 
     e = _redis_entry(f"{previous.LABEL} RedisSaver", "sync", ctx, make)
-    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}")
+    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}")
     return e
 
 
@@ -299,7 +299,7 @@ def make_previous_async(ctx):
         return AsyncRedisSaver(c, prefix="lg"), _async_close(ctx, c)
 
     e = _redis_entry(f"{previous.LABEL} AsyncRedisSaver", "async", ctx, make)
-    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, imported as {previous.PACKAGE}")
+    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}")
     return e
 
 

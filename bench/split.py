@@ -1,8 +1,8 @@
 """Server time and client time per call, for the savers whose every call is a script (EVALSHA, FCALL).
 
 For each call: wall time (``perf_counter``), client CPU (``process_time`` of the bench process) and
-server time, the ``INFO commandstats`` usec delta of EVALSHA / FCALL around the call (``bench/where.py``'s
-``_usec``, read on the entry's admin connection, outside the timed window). The command's usec covers the
+server time, the ``INFO commandstats`` usec delta of EVALSHA / FCALL around the call (``bench/infra.py``'s
+``script_usec``, read on the entry's admin connection, outside the timed window). The command's usec covers the
 whole script, the commands it runs included; a saver that also sends plain commands (the official saver,
 plainredis, PostgresSaver) would be under-counted, so only the floors and redis_saver are measured.
 "client" = wall - server: the client's CPU, the network and the kernel on both sides; "client CPU" is
@@ -30,9 +30,8 @@ def scripted(e) -> bool:
 
 def phase(entries, calls, mid_id: str, graphs: dict, user_input: Callable, turns: int, n_reads: int,
           k_invoke: int, log: Callable[..., None], guarded: Callable, failed: object) -> dict[str, dict[str, Any]]:
-    from bench.run import shuffled
-    from bench.where import _usec
-    from bench.workload import call_for_thread
+    from bench.infra import script_usec as _usec
+    from bench.workload import call_for_thread, shuffled
 
     el = [e for e in entries if scripted(e)]
     samples: dict[str, dict[str, dict[str, list[float]]]] = {

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import redis  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
-from bench.where import SCRIPT_COMMANDS  # noqa: E402
+from bench.infra import SCRIPT_COMMANDS  # noqa: E402
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver  # noqa: E402
 

@@ -41,8 +41,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,31 +52,16 @@ import redis  # noqa: E402
 
 from bench.floor import FloorSaver  # noqa: E402
 from bench.floor_min import MinFloorSaver  # noqa: E402
-from bench.workload import call_for_thread, capture  # noqa: E402
+from bench.infra import script_usec as _usec  # noqa: E402
+from bench.workload import call_for_thread, capture, fill_args, fill_template, make_ids  # noqa: E402
+from devkit.script_cuts import (  # noqa: E402
+    BODY_START,
+    STAGES,
+    put_libraries,
+    script_calls,
+)
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 from redis_saver import RedisSaver, _scripts  # noqa: E402
-
-# the first line of put_writes+lean's own body (after the included helpers), and the lines
-# before which the script is cut, in order (tests/scripts/test_scripts.py checks they exist)
-BODY_START = "local ns, cid, task_e, path_e, n = ARGV[5]"
-STAGES = [
-    ("argument checks", "local last = 9 + 2 * n\nlocal chan_e = {}"),
-    ("record validation", "local prefix = enc(ns)"),
-    ("HGET of the lean mark", "local stored, members = 0, {}"),
-    ("one HSETNX per regular write (the first wins), building the sort members", "-- the sort members of the regular"),
-]
-
-
-# the INFO commandstats entries of script calls (read-only variants included)
-SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro", "cmdstat_fcall",
-                   "cmdstat_fcall_ro")
-
-
-def _usec(r: redis.Redis) -> int:
-    """Cumulative server time of script calls so far (µs): EVALSHA (the floors; redis_saver
-    with ``functions=False``), FCALL (redis_saver's function library), EVAL."""
-    st = r.info("commandstats")
-    return sum(int(st[k]["usec"]) for k in SCRIPT_COMMANDS if k in st)
 
 
 def _timed(r: redis.Redis, fn: Callable[[], Any]) -> int:
@@ -135,69 +119,6 @@ def put_writes_stages(r: redis.Redis, saver: RedisSaver, calls: list, rounds: in
         drv.scripts[name] = _scripts.load_all()[name]
         drv.engine.library = library
     return [(label, statistics.median(v)) for label, v in res.items()]
-
-
-# put.lua (the function library's put), cut before each of these lines, in order (the test in
-# tests/scripts/test_scripts.py checks they exist); the stage is what runs between a cut and the next
-PUT_STAGES = [
-    ("argument checks", "local rec = validate_record(raw)"),
-    ("record validation, chain entry check", "for i = 1, nblobs do\n  if not is_blob_record"),
-    ("blob and stream argument checks", "check_format()\nlocal ns_e, cid_e"),
-    ("meta read (one HMGET), format check", "local ns_e, cid_e = enc(ns), enc(cid)"),
-    ("blob fields, blob / stream plan (HSTRLEN, HGET of stream records)", "-- Fencing: a namespace's head"),
-    ("fencing (off: one comparison)", "-- validation done: writes start here"),
-    ("meta init, first-put marks", "apply_blobs(blobs)"),
-    ("writing blobs and stream frames (HSET, stream refs)", "store_cp(ns_e, cid_e, raw, rec, entry"),
-    ("storing the record, its indexes (HSETNX, HINCRBY, 2 ZADD)", "if new_head then"),
-]
-PUT_BODY = "local function s_put()\n"
-
-
-def put_libraries() -> list[tuple[str, str, str]]:
-    """(label, FUNCTION LOAD source, put's function name) per variant: the function library
-    with put's body cut before each PUT_STAGES line (every variant a library of its own name),
-    the whole library, and an empty function with put's keys and arguments."""
-    lib = _scripts.library()
-    text = lib.source.decode()
-    start = text.index(PUT_BODY) + len(PUT_BODY)
-    end = text.index("\nlocal function s_", start)
-    body = text[start:end]
-
-    def cut(k: int, marker: str | None) -> tuple[str, str]:
-        b = "do return 0 end\n" + body if marker is None else body.replace(marker, "do return 0 end\n" + marker, 1)
-        name = f"{lib.name}_cut{k}"
-        return (text[:start] + b + text[end:]).replace(lib.name, name), lib.functions["put"].replace(lib.name, name)
-
-    empty = f"{lib.name}_empty"
-    out = [("empty function (same keys and arguments)",
-            f"#!lua name={empty}\nredis.register_function('{empty}_put', function(keys, argv) return 1 end)",
-            f"{empty}_put"),
-           ("+ per-call setup (keys, state)", *cut(0, None))]
-    for k, (label, marker) in enumerate(PUT_STAGES, 1):
-        assert body.count(marker) == 1, f"put.lua changed: marker {marker!r} not found once"
-        out.append((f"+ {label}", *cut(k, marker)))
-    out.append(("+ latest-only check, touch(): the whole script", text, lib.functions["put"]))
-    return out
-
-
-@contextmanager
-def script_calls(saver: RedisSaver) -> Iterator[list[tuple]]:
-    """The arguments of every script call ``saver`` sends and the server answers while in the
-    block (FCALL: function, numkeys, keys..., arguments...), exactly as its sync driver sends them."""
-    drv = saver._driver
-    plain = drv._script
-    sent: list[tuple] = []
-
-    def record(command: str, args: Any) -> Any:
-        out = plain(command, args)
-        sent.append(tuple(args))
-        return out
-
-    drv._script = record  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        drv._script = plain  # type: ignore[method-assign]
 
 
 def put_stages(rounds: int, crowd: int = 0) -> list[tuple[str, float]]:
@@ -372,7 +293,6 @@ def crowded(calls: list, rounds: int, extra: int = 6) -> list[tuple[str, dict[st
 
 def list_page(rounds: int, n: int = 1000) -> dict[str, dict[str, float]]:
     """list(before=<middle id>, limit=10) on an n-checkpoint thread: server µs and wall µs (p50)."""
-    from bench.run import fill_args, fill_template, make_ids
 
     tpl, pw = fill_template(capture(2).calls)
     ids = make_ids(n)

@@ -7,6 +7,7 @@ proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only m
 from ._telemetry import Telemetry
 from ._ttl import TTLConfig
 from .aio import AsyncRedisSaver
+from .cache import AsyncRedisCache, RedisCache
 from .errors import (
     ConflictError,
     DamagedThreadError,
@@ -24,6 +25,7 @@ from .saver import RedisSaver
 __all__ = [
     "FORMAT_VERSION",
     "READ_FORMATS",
+    "AsyncRedisCache",
     "AsyncRedisSaver",
     "ConflictError",
     "DamagedThreadError",
@@ -31,6 +33,7 @@ __all__ = [
     "KeySchema",
     "MalformedReplyError",
     "ParentCycleError",
+    "RedisCache",
     "RedisSaver",
     "RedisSaverError",
     "ReplicationTimeoutError",

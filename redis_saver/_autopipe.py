@@ -79,6 +79,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ._cluster import acluster_fcall
 from ._engine import SCRIPT_COMMANDS
 
+# the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
+LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
+
 try:
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover - redis without the hiredis extra
@@ -509,7 +512,7 @@ class Router:
         # size decides the lane; the lane writes the bytes)
         self.packs = get_encoder is not None and _hiredis_packs(get_encoder())
 
-    def _lane(self, args: tuple[Any, ...]) -> Lane | None:
+    def _lane(self, name: str, args: tuple[Any, ...]) -> Lane | None:
         loop = asyncio.get_running_loop()
         if loop is not self.loop:  # a new loop: the old lanes' connections belong to the old one
             self.loop, self.lanes = loop, {}
@@ -520,10 +523,11 @@ class Router:
                 acquire, callbacks, hold = _pool_acquire(pool), self.client.response_callbacks, _hold(pool)
                 lanes = self.lanes[None] = _lanes(lambda: Lane(loop, acquire, pool.release, callbacks, hold=hold))
             return lanes.next()
-        if not args[1] or getattr(self.client, "_initialize", False):
+        key = args[0] if name == "mget" else args[2] if args[1] else None  # a script's first key
+        if not key or getattr(self.client, "_initialize", False):
             return None  # no key to route by, or redis-py must refresh its slot map first
         try:
-            node = self.client.get_node_from_key(args[2])
+            node = self.client.get_node_from_key(key)
         except SlotNotCoveredError:
             return None
         lanes = self.lanes.get(node.name)
@@ -535,10 +539,10 @@ class Router:
         return lanes.next()
 
     async def call(self, name: str, args: tuple[Any, ...]) -> Any:
-        """``client.<name>(*args)`` (``name``: a key of ``SCRIPT_COMMANDS``), through the call's lane, with the
+        """``client.<name>(*args)`` (``name``: a key of ``LANE_COMMANDS``), through the call's lane, with the
         client's own retry policy, as redis-py would send it."""
-        lane = self._lane(args)
-        command = (SCRIPT_COMMANDS[name], *args)
+        lane = self._lane(name, args)
+        command = (LANE_COMMANDS[name], *args)
         if lane is None:
             return await self._unpiped(command)
         packed = None

@@ -59,13 +59,15 @@ class _Driver:
 # ``execute_command`` patched by an instrumentation (OpenTelemetry, ddtrace, Sentry: checked per
 # call) or redis-py's own metrics turned on (checked when the saver is made).
 _PLAIN_EXECUTE = redis.Redis.execute_command
+# the commands sent that way: the script calls, and MGET (RedisCache's get)
+DIRECT_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
 
 
 def _direct_pool(client: Any) -> Any:
     """The pool a sync driver may take connections from for script calls, or None."""
     if type(client) is not redis.Redis or client.connection is not None:
         return None
-    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in SCRIPT_COMMANDS.values()):
+    if hasattr(_PLAIN_EXECUTE, "__wrapped__") or any(c in client.response_callbacks for c in DIRECT_COMMANDS.values()):
         return None
     try:
         from redis.observability.recorder import _get_or_create_collector
@@ -103,11 +105,11 @@ class SyncDriver(_Driver):
         if isinstance(op, Cmd):
             if (
                 self._pool is not None
-                and op.name in SCRIPT_COMMANDS
+                and op.name in DIRECT_COMMANDS
                 and redis.Redis.execute_command is _PLAIN_EXECUTE
                 and op.kwargs is None
             ):
-                return self._script(SCRIPT_COMMANDS[op.name], op.args)
+                return self._script(DIRECT_COMMANDS[op.name], op.args)
             if op.name == "fcall" and self.engine.cluster:
                 return cluster_fcall(self.client, op.args)
             if op.kwargs is None:
@@ -184,7 +186,7 @@ class AsyncDriver(_Driver):
 
     async def _do(self, op: Op) -> Any:
         if isinstance(op, Cmd):
-            if self.router is not None and op.name in SCRIPT_COMMANDS:
+            if self.router is not None and op.name in _autopipe.LANE_COMMANDS:
                 return await self.router.call(op.name, tuple(op.args))
             if op.name == "fcall" and self.engine.cluster:
                 return await acluster_fcall(self.client, op.args)

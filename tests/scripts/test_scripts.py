@@ -221,7 +221,7 @@ def test_write_record_is_the_generic_framing():
 
 def test_bench_where_cuts_put_writes_at_existing_lines():
     # bench/where.py times put_writes.lua cut before each of these lines: keep them in step
-    from bench.where import BODY_START, STAGES
+    from devkit.script_cuts import BODY_START, STAGES
 
     source = load_all()["put_writes+lean"].source.decode()
     assert BODY_START in source
@@ -231,7 +231,7 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
 
 def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     # bench/where.py times the library's put cut before each of these lines: keep them in step
-    from bench.where import PUT_BODY, PUT_STAGES, put_libraries, script_calls
+    from devkit.script_cuts import PUT_BODY, PUT_STAGES, put_libraries, script_calls
 
     source = library().source.decode()
     body = source[source.index(PUT_BODY):]

@@ -1,0 +1,39 @@
+#!lua flags=allow-oom
+--[[ cache clear: delete a page of one cache namespace's entries, as they were when the clear began.
+KEYS[1]   the namespace's index (ZSET entry key -> expiry): what set() adds to
+KEYS[2]   its snapshot: KEYS[1] without its last byte, then "c" (same hash tag: same slot)
+ARGV[1]   page: the most entries this call deletes (> 0)
+An entry's key is KEYS[1] without its last byte, then "e" and the member.
+When there is no snapshot, the index becomes the snapshot (RENAME: sets from then on start a new
+index); each call then deletes up to a page of the snapshot's entries, except those set again
+since (members of the new index), and drops them from it. The snapshot only shrinks, so a clear
+takes a bounded number of calls whatever other workers set meanwhile; a snapshot left by a
+clear that stopped halfway is finished by the next (before it takes the index).
+Returns: {members left in the snapshot, 1 if this call took the index (or there was none to
+take) else 0}; a namespace is clear of what preceded the clear once a call answered 1 and a
+call since (or that one) answered 0 left.
+]]
+local rcall = redis.call
+local ix, snap = KEYS[1], KEYS[2]
+local page = tonumber(ARGV[1])
+if string.sub(ix, -1) ~= 'i' or snap ~= string.sub(ix, 1, -2) .. 'c' or page == nil or page < 1
+    or page ~= math.floor(page) then
+  return redis.error_reply('RS_BADARG cache clear: KEYS must be an index and its snapshot, ARGV[1] a page size > 0')
+end
+local took = 0
+if rcall('EXISTS', snap) == 0 then
+  took = 1
+  if rcall('EXISTS', ix) == 0 then
+    return {0, 1}
+  end
+  rcall('RENAME', ix, snap)
+end
+local base = string.sub(ix, 1, -2) .. 'e'
+local members = rcall('ZRANGE', snap, 0, page - 1)
+for i = 1, #members do
+  if not rcall('ZSCORE', ix, members[i]) then
+    rcall('UNLINK', base .. members[i])
+  end
+  rcall('ZREM', snap, members[i])
+end
+return {rcall('ZCARD', snap), took}

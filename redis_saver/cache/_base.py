@@ -1,0 +1,82 @@
+"""What RedisCache and AsyncRedisCache share: options, key schema, serializer, driver."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._base import check_client
+from .._engine import Io
+from .._telemetry import Telemetry
+from ..keys import KeySchema
+from . import _core as core
+from .keys import CacheKeys
+
+CACHE_OPTIONS = ("prefix", "serde", "compress", "retries", "telemetry", "auto_pipeline")
+
+
+class RedisCacheBase(BaseCache[ValueT]):
+    """A LangGraph node cache (``BaseCache``) on plain Redis (>= 7.0, no modules).
+
+    Args:
+        client: a redis-py client (``RedisCache``: ``redis.Redis``, ``RedisCluster`` or a
+            Sentinel ``master_for`` client; ``AsyncRedisCache``: their asyncio twins), with
+            ``decode_responses=False``.
+        prefix: the key prefix (no braces); every key is ``<prefix>:cache{<namespace>}...``,
+            so it never meets a saver's or a store's key, whatever the two prefixes.
+        serde: the serializer of the values (default: LangGraph's ``JsonPlusSerializer``).
+        compress: store values of 256 bytes or more as one zstd frame when that saves an
+            eighth or more (default); ``False`` stores the serializer's bytes as they are. Both
+            read everything.
+        retries: retries of a call that failed with ``ConnectionError`` (every call is
+            idempotent); ``from_conn_string`` defaults to 3.
+        telemetry: OpenTelemetry spans and metrics of every call (``cache_get``,
+            ``cache_set``, ``cache_clear``), as the saver's: ``True`` (the global providers),
+            ``False``, or a ``redis_saver.Telemetry``.
+    """
+
+    _driver_cls: type
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "lg",
+        serde: SerializerProtocol | None = None,
+        compress: bool = True,
+        retries: int = 0,
+        telemetry: Telemetry | bool = True,
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an int >= 0")
+        if not isinstance(compress, bool):
+            raise TypeError("compress must be a bool")
+        if telemetry is True:
+            telemetry = Telemetry()
+        elif telemetry is not False and not isinstance(telemetry, Telemetry):
+            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
+        self.keys = CacheKeys(prefix)
+        self.compress = compress
+        self.retries = retries
+        check_client(client)
+        self.client = client
+        # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
+        # after NOSCRIPT), given the cache's scripts; its key schema is not used
+        self._driver = self._driver_cls(client, KeySchema(), retries, telemetry or None, False)
+        self._engine = self._driver.engine
+        self._engine.scripts.update(core.scripts(type(client).__module__.startswith("fakeredis")))
+
+    # the plans of the three operations, run by the shells
+    def _get(self, keys: Sequence[FullKey]) -> Io[dict[FullKey, ValueT]]:
+        return core.run(self._engine, "cache_get", core.get(self.keys, self.serde, keys, self._engine.cluster))
+
+    def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> Io[None]:
+        plan = core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster)
+        return core.run(self._engine, "cache_set", plan)
+
+    def _clear(self, namespaces: Sequence[Namespace] | None) -> Io[None]:
+        return core.run(self._engine, "cache_clear", core.clear(self.keys, namespaces))

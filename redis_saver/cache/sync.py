@@ -1,0 +1,80 @@
+"""RedisCache: the synchronous node cache (its ``a*`` methods run the sync code in a worker thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from langgraph.cache.base import FullKey, Namespace, ValueT
+
+from .._clients import make_sync_client
+from .._drivers import SyncDriver
+from ._base import CACHE_OPTIONS, RedisCacheBase
+
+
+class RedisCache(RedisCacheBase[ValueT]):
+    """LangGraph node cache on plain Redis, for a sync client (options: :class:`RedisCacheBase`).
+
+    ``get`` and ``set`` of a batch are one round trip (one command per namespace, pipelined),
+    every entry has its own TTL (Redis key expiry), ``clear`` pages through a per-namespace
+    index (no ``KEYS``), and errors reach the caller.
+
+    Example:
+        >>> with RedisCache.from_conn_string("redis://localhost:6379") as cache:
+        ...     graph = builder.compile(cache=cache)
+    """
+
+    _driver_cls = SyncDriver
+    _driver: SyncDriver
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        if inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
+            raise TypeError("RedisCache needs a sync redis client; use AsyncRedisCache for redis.asyncio")
+        if "auto_pipeline" in options:
+            raise TypeError("auto_pipeline is an AsyncRedisCache option (RedisCache sends each call as it comes)")
+        super().__init__(client, **options)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisCache[Any]]:
+        """A cache that owns its client (``redis://``, ``rediss://``, ``unix://``,
+        ``redis+cluster://`` / ``cluster=True``, ``redis+sentinel://``), closed on exit. Cache
+        options (``prefix``, ``serde``, ``compress``, ``retries``, ``telemetry``) are taken from
+        ``options``, the rest go to the client."""
+        cache_opts = {k: options.pop(k) for k in CACHE_OPTIONS if k in options}
+        cache_opts.setdefault("retries", 3)
+        client = make_sync_client(url, **options)
+        try:
+            yield cls(client, **cache_opts)
+        finally:
+            client.close()
+
+    def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
+        """The cached values of ``keys`` (``(namespace, key)`` pairs); missing or expired keys
+        are left out. One round trip."""
+        return self._driver._run(self._get(keys))
+
+    def set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
+        """Store values with their TTLs in seconds (``None``: no expiry; ``0``: expired at
+        once). One round trip; bad input raises before anything is sent."""
+        self._driver._run(self._set(pairs))
+
+    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        """Delete the entries of ``namespaces``, or every entry under the prefix when ``None``
+        (found with SCAN); a bounded page of entries per script call."""
+        self._driver._run(self._clear(namespaces))
+
+    async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
+        """:meth:`get`, in a worker thread."""
+        return await asyncio.to_thread(self.get, keys)
+
+    async def aset(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
+        """:meth:`set`, in a worker thread."""
+        await asyncio.to_thread(self.set, pairs)
+
+    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        """:meth:`clear`, in a worker thread."""
+        await asyncio.to_thread(self.clear, namespaces)
