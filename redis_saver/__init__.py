@@ -20,11 +20,13 @@ from .errors import (
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
 from .saver import RedisSaver
+from .store import AsyncRedisStore, RedisStore
 
 __all__ = [
     "FORMAT_VERSION",
     "READ_FORMATS",
     "AsyncRedisSaver",
+    "AsyncRedisStore",
     "ConflictError",
     "DamagedThreadError",
     "EvictionPolicyWarning",
@@ -33,6 +35,7 @@ __all__ = [
     "ParentCycleError",
     "RedisSaver",
     "RedisSaverError",
+    "RedisStore",
     "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",
