@@ -8,8 +8,9 @@ ARGV[3] number of reads, then each read, its code first:
   "g" e(ns) e(key): an item; "G" the same, and its expiry restarts (only in the "+rw" variant)
   "s" e(prefix) ns_seq item_seq budget vectors: a page of the items of the namespaces under
       e(prefix), in search order (namespace sequence, then item sequence), after the item
-      (ns_seq, item_seq) ("" "": from the start), examining at most budget entries;
-      vectors "1": with each item's vectors
+      (ns_seq, item_seq) ("" "": from the start), at most budget of them;
+      vectors "1": with each item's vectors (a page stops at budget items, or when it has
+      examined 2048 entries)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
 Returns one reply per read, in order:
   "g" / "G": the item record, or nil
@@ -17,7 +18,8 @@ Returns one reply per read, in order:
        then the cursor ns_seq, item_seq to go on from ("" "": done)
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
 ]]
-local MAX_BUDGET = 1024
+local MAX_BUDGET = 1024  -- items a search page returns at most
+local WORK = 2048  -- entries a search page examines at most
 local COLLECT = 1024  -- namespaces under a prefix sorted in the call; more: walk q in order
 st_check(ARGV[1])
 local base = st_base()
@@ -81,13 +83,14 @@ local function namespaces(eprefix, from, limit)
 end
 
 -- a page of search candidates: {flat items, ns_seq, item_seq} (the cursor: "" "" = done;
--- item_seq "+inf": that namespace is done)
+-- item_seq "+inf": that namespace is done): at most budget items, and at most WORK entries
+-- examined (namespaces looked up, index entries read) whatever their number
 local function search(eprefix, c_ns, c_item, budget, vectors)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
-  local out, spent = {}, 0
+  local out, found, spent = {}, 0, 0
   local from, after = c_ns, c_item
   while true do
-    local list, more, last_seq, examined = namespaces(eprefix, from, math.max(1, budget - spent))
+    local list, more, last_seq, examined = namespaces(eprefix, from, math.max(1, math.min(budget, WORK - spent)))
     spent = spent + examined
     local first = tonumber(from)
     for _, ns in ipairs(list) do
@@ -96,7 +99,7 @@ local function search(eprefix, c_ns, c_item, budget, vectors)
       if ns[1] == first and after ~= '' then lo = '(' .. after end
       if after ~= '+inf' or ns[1] ~= first then
         spent = spent + 1  -- a namespace costs a lookup even when it has nothing left
-        local want = math.max(1, budget - spent)
+        local want = math.max(1, math.min(budget - found, WORK - spent))
         local rows = redis.call('ZRANGE', base .. 'k:' .. ens, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want, 'WITHSCORES')
         local last_item = nil
         for i = 1, #rows, 2 do
@@ -109,17 +112,18 @@ local function search(eprefix, c_ns, c_item, budget, vectors)
             out[#out + 1] = rows[i + 1]
             out[#out + 1] = rec
             out[#out + 1] = vectors and redis.call('HGETALL', base .. 'v:' .. ens .. ekey) or {}
+            found = found + 1
           end
           last_item = rows[i + 1]
         end
         spent = spent + #rows / 2
         if #rows == 2 * want then return {out, seq, last_item} end  -- the page ends inside it
-        if spent >= budget then return {out, seq, '+inf'} end
+        if found >= budget or spent >= WORK then return {out, seq, '+inf'} end
       end
     end
     if not more then return {out, '', ''} end
     from, after = last_seq, '+inf'  -- the next page of q: after the last namespace examined
-    if spent >= budget then return {out, from, after} end
+    if found >= budget or spent >= WORK then return {out, from, after} end
   end
 end
 
