@@ -28,7 +28,7 @@ local n = st_int(ARGV[3], 'read count')
 local reads, pos = {}, 4
 for i = 1, n do
   local code = ARGV[pos]
-  if code == 'G' and REFRESH ~= '1' then st_fail('RS_BADARG', 'G reads need REFRESH') end
+  if code == 'G' and not (REFRESH == '1') then st_fail('RS_BADARG', 'G reads need REFRESH') end
   local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4) or nil
   if width == nil then st_fail('RS_BADARG', 'unknown read ' .. tostring(code)) end
   if pos + width - 1 > #ARGV then st_fail('RS_BADARG', 'read arguments missing') end
