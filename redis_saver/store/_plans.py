@@ -44,7 +44,8 @@ from ..keys import enc
 from . import _semantics as sem
 from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
 
-PAGE = 256  # entries one search page may examine while filtering or scoring (lua MAX_BUDGET caps it)
+PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
+VECTOR_PAGE = 1024  # items of one page of a semantic search without a filter (their vectors)
 LIST_PAGE = 256  # namespaces one list_namespaces page examines
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -241,6 +242,24 @@ class _Merge:
                 self.finished = True
 
 
+class _Found:
+    """A search candidate; its value is decoded when a filter or the result needs it."""
+
+    __slots__ = ("ns", "key", "rec", "vectors", "_item")
+
+    def __init__(self, ns: tuple[str, ...], key: str, rec: bytes, vectors: list[list[float]]) -> None:
+        self.ns, self.key, self.rec, self.vectors = ns, key, rec, vectors
+        self._item: Item | None = None
+
+    def item(self, cfg: Config) -> Item:
+        if self._item is None:
+            self._item = _item(cfg, self.ns, self.key, self.rec)[0]
+        return self._item
+
+    def ttl(self) -> int:
+        return int(self.rec.split(b" ", 3)[2])
+
+
 class _Search:
     def __init__(self, cfg: Config, op: SearchOp, query_vector: list[float] | None) -> None:
         self.cfg, self.op, self.qv = cfg, op, query_vector
@@ -248,9 +267,10 @@ class _Search:
         self.eprefix = enc_ns(op.namespace_prefix)
         bounded = not op.filter and not self.scored and min(op.offset, op.limit) >= 0
         self.want = op.offset + op.limit if bounded else None
-        self.budget = max(1, min(self.want or PAGE, PAGE))
+        # pages: the items wanted, else PAGE (values to filter), or VECTOR_PAGE (vectors to score)
+        self.budget = max(1, min(self.want or PAGE, PAGE)) if not self.scored or op.filter else VECTOR_PAGE
         self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
-        self.found: list[tuple[Item, list[list[float]], int]] = []  # item, vectors, ttl ms
+        self.found: list[_Found] = []
         if self.want == 0:
             self.merge.finished = True
 
@@ -273,11 +293,11 @@ class _Search:
 
     def _take(self, entry: tuple[bytes, bytes, bytes, list[bytes]]) -> bool:
         ens, ekey, rec, vec = entry
-        item, ttl = _item(self.cfg, dec_ns(ens), dec_ns(ekey)[0], rec)
-        if not sem.matches(item.value, self.op.filter):
-            return True
         vectors = [unpack_vector(vec[i]) for i in range(1, len(vec), 2)] if self.scored else []
-        self.found.append((item, vectors, ttl))
+        found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, vectors)
+        if self.op.filter and not sem.matches(found.item(self.cfg).value, self.op.filter):
+            return True
+        self.found.append(found)
         return self.want is None or len(self.found) < self.want
 
     def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
@@ -285,47 +305,47 @@ class _Search:
         op = self.op
         if not self.found:
             return [], []
-        ttls = {(it.namespace, it.key): ttl for it, _, ttl in self.found}
-        kept: list[tuple[float | None, Item]]
+        kept: list[tuple[float | None, _Found]]
         if self.qv is not None:
             flat_items, flat_vectors, scoreless = [], [], []
-            for item, vectors, _ in self.found:
-                for v in vectors:
-                    flat_items.append(item)
+            for f in self.found:
+                for v in f.vectors:
+                    flat_items.append(f)
                     flat_vectors.append(v)
-                if not vectors:
-                    scoreless.append(item)
+                if not f.vectors:
+                    scoreless.append(f)
             scores = sem.cosine(self.qv, flat_vectors)
             ranked = sorted(zip(scores, flat_items, strict=True), key=lambda x: x[0], reverse=True)
-            seen: set[tuple[tuple[str, ...], str]] = set()
+            seen: set[int] = set()
             kept = []
-            for score, item in ranked:  # max pooling over an item's vectors
-                k = (item.namespace, item.key)
-                if k in seen:
+            for score, f in ranked:  # max pooling over an item's vectors
+                if id(f) in seen:
                     continue
                 ix = len(seen)
-                seen.add(k)
+                seen.add(id(f))
                 if ix >= op.offset + op.limit:
                     break
                 if ix < op.offset:
                     continue
-                kept.append((score, item))
+                kept.append((score, f))
             if scoreless and len(kept) < op.limit:
-                kept.extend((None, item) for item in scoreless[: op.limit - len(kept)])
+                kept.extend((None, f) for f in scoreless[: op.limit - len(kept)])
         else:
-            kept = [(None, item) for item, _, _ in self.found[op.offset : op.offset + op.limit]]
-        out = [
-            SearchItem(
-                namespace=it.namespace,
-                key=it.key,
-                value=it.value,
-                created_at=it.created_at,
-                updated_at=it.updated_at,
-                score=float(score) if score is not None else None,
+            kept = [(None, f) for f in self.found[op.offset : op.offset + op.limit]]
+        out = []
+        for score, f in kept:
+            it = f.item(self.cfg)
+            out.append(
+                SearchItem(
+                    namespace=it.namespace,
+                    key=it.key,
+                    value=it.value,
+                    created_at=it.created_at,
+                    updated_at=it.updated_at,
+                    score=float(score) if score is not None else None,
+                )
             )
-            for score, it in kept
-        ]
-        return out, [(it.namespace, it.key, ttls[(it.namespace, it.key)]) for _, it in kept]
+        return out, [(f.ns, f.key, f.ttl()) for _, f in kept]
 
 
 class _List:

@@ -8,6 +8,7 @@ break the store, and ``tests/store/test_differential.py`` checks that results ag
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import mul
 from typing import Any
 
 from langgraph.store.base import MatchCondition, get_text_at_path, tokenize_path
@@ -109,10 +110,11 @@ def texts_to_embed(value: dict[str, Any], paths: Sequence[tuple[str, Any]]) -> l
 
 def cosine(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[float]:
     """Cosine similarity of ``query`` with each vector (0.0 for a zero vector), in plain Python."""
-    norm1 = sum(a * a for a in query) ** 0.5
+    # the same sums, in the same order, as InMemoryStore's pure-Python path (map is faster)
+    norm1 = sum(map(mul, query, query)) ** 0.5
     out: list[float] = []
     for y in vectors:
-        dot = sum(a * b for a, b in zip(query, y, strict=False))
-        norm2 = sum(a * a for a in y) ** 0.5
+        dot = sum(map(mul, query, y))
+        norm2 = sum(map(mul, y, y)) ** 0.5
         out.append(dot / (norm1 * norm2) if norm1 > 0 and norm2 > 0 else 0.0)
     return out
