@@ -333,7 +333,7 @@ class _Search:
         else:
             kept = [(None, f) for f in self.found[op.offset : op.offset + op.limit]]
         out = []
-        for score, f in kept:
+        for sc, f in kept:
             it = f.item(self.cfg)
             out.append(
                 SearchItem(
@@ -342,7 +342,7 @@ class _Search:
                     value=it.value,
                     created_at=it.created_at,
                     updated_at=it.updated_at,
-                    score=float(score) if score is not None else None,
+                    score=float(sc) if sc is not None else None,
                 )
             )
         return out, [(f.ns, f.key, f.ttl()) for _, f in kept]
