@@ -45,6 +45,7 @@ from . import _semantics as sem
 from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
 
 PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
+CALL_OPS = 256  # ops of one shard per script call (a larger batch: more calls, in the same round trip)
 VECTOR_PAGE = 1024  # items of one page of a semantic search without a filter (their vectors)
 LIST_PAGE = 256  # namespaces one list_namespaces page examines
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -265,10 +266,15 @@ class _Search:
         self.cfg, self.op, self.qv = cfg, op, query_vector
         self.scored = query_vector is not None
         self.eprefix = enc_ns(op.namespace_prefix)
-        bounded = not op.filter and not self.scored and min(op.offset, op.limit) >= 0
+        # a search stops at offset + limit matches (InMemoryStore filters every item under the
+        # prefix first: a comparison that raises on a later item raises there, not here)
+        bounded = not self.scored and min(op.offset, op.limit) >= 0
         self.want = op.offset + op.limit if bounded else None
-        # pages: the items wanted, else PAGE (values to filter), or VECTOR_PAGE (vectors to score)
-        self.budget = max(1, min(self.want or PAGE, PAGE)) if not self.scored or op.filter else VECTOR_PAGE
+        # pages: the items wanted, or PAGE (values to filter), or VECTOR_PAGE (vectors to score)
+        if self.scored and not op.filter:
+            self.budget = VECTOR_PAGE
+        else:
+            self.budget = max(1, min(self.want or PAGE, PAGE) if not op.filter else PAGE)
         self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
         self.found: list[_Found] = []
         if self.want == 0:
@@ -402,13 +408,6 @@ def _base_sequence(cfg: Config, n: int) -> bytes:
     return str(now).encode()
 
 
-def _writes(cfg: Config, base: bytes, per_shard: dict[int, list[bytes]], counts: dict[int, int]) -> list[Call]:
-    return [
-        Call("store_write", [cfg.keys.index(s)], [STORE_FORMAT, base, str(counts[s]).encode(), *w])
-        for s, w in per_shard.items()
-    ]
-
-
 def batch_plan(
     cfg: Config, prep: Prepared, doc_vectors: list[list[float]], query_vectors: dict[str, list[float]]
 ) -> Plan[list[Result]]:
@@ -430,15 +429,12 @@ def batch_plan(
             for ordinal, path in places:
                 vectors.setdefault(ordinal, []).extend([path.encode(), packed])
 
-    writes: dict[int, list[bytes]] = {}
-    counts: dict[int, int] = {}
+    writes: dict[int, list[list[bytes]]] = {}  # shard -> each write's arguments
     for (ns, _), (ordinal, _, args) in prep.puts.items():
-        s = keys.shard(ns)
         if args[0] == b"p":
             vec = vectors.get(ordinal, [])
             args = [*args[:3], str(ordinal).encode(), *args[4:], str(len(vec) // 2).encode(), *vec]
-        writes.setdefault(s, []).extend(args)
-        counts[s] = counts.get(s, 0) + 1
+        writes.setdefault(keys.shard(ns), []).append(args)
 
     # reads: gets once, searches and listings until each is done
     gets: list[tuple[int, int, GetOp]] = []  # op index, shard, op
@@ -451,22 +447,29 @@ def batch_plan(
             tasks[i] = _Search(cfg, op, qv)
         elif isinstance(op, ListNamespacesOp):
             tasks[i] = _List(cfg, op)
-    refreshes: dict[int, list[bytes]] = {}  # shard -> "r" writes (reads that restart an expiry)
+    refreshes: dict[int, list[list[bytes]]] = {}  # shard -> "r" writes (reads that restart an expiry)
 
     def add_refresh(ns: tuple[str, ...], key: str) -> None:
-        refreshes.setdefault(keys.shard(ns), []).extend([b"r", enc_ns(ns), enc(key)])
+        refreshes.setdefault(keys.shard(ns), []).append([b"r", enc_ns(ns), enc(key)])
+
+    def write_calls(per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
+        base = _base_sequence(cfg, len(prep.puts))
+        calls = []
+        for s, ws in per_shard.items():
+            for j in range(0, len(ws), CALL_OPS):
+                chunk = ws[j : j + CALL_OPS]
+                wargs: list[bytes | str | int] = [STORE_FORMAT, base, str(len(chunk)).encode()]
+                wargs += [a for w in chunk for a in w]
+                calls.append(Call("store_write", [keys.index(s)], wargs))
+        return calls
 
     first = True
     while True:
-        reads: dict[int, list[bytes]] = {}
-        handlers: dict[int, list[Callable[[Any], None]]] = {}
-        rw: set[int] = set()
+        # shard -> each read's (arguments, reply handler)
+        reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]] = {}
         if first:
             for i, s, op in gets:
                 code = b"G" if op.refresh_ttl and cfg.refresh_in_read else b"g"
-                if code == b"G":
-                    rw.add(s)
-                reads.setdefault(s, []).extend([code, enc_ns(op.namespace), enc(op.key)])
 
                 def on_get(rec: Any, i: int = i, op: GetOp = op) -> None:
                     if rec is None:
@@ -476,41 +479,39 @@ def batch_plan(
                     if ttl and op.refresh_ttl and not cfg.refresh_in_read:
                         add_refresh(op.namespace, op.key)
 
-                handlers.setdefault(s, []).append(on_get)
+                reads.setdefault(s, []).append(([code, enc_ns(op.namespace), enc(op.key)], on_get))
         for task in tasks.values():
             for s, args in task.requests():
-                reads.setdefault(s, []).extend(args)
-                handlers.setdefault(s, []).append(functools.partial(task.feed, s))
-        calls = [
-            Call(
-                "store_read+rw" if s in rw else "store_read",
-                [keys.index(s)],
-                [STORE_FORMAT, b"1" if s in rw else b"0", str(len(handlers[s])).encode(), *args],
-            )
-            for s, args in reads.items()
-        ]
+                reads.setdefault(s, []).append((args, functools.partial(task.feed, s)))
+        calls: list[Call] = []
+        handlers: list[list[Callable[[Any], None]]] = []
+        for s, rs in reads.items():
+            for j in range(0, len(rs), CALL_OPS):
+                chunk = rs[j : j + CALL_OPS]
+                rw = any(r[0] == b"G" for r, _ in chunk)
+                rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
+                rargs += [a for r, _ in chunk for a in r]
+                calls.append(Call("store_read+rw" if rw else "store_read", [keys.index(s)], rargs))
+                handlers.append([h for _, h in chunk])
         # writes ride with the first reads when no read needs a second page (they see the
         # store before the batch either way: per shard, the reads run first)
-        with_writes = first and not tasks and writes
+        with_writes = first and not tasks and bool(writes)
         if with_writes:
-            base = _base_sequence(cfg, len(prep.puts))
-            calls += _writes(cfg, base, writes, counts)
+            calls += write_calls(writes)
+            writes = {}
         first = False
         if not calls:
             break
         replies = yield (calls[0] if len(calls) == 1 else calls)
         if len(calls) == 1:
             replies = [replies]
-        for s, reply in zip(reads, replies, strict=False):
-            hs = handlers[s]
+        for hs, reply in zip(handlers, replies, strict=False):
             if not isinstance(reply, list) or len(reply) != len(hs):
                 raise MalformedReplyError(f"store_read replied {reply!r:.80}")
             for h, r in zip(hs, reply, strict=True):
                 h(r)
-        if with_writes:
-            writes = {}
-            if not refreshes:
-                break
+        if with_writes and not refreshes:
+            break
     for i, task in tasks.items():
         if isinstance(task, _Search):
             found, returned = task.result()
@@ -522,16 +523,9 @@ def batch_plan(
         else:
             results[i] = task.result()
     # the writes (after reads that took pages), and the expiries reads restart
-    final: dict[int, list[bytes]] = {}
-    fcounts: dict[int, int] = {}
-    for s, w in writes.items():
-        final.setdefault(s, []).extend(w)
-        fcounts[s] = fcounts.get(s, 0) + counts[s]
     for s, r in refreshes.items():
-        final.setdefault(s, []).extend(r)
-        fcounts[s] = fcounts.get(s, 0) + len(r) // 3
-    if final:
-        base = _base_sequence(cfg, len(prep.puts))
-        calls = _writes(cfg, base, final, fcounts)
+        writes.setdefault(s, []).extend(r)
+    if writes:
+        calls = write_calls(writes)
         yield (calls[0] if len(calls) == 1 else calls)
     return results
