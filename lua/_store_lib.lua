@@ -7,10 +7,10 @@
 -- tag, so the same slot):
 --   n   ZSET (lex, score 0)  e(ns) of each namespace that has items (list_namespaces, prefixes)
 --   q   ZSET                 e(ns) -> the namespace's sequence number (search order)
---   x   ZSET                 e(ns) -> the latest expiry of its items (ms; inf = none)
+--   x   ZSET                 e(ns) -> the latest expiry of its items (ms), if they all expire
 --   m   HASH                 seq -> the shard's last sequence number
 --   k:<e(ns)>  ZSET          e(key) -> the item's sequence number (search order in the namespace)
---   e:<e(ns)>  ZSET          e(key) -> the item's expiry (ms; inf = none)
+--   e:<e(ns)>  ZSET          e(key) -> the item's expiry (ms), for the items that expire
 --   i:<e(ns)><e(key)>  STRING  the item: "<created us> <updated us> <ttl ms> <type>\n<bytes>"
 --   v:<e(ns)><e(key)>  HASH    index path -> float32 vector (the item's expiry)
 -- e(ns) is the concatenation of e(label) per label (keys.enc): self-delimiting, and ordered
@@ -45,16 +45,19 @@ local function st_int(s, what)
   return n
 end
 
--- x[ns] := the latest expiry of the namespace's items; a namespace left without items leaves
--- the shard's indexes
+-- x[ns] := the latest expiry of the namespace's items, or no entry when one of them has none
+-- (e: holds only the items that expire); a namespace left without items leaves the shard's indexes
 local function st_ns_expiry(base, ens)
-  local top = redis.call('ZRANGE', base .. 'e:' .. ens, 0, 0, 'REV', 'WITHSCORES')
-  if top[1] == nil then
+  local n = redis.call('ZCARD', base .. 'k:' .. ens)
+  if n == 0 then
     redis.call('DEL', base .. 'k:' .. ens, base .. 'e:' .. ens)
     redis.call('ZREM', base .. 'n', ens)
     redis.call('ZREM', base .. 'q', ens)
     redis.call('ZREM', base .. 'x', ens)
+  elseif redis.call('ZCARD', base .. 'e:' .. ens) < n then
+    redis.call('ZREM', base .. 'x', ens)
   else
+    local top = redis.call('ZRANGE', base .. 'e:' .. ens, 0, 0, 'REV', 'WITHSCORES')
     redis.call('ZADD', base .. 'x', top[2], ens)
   end
 end

@@ -134,8 +134,8 @@ local function list(min, max, budget)
   if #names > 0 then
     local exp = redis.call('ZMSCORE', base .. 'x', unpack(names))
     for i, ens in ipairs(names) do
-      local e = tonumber(exp[i])
-      if e and e > now_ms then out[#out + 1] = ens end
+      local e = exp[i] and tonumber(exp[i])
+      if not e or e > now_ms then out[#out + 1] = ens end  -- no entry: an item never expires
     end
   end
   return {out, #names == budget and names[#names] or ''}

@@ -72,7 +72,11 @@ for i = 1, n do
       end
       redis.call('ZADD', kk, next_seq(ordinal), ekey)
     end
-    redis.call('ZADD', base .. 'e:' .. ens, ttl > 0 and string.format('%.0f', now_ms + ttl) or 'inf', ekey)
+    if ttl > 0 then
+      redis.call('ZADD', base .. 'e:' .. ens, string.format('%.0f', now_ms + ttl), ekey)
+    else
+      redis.call('ZREM', base .. 'e:' .. ens, ekey)
+    end
     local nvec = tonumber(ARGV[p + 7])
     if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8, p + 7 + 2 * nvec)) end
     if ttl > 0 then redis.call('PEXPIRE', vk, ttl) else redis.call('PERSIST', vk) end

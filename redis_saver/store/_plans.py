@@ -47,7 +47,7 @@ from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
 PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
 CALL_OPS = 256  # ops of one shard per script call (a larger batch: more calls, in the same round trip)
 VECTOR_PAGE = 1024  # items of one page of a semantic search without a filter (their vectors)
-LIST_PAGE = 256  # namespaces one list_namespaces page examines
+LIST_PAGE = 1024  # namespaces one list_namespaces page examines (lua MAX_BUDGET caps it)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
