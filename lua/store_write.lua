@@ -9,6 +9,8 @@ ARGV[3] number of writes, then each write, its code first:
   "p" e(ns) e(key) ordinal ttl_ms type bytes nvec path vector ...: put the item (ttl_ms "0" =
       no expiry; it keeps its created_at and its place in search order; the nvec (path,
       float32 vector) pairs replace those paths' vectors, the others stay)
+  "P" e(ns) e(key) ordinal ttl_ms type bytes created_us updated_us nvec path vector ...: the
+      same with the item's created_at and updated_at (microseconds; an import)
   "d" e(ns) e(key): delete the item
   "r" e(ns) e(key): restart the item's expiry (a search returned it), if it has one
 Every write is checked before the first is applied.
@@ -21,15 +23,21 @@ local n = st_int(ARGV[3], 'write count')
 local writes, pos = {}, 4
 for i = 1, n do
   local code = ARGV[pos]
-  if code == 'p' then
-    if pos + 7 > #ARGV then st_fail('RS_BADARG', 'put arguments missing') end
+  if code == 'p' or code == 'P' then
+    local off = code == 'P' and 2 or 0
+    if pos + 7 + off > #ARGV then st_fail('RS_BADARG', 'put arguments missing') end
     st_int(ARGV[pos + 3], 'ordinal')
     st_int(ARGV[pos + 4], 'ttl')
     if string.find(ARGV[pos + 5], '[ \n]') then st_fail('RS_BADARG', 'bad value type') end
-    local nvec = st_int(ARGV[pos + 7], 'vector count')
-    if pos + 7 + 2 * nvec > #ARGV then st_fail('RS_BADARG', 'vectors missing') end
+    if off > 0 then
+      for j = 7, 8 do
+        if not string.match(ARGV[pos + j], '^%d+$') then st_fail('RS_BADARG', 'bad timestamp') end
+      end
+    end
+    local nvec = st_int(ARGV[pos + 7 + off], 'vector count')
+    if pos + 7 + off + 2 * nvec > #ARGV then st_fail('RS_BADARG', 'vectors missing') end
     writes[i] = pos
-    pos = pos + 8 + 2 * nvec
+    pos = pos + 8 + off + 2 * nvec
   elseif code == 'd' or code == 'r' then
     if pos + 2 > #ARGV then st_fail('RS_BADARG', 'write arguments missing') end
     writes[i] = pos
@@ -54,11 +62,14 @@ for i = 1, n do
   local p = writes[i]
   local code, ens, ekey = ARGV[p], ARGV[p + 1], ARGV[p + 2]
   local ik, vk = base .. 'i:' .. ens .. ekey, base .. 'v:' .. ens .. ekey
-  if code == 'p' then
+  if code == 'p' or code == 'P' then
     local ordinal, ttl = tonumber(ARGV[p + 3]), tonumber(ARGV[p + 4])
+    local off = code == 'P' and 2 or 0
     local old = redis.call('GET', ik)
     local created = old and string.match(old, '^(%d+) ') or now_us
-    local rec = created .. ' ' .. now_us .. ' ' .. ARGV[p + 4] .. ' ' .. ARGV[p + 5] .. '\n' .. ARGV[p + 6]
+    local updated = now_us
+    if off > 0 then created, updated = ARGV[p + 7], ARGV[p + 8] end
+    local rec = created .. ' ' .. updated .. ' ' .. ARGV[p + 4] .. ' ' .. ARGV[p + 5] .. '\n' .. ARGV[p + 6]
     if ttl > 0 then
       redis.call('SET', ik, rec, 'PX', ttl)
     else
@@ -77,8 +88,8 @@ for i = 1, n do
     else
       redis.call('ZREM', base .. 'e:' .. ens, ekey)
     end
-    local nvec = tonumber(ARGV[p + 7])
-    if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8, p + 7 + 2 * nvec)) end
+    local nvec = tonumber(ARGV[p + 7 + off])
+    if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8 + off, p + 7 + off + 2 * nvec)) end
     if ttl > 0 then redis.call('PEXPIRE', vk, ttl) else redis.call('PERSIST', vk) end
     touched[ens] = true
   elseif code == 'd' then

@@ -6,7 +6,8 @@ scoring), ``_plans.py`` (a batch as a pure plan of script calls), ``_base.py`` (
 """
 
 from ._keys import StoreKeys
+from ._transfer import StoredItem
 from .aio import AsyncRedisStore
 from .sync import RedisStore
 
-__all__ = ["AsyncRedisStore", "RedisStore", "StoreKeys"]
+__all__ = ["AsyncRedisStore", "RedisStore", "StoreKeys", "StoredItem"]

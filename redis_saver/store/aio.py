@@ -13,6 +13,7 @@ from .._clients import make_async_client
 from .._drivers import AsyncDriver
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
+from ._transfer import StoredItem, export_plan, import_plan
 
 T = TypeVar("T")
 
@@ -72,6 +73,17 @@ class AsyncRedisStore(RedisStoreBase):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._sync(self.abatch(list(ops)))
+
+    async def aexport_items(self, namespace_prefix: tuple[str, ...] = ()) -> AsyncIterator[StoredItem]:
+        """Async :meth:`RedisStore.export_items`."""
+        self._bind()
+        async for item in self._driver.iterate(export_plan(self._cfg, tuple(namespace_prefix)), "store.export"):
+            yield item
+
+    async def aimport_items(self, items: Iterable[StoredItem]) -> int:
+        """Async :meth:`RedisStore.import_items`."""
+        self._bind()
+        return await self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         try:

@@ -13,6 +13,7 @@ from .._clients import make_sync_client
 from .._drivers import SyncDriver
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
+from ._transfer import StoredItem, export_plan, import_plan
 
 
 class RedisStore(RedisStoreBase):
@@ -62,3 +63,13 @@ class RedisStore(RedisStoreBase):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
+
+    def export_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
+        """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
+        shard by shard, a page per call; for ``import_items`` (and the CLI's export)."""
+        return self._driver.iterate(export_plan(self._cfg, tuple(namespace_prefix)), "store.export")
+
+    def import_items(self, items: Iterable[StoredItem]) -> int:
+        """Write items as ``export_items`` gave them (replacing items already there), in one
+        round trip per call of this method; returns how many."""
+        return self._driver.run(import_plan(self._cfg, list(items)), "store.import")
