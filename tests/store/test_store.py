@@ -269,3 +269,29 @@ def test_telemetry_spans(redis_url, prefix):
     ]
     assert all("redis_saver.thread_id" not in s.attributes for s in spans.get_finished_spans())
     client.close()
+
+
+def test_evalsha_path_after_script_flush(redis_url, prefix):
+    """functions=False: EVALSHA, and EVAL of the body after NOSCRIPT (SCRIPT FLUSH)."""
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    store = RedisStore(client, prefix=prefix, functions=False)
+    store.put(("n",), "k", {"v": 1})
+    client.script_flush()
+    ops = count_round_trips(store)
+    assert store.get(("n",), "k").value == {"v": 1}
+    store.put(("n",), "j", {"v": 2})
+    assert [op.name for op in ops] == ["evalsha", "eval", "evalsha", "eval"]  # each script reloaded once
+    ops.clear()
+    store.put(("n",), "j", {"v": 3})
+    assert [op.name for op in ops] == ["evalsha"] and store.get(("n",), "j").value == {"v": 3}
+    client.close()
+
+
+@pytest.mark.sentinel
+def test_sentinel_url(sentinel, prefix):
+    hosts = ",".join(f"{h}:{p}" for h, p in sentinel.sentinels)
+    with RedisStore.from_conn_string(f"redis+sentinel://{hosts}/{sentinel.master_name}", prefix=prefix) as s:
+        assert isinstance(s.client.connection_pool, redis.sentinel.SentinelConnectionPool)
+        s.put(("n",), "k", {"v": 1})
+        assert s.get(("n",), "k").value == {"v": 1} and s.list_namespaces() == [("n",)]
+        s.delete(("n",), "k")
