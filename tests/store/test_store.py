@@ -295,3 +295,30 @@ def test_sentinel_url(sentinel, prefix):
         s.put(("n",), "k", {"v": 1})
         assert s.get(("n",), "k").value == {"v": 1} and s.list_namespaces() == [("n",)]
         s.delete(("n",), "k")
+
+
+@pytest.mark.cluster
+def test_cluster_fanout_goes_per_node_and_follows_redirects(cluster_client, cprefix, monkeypatch):
+    """A fan-out over 16 shards is one plain pipeline per primary (no COMMAND GETKEYS); a
+    command sent to the wrong node (a stale slot map) is answered MOVED and goes again through
+    redis-py's cluster pipeline."""
+    store = RedisStore(cluster_client, prefix=cprefix)
+    store.batch([PutOp((f"n{i}",), "k", {"i": i}) for i in range(40)])
+    real = cluster_client.get_node_from_key
+    nodes = {n.name: n for n in cluster_client.get_primaries()}
+    wrong = {store.keys.index(s) for s in range(0, 16, 3)}
+
+    def stale(key, *args, **kwargs):
+        node = real(key, *args, **kwargs)
+        if key in wrong:  # another primary than the one that serves the key
+            return next(n for name, n in nodes.items() if name != node.name)
+        return node
+
+    monkeypatch.setattr(cluster_client, "get_node_from_key", stale)
+    stats = [n.redis_connection.info("commandstats") for n in nodes.values()]
+    assert [i.value["i"] for i in store.search((), limit=100)] == list(range(40))
+    assert store.list_namespaces(limit=100) == sorted((f"n{i}",) for i in range(40))
+    after = [n.redis_connection.info("commandstats") for n in nodes.values()]
+    getkeys = [a.get("cmdstat_command|getkeys", {}).get("calls", 0) - b.get("cmdstat_command|getkeys", {}).get(
+        "calls", 0) for a, b in zip(after, stats, strict=True)]
+    assert 0 < sum(getkeys) <= 4 * len(wrong)  # only the redirected commands went through redis-py's cluster pipeline
