@@ -30,6 +30,7 @@ STORE_OPTIONS = (
     "retries",
     "telemetry",
     "functions",
+    "auto_pipeline",
 )
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
@@ -76,6 +77,8 @@ class RedisStoreBase(BaseStore):
             ``updated_at``).
         telemetry: spans and metrics as the saver's (``True``, ``False`` or a ``Telemetry``).
         functions: run the scripts as the Redis function library (FCALL; EVALSHA where refused).
+        auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
+            connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
     """
 
     supports_ttl: bool = True
@@ -95,6 +98,7 @@ class RedisStoreBase(BaseStore):
         retries: int = 0,
         telemetry: Telemetry | bool = True,
         functions: bool = True,
+        auto_pipeline: bool | None = None,
     ) -> None:
         check_client(client)
         self.client = client
@@ -136,7 +140,12 @@ class RedisStoreBase(BaseStore):
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
         self._driver = self._driver_cls(client, KeySchema(), retries, telemetry or None, functions)
+        self._set_auto_pipeline(auto_pipeline)
         self._bound()
+
+    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
+        if auto_pipeline is not None:
+            raise TypeError("auto_pipeline is an AsyncRedisStore option (RedisStore sends each call as it comes)")
 
     def _bound(self) -> None:
         """Called at the end of ``__init__`` (AsyncRedisStore binds to a running loop)."""

@@ -30,6 +30,16 @@ class AsyncRedisStore(RedisStoreBase):
     _driver: AsyncDriver
     loop: asyncio.AbstractEventLoop | None
 
+    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
+        from .. import aio
+
+        if auto_pipeline is None:
+            auto_pipeline = aio.AUTO_PIPELINE
+        if not isinstance(auto_pipeline, bool):
+            raise TypeError("auto_pipeline must be True or False")
+        self.auto_pipeline = auto_pipeline
+        self._driver.set_auto_pipeline(auto_pipeline)
+
     def _bound(self) -> None:
         try:
             self.loop = asyncio.get_running_loop()

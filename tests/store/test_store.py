@@ -322,3 +322,25 @@ def test_cluster_fanout_goes_per_node_and_follows_redirects(cluster_client, cpre
     getkeys = [a.get("cmdstat_command|getkeys", {}).get("calls", 0) - b.get("cmdstat_command|getkeys", {}).get(
         "calls", 0) for a, b in zip(after, stats, strict=True)]
     assert 0 < sum(getkeys) <= 4 * len(wrong)  # only the redirected commands went through redis-py's cluster pipeline
+
+
+@pytest.mark.parametrize("auto_pipeline", [True, False], ids=["autopipe", "pooled"])
+async def test_async_concurrent_calls(redis_url, prefix, auto_pipeline):
+    """64 tasks at once: each gets its own answer (AsyncRedisStore's calls share lanes when on)."""
+    client = aredis.Redis.from_url(redis_url, socket_timeout=5.0)
+    store = AsyncRedisStore(client, prefix=prefix, auto_pipeline=auto_pipeline)
+    assert (store._driver.router is not None) == auto_pipeline
+
+    async def one(i: int) -> tuple[int, Any, list]:
+        ns = ("u", f"n{i % 8}")
+        await store.aput(ns, f"k{i}", {"i": i})
+        got = await store.aget(ns, f"k{i}")
+        found = await store.asearch(ns, filter={"i": i})
+        return i, got.value, [x.value for x in found]
+
+    results = await asyncio.gather(*[one(i) for i in range(64)])
+    assert all(v == {"i": i} and f == [{"i": i}] for i, v, f in results)
+    assert len(await store.alist_namespaces()) == 8
+    with pytest.raises(TypeError):
+        RedisStore(redis.Redis(), auto_pipeline=True)
+    await client.aclose()
