@@ -60,7 +60,7 @@ local function namespaces(eprefix, from, limit)
       if #names == 0 then return {}, false, nil, 0 end
       local seqs = redis.call('ZMSCORE', base .. 'q', unpack(names))
       local out = {}
-      local min = tonumber(lo)
+      local min = from == '' and -math.huge or tonumber(from)
       for i, ens in ipairs(names) do
         local s = tonumber(seqs[i])
         if s and s >= min then out[#out + 1] = {s, ens, seqs[i]} end
