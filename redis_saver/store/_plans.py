@@ -17,6 +17,7 @@ as they were stored (exactly InMemoryStore's comparisons); so does semantic scor
 from __future__ import annotations
 
 import functools
+import heapq
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -276,7 +277,15 @@ class _Search:
         else:
             self.budget = max(1, min(self.want or PAGE, PAGE) if not op.filter else PAGE)
         self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
-        self.found: list[_Found] = []
+        self.found: list[_Found] = []  # unscored: the matches in order
+        # scored: the best offset + limit items so far, as a heap of (score, -flat position) (its
+        # root the worst), and the first `limit` items without vectors: a query
+        # keeps that much whatever the number of candidates
+        self.top: list[tuple[float, int]] = []  # (score, -flat position)
+        self.top_items: dict[int, _Found] = {}  # -flat position -> item
+        self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        self.flat = 0
+        self.scoreless: list[_Found] = []
         if self.want == 0:
             self.merge.finished = True
 
@@ -303,40 +312,50 @@ class _Search:
         found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, vectors)
         if self.op.filter and not sem.matches(found.item(self.cfg).value, self.op.filter):
             return True
-        self.found.append(found)
-        return self.want is None or len(self.found) < self.want
+        if self.qv is None:
+            self.found.append(found)
+            return self.want is None or len(self.found) < self.want
+        if not vectors:
+            if self.keep is None or len(self.scoreless) < self.op.limit:
+                self.scoreless.append(found)
+            return True
+        # InMemoryStore sorts every vector by score (stably) and keeps each item's first: its
+        # best score; ties go by position, and one item's vectors are contiguous in its order
+        best = max(sem.cosine(self.qv, vectors))
+        rank = (best, -self.flat)
+        self.flat += len(vectors)
+        found.vectors = []  # scored: not kept
+        if self.keep is None or len(self.top) < self.keep:
+            heapq.heappush(self.top, rank)
+        elif self.keep and rank > self.top[0]:
+            del self.top_items[heapq.heapreplace(self.top, rank)[1]]
+        else:
+            return True
+        self.top_items[rank[1]] = found
+        return True
 
     def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
         """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""
         op = self.op
-        if not self.found:
-            return [], []
         kept: list[tuple[float | None, _Found]]
         if self.qv is not None:
-            flat_items, flat_vectors, scoreless = [], [], []
-            for f in self.found:
-                for v in f.vectors:
-                    flat_items.append(f)
-                    flat_vectors.append(v)
-                if not f.vectors:
-                    scoreless.append(f)
-            scores = sem.cosine(self.qv, flat_vectors)
-            ranked = sorted(zip(scores, flat_items, strict=True), key=lambda x: x[0], reverse=True)
-            seen: set[int] = set()
+            if not self.top and not self.scoreless:
+                return [], []
+            ranked = sorted(self.top, key=lambda e: (-e[0], -e[1]))
             kept = []
-            for score, f in ranked:  # max pooling over an item's vectors
-                if id(f) in seen:
-                    continue
-                ix = len(seen)
-                seen.add(id(f))
+            for ix, (score, pos) in enumerate(ranked):  # InMemoryStore's loop over unique items
+                f = self.top_items[pos]
                 if ix >= op.offset + op.limit:
                     break
                 if ix < op.offset:
                     continue
                 kept.append((score, f))
+            scoreless = self.scoreless
             if scoreless and len(kept) < op.limit:
                 kept.extend((None, f) for f in scoreless[: op.limit - len(kept)])
         else:
+            if not self.found:
+                return [], []
             kept = [(None, f) for f in self.found[op.offset : op.offset + op.limit]]
         out = []
         for sc, f in kept:

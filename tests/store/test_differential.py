@@ -252,3 +252,20 @@ async def test_async_cluster(acluster_client, cprefix):
         drop_empty(ref)
         got = [normalize(r) for r in await store.abatch(batch)]
         assert got == want, f"batch {i}: {batch}"
+
+
+def coarse(texts: list[str]) -> list[list[float]]:
+    """Two dimensions: most scores tie, so ranking rests on InMemoryStore's tie order."""
+    return [[float(t.count("a") > 1), float(t.count("e") > 0)] for t in texts]
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed):
+    """Scores that tie, and items with two vectors (``text`` and ``nested.y``: max pooling)."""
+    index = {"dims": 2, "embed": coarse, "fields": ["text", "nested.y"]}
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    store = RedisStore(client, prefix=prefix, index=index)
+    ref = InMemoryStore(index=index)
+    ref._data = _Namespaces()
+    assert check(sequence(seed, N, True), ref, store.batch) == 0
+    client.close()
