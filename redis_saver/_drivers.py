@@ -33,9 +33,9 @@ _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
 # node of its first key (from redis-py's slot map): redis-py's ClusterPipeline asks a server
 # for the keys of every FCALL (COMMAND GETKEYS, twice a call: a search over 16 store shards took
 # 32 of them, 12.7 ms) and refuses EVALSHA. A command a node answers with a redirect (MOVED,
-# ASK, TRYAGAIN, CLUSTERDOWN: the slot moved) goes again through redis-py's ClusterPipeline,
-# which follows it and fixes the slot map.
-_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+# ASK, TRYAGAIN, CLUSTERDOWN: the slot moved), or that a node lost its connection for, goes
+# again through redis-py's ClusterPipeline, which follows it and fixes the slot map.
+_AGAIN = (MovedError, AskError, TryAgainError, ClusterDownError, redis.ConnectionError)
 
 
 def _script_fanout(commands: Sequence[tuple[Any, ...]]) -> bool:
@@ -159,15 +159,19 @@ class SyncDriver(_Driver):
         raise TypeError(f"unknown operation {op!r}")
 
     def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """One plain pipeline per node, in turn (see _REDIRECTS for the redirected commands)."""
+        """One plain pipeline per node, in turn (see _AGAIN for the commands sent again)."""
         results: list[Any] = [None] * len(commands)
         for node, positions in _by_node(self.client, commands).values():
             pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
             for i in positions:
                 pipe.execute_command(*commands[i])
-            for i, r in zip(positions, pipe.execute(raise_on_error=False), strict=True):
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.ConnectionError as exc:  # the node is gone: the cluster pipeline finds the new one
+                replies = [exc] * len(positions)
+            for i, r in zip(positions, replies, strict=True):
                 results[i] = r
-        again = [i for i, r in enumerate(results) if isinstance(r, _REDIRECTS)]
+        again = [i for i, r in enumerate(results) if isinstance(r, _AGAIN)]
         if again:
             pipe = self.client.pipeline(transaction=False)
             for i in again:
@@ -262,7 +266,7 @@ class AsyncDriver(_Driver):
         raise TypeError(f"unknown operation {op!r}")
 
     async def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """One pipeline per node, all at once (see _REDIRECTS for the redirected commands)."""
+        """One pipeline per node, all at once (see _AGAIN for the commands sent again)."""
         from redis.asyncio.cluster import PipelineCommand
 
         if self.client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
@@ -270,11 +274,16 @@ class AsyncDriver(_Driver):
         results: list[Any] = [None] * len(commands)
         groups = list(_by_node(self.client, commands).values())
         per_node = [[PipelineCommand(i, *commands[i]) for i in positions] for _, positions in groups]
-        await asyncio.gather(*[node.execute_pipeline(cmds) for (node, _), cmds in zip(groups, per_node, strict=True)])
-        for cmds in per_node:
-            for c in cmds:
-                results[c.position] = c.result
-        again = [i for i, r in enumerate(results) if isinstance(r, _REDIRECTS)]
+        done = await asyncio.gather(
+            *[node.execute_pipeline(cmds) for (node, _), cmds in zip(groups, per_node, strict=True)],
+            return_exceptions=True,
+        )
+        for cmds, outcome in zip(per_node, done, strict=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, redis.ConnectionError):
+                raise outcome
+            for c in cmds:  # a node that is gone: the cluster pipeline finds the new one
+                results[c.position] = outcome if isinstance(outcome, BaseException) else c.result
+        again = [i for i, r in enumerate(results) if isinstance(r, _AGAIN)]
         if again:
             pipe = self.client.pipeline(transaction=False)
             for i in again:

@@ -344,3 +344,24 @@ async def test_async_concurrent_calls(redis_url, prefix, auto_pipeline):
     with pytest.raises(TypeError):
         RedisStore(redis.Redis(), auto_pipeline=True)
     await client.aclose()
+
+
+@pytest.mark.cluster
+def test_cluster_fanout_survives_a_node_connection_error(cluster_client, cprefix, monkeypatch):
+    """A node's pipeline that fails to connect goes again through redis-py's cluster pipeline."""
+    from devkit.servers import free_port
+
+    store = RedisStore(cluster_client, prefix=cprefix)
+    store.batch([PutOp((f"n{i}",), "k", {"i": i}) for i in range(40)])
+    real = cluster_client.get_redis_connection
+    victim = cluster_client.get_primaries()[0].name
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=None)
+    calls = []
+
+    def flaky(node):
+        calls.append(node.name)
+        return dead if node.name == victim else real(node)
+
+    monkeypatch.setattr(cluster_client, "get_redis_connection", flaky)
+    assert [i.value["i"] for i in store.search((), limit=100)] == list(range(40))
+    assert victim in calls
