@@ -5,7 +5,8 @@ KEYS[1] the shard's namespace index "<prefix>:store#{<shard tag>}:n": names the 
         other keys share its tag (see _store_lib.lua)
 ARGV[1] store format   ARGV[2] REFRESH: "1" = the call holds "G" reads (the "+rw" variant)
 ARGV[3] number of reads, then each read, its code first:
-  "g" e(ns) e(key): an item; "G" the same, and its expiry restarts (only in the "+rw" variant)
+  "g" e(ns) e(key): an item
+  "G" e(ns) e(key): the same, and its expiry restarts (only in the "+rw" variant)
   "s" e(prefix) ns_seq item_seq budget vectors: a page of the items of the namespaces under
       e(prefix), in search order (namespace sequence, then item sequence), after the item
       (ns_seq, item_seq) ("" "": from the start), at most budget of them;

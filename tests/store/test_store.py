@@ -365,3 +365,40 @@ def test_cluster_fanout_survives_a_node_connection_error(cluster_client, cprefix
     monkeypatch.setattr(cluster_client, "get_redis_connection", flaky)
     assert [i.value["i"] for i in store.search((), limit=100)] == list(range(40))
     assert victim in calls
+
+
+def test_script_headers_name_what_the_plans_send(store):
+    """Each read and write code the plans send is documented in its script's header, with the
+    number of arguments the script takes for it."""
+    from redis_saver._scripts import lua_dir
+    from redis_saver.store._plans import Config, batch_plan, prepare
+    from redis_saver.store._transfer import StoredItem, import_plan
+
+    cfg: Config = store._cfg
+    sent: dict[str, set[bytes]] = {"store_read": set(), "store_write": set()}
+
+    def codes(call, widths):
+        args = list(call.args)[3:]
+        pos = 0
+        while pos < len(args):
+            code = args[pos]
+            sent[call.script.split("+")[0]].add(code)
+            pos += widths[code] + (2 * int(args[pos + widths[code] - 1]) if code in (b"p", b"P") else 0)
+        assert pos == len(args)
+
+    read_w = {b"g": 3, b"G": 3, b"s": 6, b"l": 4}
+    write_w = {b"p": 8, b"P": 10, b"d": 3, b"r": 3}
+    ops = [GetOp(("n",), "k"), SearchOp(("n",)), ListNamespacesOp(())]
+    plan = batch_plan(cfg, prepare(cfg, ops), [], {})
+    codes(next(plan), read_w)
+    plan = batch_plan(cfg, prepare(cfg, [PutOp(("n",), "k", {"v": 1}), PutOp(("n",), "j", None)]), [], {})
+    codes(next(plan), write_w)
+    codes(next(import_plan(cfg, [StoredItem(("n",), "k", "json", b"{}", 1, 2)])), write_w)
+    assert sent == {"store_read": {b"g", b"s", b"l"}, "store_write": {b"p", b"d", b"P"}}
+    for script, widths in (("store_read", read_w), ("store_write", write_w)):
+        header = (lua_dir() / f"{script}.lua").read_text().split("]]", 1)[0]
+        for code, width in widths.items():
+            line = next(x for x in header.splitlines() if x.strip().startswith(f'"{code.decode()}" '))
+            words = line.split(":")[0].split()
+            documented = words.index("nvec") + 1 if "nvec" in words else len(words)
+            assert documented == width, (script, code, line)
