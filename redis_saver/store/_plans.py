@@ -477,7 +477,12 @@ def batch_plan(
         for s, ws in per_shard.items():
             for j in range(0, len(ws), CALL_OPS):
                 chunk = ws[j : j + CALL_OPS]
-                wargs: list[bytes | str | int] = [STORE_FORMAT, base, str(len(chunk)).encode()]
+                wargs: list[bytes | str | int]
+                if all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
+                    wargs = [STORE_FORMAT, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
+                    calls.append(Call("store_delete", [keys.index(s)], wargs))
+                    continue
+                wargs = [STORE_FORMAT, base, str(len(chunk)).encode()]
                 wargs += [a for w in chunk for a in w]
                 calls.append(Call("store_write", [keys.index(s)], wargs))
         return calls

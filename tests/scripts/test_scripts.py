@@ -82,7 +82,7 @@ def test_only_the_deleting_scripts_run_out_of_memory():
     scripts = load_all()
     allow = {n for n, s in scripts.items() if b"allow-oom" in s.source.split(b"\n", 1)[0]}
     # gc: the blob collection of a paged prune / delete_for_runs
-    assert allow == {"delete_thread", "delete_runs", "prune", "gc"}
+    assert allow == {"delete_thread", "delete_runs", "prune", "gc", "store_delete"}
     assert all(scripts[n].writes for n in allow)
 
 

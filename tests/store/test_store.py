@@ -402,3 +402,28 @@ def test_script_headers_name_what_the_plans_send(store):
             words = line.split(":")[0].split()
             documented = words.index("nvec") + 1 if "nvec" in words else len(words)
             assert documented == width, (script, code, line)
+
+
+def test_out_of_memory_reads_and_deletes_work_puts_write_nothing(redis_url, prefix):
+    """Under maxmemory with noeviction: gets, searches and listings (no-writes scripts) and a
+    batch of deletes (allow-oom) run; a put is refused before its first write."""
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    store = RedisStore(client, prefix=prefix)
+    store.batch([PutOp(("n",), f"k{i}", {"i": i}) for i in range(5)])
+    before = prefix_keys(client, prefix)
+    used = int(client.info("memory")["used_memory"])
+    old = client.config_get("maxmemory")["maxmemory"], client.config_get("maxmemory-policy")["maxmemory-policy"]
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", str(max(1, used - 100_000)))
+    try:
+        assert store.get(("n",), "k1").value == {"i": 1}
+        assert len(store.search(("n",))) == 5 and store.list_namespaces() == [("n",)]
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            store.put(("n",), "new", {"i": 9})
+        assert prefix_keys(client, prefix) == before
+        store.batch([PutOp(("n",), f"k{i}", None) for i in range(4)])
+        assert [i.key for i in store.search(("n",))] == ["k4"]
+    finally:
+        client.config_set("maxmemory", old[0])
+        client.config_set("maxmemory-policy", old[1])
+        client.close()
