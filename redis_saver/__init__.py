@@ -2,6 +2,8 @@
 
 One Lua round trip per call, every key of a thread in one hash slot (Redis Cluster,
 proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only mode.
+``RedisStore`` / ``AsyncRedisStore``: LangGraph's long-term memory (``BaseStore``) on the same
+Redis (docs/store.md).
 """
 
 from ._base import TTLConfig
