@@ -231,17 +231,24 @@ class _Merge:
 
     def run(self, take: Callable[[Any], bool]) -> None:
         """Offer entries in merged order while every shard that may hold more has some."""
-        while not self.finished:
-            if self.wanted():
-                return
-            heads = [(b[-1][0], s) for s, b in self.buffers.items() if b]
-            if not heads:
+        if self.finished or self.wanted():
+            return
+        buffers = self.buffers
+        while True:
+            if len(buffers) == 1:
+                s, buf = next(iter(buffers.items()))
+            else:
+                heads = [(b[-1][0], s) for s, b in buffers.items() if b]
+                s = min(heads)[1] if heads else -1
+                buf = buffers.get(s, [])
+            if not buf:
                 self.finished = True
                 return
-            _, s = min(heads)
-            _, entry = self.buffers[s].pop()
-            if not take(entry):
+            if not take(buf.pop()[1]):
                 self.finished = True
+                return
+            if not buf and self.cursors[s] is not False:
+                return  # that shard may hold more: its next page first
 
 
 class _Found:
