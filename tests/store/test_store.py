@@ -427,3 +427,24 @@ def test_out_of_memory_reads_and_deletes_work_puts_write_nothing(redis_url, pref
         client.config_set("maxmemory", old[0])
         client.config_set("maxmemory-policy", old[1])
         client.close()
+
+
+def test_rediss_url(tls_server, prefix):
+    with RedisStore.from_conn_string(tls_server.url, prefix=prefix, ssl_ca_certs=tls_server.ca_file) as s:
+        s.put(("n",), "k", {"v": 1})
+        assert s.get(("n",), "k").value == {"v": 1}
+        s.delete(("n",), "k")
+
+
+async def test_unix_socket_url(prefix, tmp_path):
+    """unix:// (a server of its own listening on a socket)."""
+    from devkit.servers import start_standalone
+
+    sock = tmp_path / "redis.sock"
+    server = start_standalone(extra_args=["--unixsocket", str(sock), "--unixsocketperm", "700"])
+    try:
+        async with AsyncRedisStore.from_conn_string(f"unix://{sock}", prefix=prefix) as s:
+            await s.aput(("n",), "k", {"v": 1})
+            assert (await s.aget(("n",), "k")).value == {"v": 1}
+    finally:
+        server.stop()
