@@ -2,6 +2,8 @@
 
 One Lua round trip per call, every key of a thread in one hash slot (Redis Cluster,
 proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only mode.
+``RedisStore`` / ``AsyncRedisStore``: LangGraph's long-term memory (``BaseStore``) on the same
+Redis (docs/store.md).
 """
 
 from ._telemetry import Telemetry
@@ -21,12 +23,14 @@ from .errors import (
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
 from .saver import RedisSaver
+from .store import AsyncRedisStore, RedisStore
 
 __all__ = [
     "FORMAT_VERSION",
     "READ_FORMATS",
     "AsyncRedisCache",
     "AsyncRedisSaver",
+    "AsyncRedisStore",
     "ConflictError",
     "DamagedThreadError",
     "EvictionPolicyWarning",
@@ -36,6 +40,7 @@ __all__ = [
     "RedisCache",
     "RedisSaver",
     "RedisSaverError",
+    "RedisStore",
     "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from . import _autopipe, _policy
 from ._cluster import acluster_fcall, cluster_fcall
@@ -25,6 +26,29 @@ from ._telemetry import Telemetry
 from .keys import KeySchema
 
 T = TypeVar("T")
+_SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
+
+
+# A cluster pipeline of script calls goes as one plain pipeline per node, each command to the
+# node of its first key (from redis-py's slot map): redis-py's ClusterPipeline asks a server
+# for the keys of every FCALL (COMMAND GETKEYS, twice a call: a search over 16 store shards took
+# 32 of them, 12.7 ms) and refuses EVALSHA. A command a node answers with a redirect (MOVED,
+# ASK, TRYAGAIN, CLUSTERDOWN: the slot moved), or that a node lost its connection for, goes
+# again through redis-py's ClusterPipeline, which follows it and fixes the slot map.
+_AGAIN = (MovedError, AskError, TryAgainError, ClusterDownError, redis.ConnectionError)
+
+
+def _script_fanout(commands: Sequence[tuple[Any, ...]]) -> bool:
+    """Every command a script call with keys (its first key at position 3)."""
+    return all(c[0] in _SCRIPT_NAMES and len(c) > 3 and int(c[2]) > 0 for c in commands)
+
+
+def _by_node(client: Any, commands: Sequence[tuple[Any, ...]]) -> dict[str, tuple[Any, list[int]]]:
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for i, cmd in enumerate(commands):
+        node = client.get_node_from_key(cmd[3])
+        groups.setdefault(node.name, (node, []))[1].append(i)
+    return groups
 
 
 class _Driver:
@@ -117,6 +141,8 @@ class SyncDriver(_Driver):
             return getattr(self.client, op.name)(*op.args, **op.kwargs)
         if isinstance(op, Pipe):
             client = self.client
+            if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
+                return self._cluster_fanout(op.commands)
             if op.node_key is not None:
                 client = client.get_redis_connection(client.get_node_from_key(op.node_key))
             pipe = client.pipeline(transaction=False)
@@ -133,6 +159,28 @@ class SyncDriver(_Driver):
         if isinstance(op, Targets):
             return _policy.targets(self.client)
         raise TypeError(f"unknown operation {op!r}")
+
+    def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """One plain pipeline per node, in turn (see _AGAIN for the commands sent again)."""
+        results: list[Any] = [None] * len(commands)
+        for node, positions in _by_node(self.client, commands).values():
+            pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+            for i in positions:
+                pipe.execute_command(*commands[i])
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.ConnectionError as exc:  # the node is gone: the cluster pipeline finds the new one
+                replies = [exc] * len(positions)
+            for i, r in zip(positions, replies, strict=True):
+                results[i] = r
+        again = [i for i, r in enumerate(results) if isinstance(r, _AGAIN)]
+        if again:
+            pipe = self.client.pipeline(transaction=False)
+            for i in again:
+                pipe.execute_command(*commands[i])
+            for i, r in zip(again, pipe.execute(raise_on_error=False), strict=True):
+                results[i] = r
+        return results
 
     def _advance(self, gen: Io[Any], end: list[Any]) -> list[Any] | None:
         """Perform ``gen``'s operations up to its next Emit (its items) or its end (None, and
@@ -194,6 +242,8 @@ class AsyncDriver(_Driver):
                 return await getattr(self.client, op.name)(*op.args)
             return await getattr(self.client, op.name)(*op.args, **op.kwargs)
         if isinstance(op, Pipe):
+            if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
+                return await self._cluster_fanout(op.commands)
             if op.node_key is not None:
                 # one connection to the cluster node that serves the thread (WAIT counts its writes)
                 from redis.asyncio.cluster import PipelineCommand
@@ -216,6 +266,33 @@ class AsyncDriver(_Driver):
         if isinstance(op, Targets):
             return _policy.targets(self.client)
         raise TypeError(f"unknown operation {op!r}")
+
+    async def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """One pipeline per node, all at once (see _AGAIN for the commands sent again)."""
+        from redis.asyncio.cluster import PipelineCommand
+
+        if self.client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
+            await self.client.initialize()
+        results: list[Any] = [None] * len(commands)
+        groups = list(_by_node(self.client, commands).values())
+        per_node = [[PipelineCommand(i, *commands[i]) for i in positions] for _, positions in groups]
+        done = await asyncio.gather(
+            *[node.execute_pipeline(cmds) for (node, _), cmds in zip(groups, per_node, strict=True)],
+            return_exceptions=True,
+        )
+        for cmds, outcome in zip(per_node, done, strict=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, redis.ConnectionError):
+                raise outcome
+            for c in cmds:  # a node that is gone: the cluster pipeline finds the new one
+                results[c.position] = outcome if isinstance(outcome, BaseException) else c.result
+        again = [i for i, r in enumerate(results) if isinstance(r, _AGAIN)]
+        if again:
+            pipe = self.client.pipeline(transaction=False)
+            for i in again:
+                pipe.execute_command(*commands[i])
+            for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
+                results[i] = r
+        return results
 
     async def _advance(self, gen: Io[Any], end: list[Any]) -> list[Any] | None:
         """See SyncDriver._advance."""

@@ -312,7 +312,8 @@ class Engine:
                 return stop.value  # type: ignore[no-any-return]
             if rec is not None:
                 for c in step if isinstance(step, list) else [step] if isinstance(step, Call) else []:
-                    rec.script(c.script, c.args, None if c.script == "ix_query" else str(c.args[1]))
+                    thread = None if c.script.startswith(("ix_query", "store_")) else str(c.args[1])
+                    rec.script(c.script, c.args, thread)
             if isinstance(step, Out):
                 if self.policy_pending:
                     yield from self.check_policy()

@@ -4,7 +4,8 @@ Each ``lua/<name>.lua`` is one operation. Its first line is a ``#!lua`` shebang 
 function flags: ``flags=no-writes`` for reads, so they still run when the server is out of
 memory; none for writes, so Redis refuses them *before* their first write when it is, except
 ``flags=allow-oom`` for the scripts that only delete, so an operator can still free memory), then
-``--- @include "_lib.lua"`` for per-thread scripts, then a ``--[[ ... ]]`` header listing
+``--- @include "_lib.lua"`` for per-thread scripts (``"_store_lib.lua"`` for the store's
+``store_*.lua``), then a ``--[[ ... ]]`` header listing
 KEYS, ARGV and the reply (checked against the Python side by tests/scripts/test_scripts.py).
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
@@ -32,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
+_LIB_INCLUDE = '--- @include "_lib.lua"'  # a per-thread script (the saver's); others include their own library
 _KEYS_BLOCK = re.compile(r"^-- @keys-begin.*?^-- @keys-end\n", re.MULTILINE | re.DOTALL)
 _STATE_BLOCK = re.compile(r"^-- @state-begin.*?^-- @state-end\n", re.MULTILINE | re.DOTALL)
 _SHEBANG_FLAGS = re.compile(r"flags=([a-z,-]+)")
@@ -203,6 +205,10 @@ def library() -> Library:
     if keys_full is None or state is None:
         raise ValueError("_lib.lua: the library needs its @keys and @state blocks")
     helpers = _STATE_BLOCK.sub("", _KEYS_BLOCK.sub("", lib))
+    # the other libraries the scripts include (lua/_store_lib.lua): their helpers and constants
+    # at the top level too (their names must not repeat _lib.lua's); no per-call blocks
+    others = sorted({m for p in d.glob("*.lua") for m in _INCLUDE.findall(p.read_text())} - {"_lib.lua"})
+    helpers += "".join("\n" + (d / name).read_text() for name in others)
     full_names, full_init = _per_call(keys_full.group(0))
     lean_names, lean_init = _per_call((d / "_keys_lean.lua").read_text())
     state_names, state_init = _per_call(state.group(0))
@@ -236,7 +242,7 @@ def library() -> Library:
         if body not in {b for _, b, _, _ in registered}:
             code = _body(_FULL_ONLY.sub("", raw) if variant == "lean" else raw)
             parts.append(f"local function {body}()\n{code}\nend")
-        begin = "begin_lean" if variant == "lean" else "begin_full" if _INCLUDE.search(raw) else "begin_bare"
+        begin = "begin_lean" if variant == "lean" else "begin_full" if _LIB_INCLUDE in raw else "begin_bare"
         registered.append((name, body, begin, _flags(script.source.split(b"\n", 1)[0].decode())))
     functions: dict[str, str] = {}
     for name, body, begin, flags in registered:

@@ -1047,3 +1047,9 @@ def _redact(url: str) -> str:
     p = urlsplit(url)
     return url.replace(":" + p.password + "@", ":***@") if p.password else url
 
+
+
+# --------------------------------------------------------------------------- store (RedisStore)
+from ._store import store as _store_group  # noqa: E402 - the group uses this module's helpers
+
+cli.add_command(_store_group)

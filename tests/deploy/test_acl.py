@@ -54,6 +54,8 @@ def test_rule_lists_exactly_the_commands_the_scripts_call():
     lua = Path(redis_saver._scripts.lua_dir())
     called = set()
     for f in lua.glob("*.lua"):
+        if f.name.startswith(("store_", "_store")):  # the store's: its own rule (tests/store/test_acl.py)
+            continue
         called |= {c.lower() for c in re.findall(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]", f.read_text())}
     rule = {c.lstrip("+") for c in SAVER_ACL_COMMANDS.split()}
     assert rule - CLIENT_SIDE_COMMANDS == called

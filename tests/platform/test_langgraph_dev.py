@@ -30,7 +30,7 @@ pytest.importorskip("langgraph_cli", reason="langgraph-cli is not installed: pip
 from langgraph_sdk import get_client  # noqa: E402
 
 from devkit.servers import async_client_kwargs, free_port, start_standalone  # noqa: E402
-from redis_saver import AsyncRedisSaver, KeySchema  # noqa: E402
+from redis_saver import AsyncRedisSaver, AsyncRedisStore, KeySchema  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_platform"
 GRAPH = "approval_chat"
@@ -308,3 +308,26 @@ async def _lifecycle(client, srv: DevServer, store: Store) -> None:
 
     await _within(client.threads.delete(cid), "delete the copy", srv)
     assert await store.all_thread_keys() == set()
+
+
+async def test_store_through_langgraph_dev(dev_server, store):
+    """The server's /store endpoints go to AsyncRedisStore (examples/langgraph_platform/store.py)."""
+    client = get_client(url=dev_server.url, api_key=None, timeout=CALL_TIMEOUT)
+    direct = AsyncRedisStore(store.client, prefix=dev_server.prefix)
+    ns = ["users", "u{1}", "memories"]
+    try:
+        for key, value in (("m1", {"text": "likes tea", "kind": "pref"}), ("m2", {"text": "a cat", "kind": "fact"})):
+            await _within(client.store.put_item(ns, key=key, value=value), "put", dev_server)
+        item = await _within(client.store.get_item(ns, key="m1"), "get", dev_server)
+        assert item["value"] == {"text": "likes tea", "kind": "pref"} and item["namespace"] == ns
+        found = await _within(client.store.search_items(["users"], filter={"kind": "pref"}), "search", dev_server)
+        assert [i["key"] for i in found["items"]] == ["m1"]
+        names = await _within(client.store.list_namespaces(prefix=["users"]), "list", dev_server)
+        assert names["namespaces"] == [ns]
+        # in Redis, under the server's prefix, apart from its checkpoints
+        assert (await direct.aget(tuple(ns), "m2")).value == {"text": "a cat", "kind": "fact"}
+        assert {k async for k in store.client.scan_iter(match=direct.keys.scan_pattern())}
+        await _within(client.store.delete_item(ns, key="m1"), "delete", dev_server)
+        assert await direct.aget(tuple(ns), "m1") is None
+    finally:
+        await client.aclose()

@@ -71,8 +71,10 @@ def test_every_script_has_a_header_and_right_flags():
         )
         uses_touch = any(w in text for w in ("touch()", "drop_thread()", "apply_blobs(", "init_meta()"))  # _lib writers
         assert writes == (calls_writes or uses_touch) or (not writes and "REFRESH" in text), path.name
-        if "--- @include" in text:
+        if '--- @include "_lib.lua"' in text:
             assert "the 11 per-thread keys" in h, path.name
+        elif path.stem.startswith("store_"):  # the store's: one key, the shard's namespace index
+            assert '--- @include "_store_lib.lua"' in text and "KEYS[1] the shard's namespace index" in h, path.name
 
 
 def test_only_the_deleting_scripts_run_out_of_memory():
@@ -80,7 +82,7 @@ def test_only_the_deleting_scripts_run_out_of_memory():
     scripts = load_all()
     allow = {n for n, s in scripts.items() if b"allow-oom" in s.source.split(b"\n", 1)[0]}
     # gc: the blob collection of a paged prune / delete_for_runs
-    assert allow == {"delete_thread", "delete_runs", "prune", "gc"}
+    assert allow == {"delete_thread", "delete_runs", "prune", "gc", "store_delete"}
     assert all(scripts[n].writes for n in allow)
 
 

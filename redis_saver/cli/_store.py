@@ -1,0 +1,228 @@
+"""``redis-saver store ...``: the RedisStore's namespaces and items (ls, show, export, import,
+migrate from PostgresStore). Namespaces are written ``users.u1.memories`` (LangGraph's text
+form: labels hold no dot) or as a JSON array (``'["users", "u1"]'``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from ._app import Group, State, _confirm, _fail, err, jsonable, out
+
+FORMAT = 1  # the export stream's version
+pass_state = click.make_pass_decorator(State)
+
+
+def parse_ns(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    if text.startswith("["):
+        try:
+            v = json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"not a JSON array: {exc}") from None
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise click.BadParameter("a namespace is a JSON array of strings")
+        return tuple(v)
+    return tuple(text.split("."))
+
+
+def _store(st: State) -> Any:
+    """A RedisStore on the tool's client and prefix, with the layout recorded under the prefix
+    (shards, shard depth: ``setup()`` wrote them), else the defaults for the client."""
+    from redis_saver import RedisStore
+    from redis_saver.store import StoreKeys
+
+    opts: dict[str, Any] = {"prefix": st.prefix, "retries": 3, "telemetry": False}
+    if st.serde is not None:
+        opts["serde"] = st.serde
+    recorded = st.client.get(StoreKeys(st.prefix, 1, None).schema())
+    if recorded:
+        _fmt, shards, depth = recorded.decode().split(" ")
+        opts["shards"], opts["shard_depth"] = int(shards), int(depth) or None
+    return RedisStore(st.client, **opts)
+
+
+@click.group(cls=Group)
+def store() -> None:
+    """The RedisStore's items (LangGraph long-term memory) under the prefix."""
+
+
+@store.command("ls")
+@click.argument("prefix", required=False, metavar="[NAMESPACE]")
+@click.option("--suffix", metavar="NAMESPACE", help="Only namespaces ending so ('*' matches any label).")
+@click.option("--max-depth", type=click.IntRange(min=1), metavar="N", help="Truncate namespaces to N labels.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@pass_state
+def ls(st: State, prefix: str | None, suffix: str | None, max_depth: int | None, limit: int, as_json: bool) -> None:
+    """List namespaces (under NAMESPACE, '*' matching any label)."""
+    names = _store(st).list_namespaces(
+        prefix=parse_ns(prefix) or None, suffix=parse_ns(suffix) or None, max_depth=max_depth, limit=limit
+    )
+    if as_json:
+        click.echo(json.dumps([list(n) for n in names], ensure_ascii=False))
+        return
+    for n in names:
+        out.print(".".join(n), markup=False, highlight=False)
+
+
+@store.command()
+@click.argument("namespace", metavar="NAMESPACE")
+@click.argument("key", required=False)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Items of a namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@pass_state
+def show(st: State, namespace: str, key: str | None, limit: int, as_json: bool) -> None:
+    """Show one item, or the items under a namespace (in search order). Reads leave expiries alone."""
+    s = _store(st)
+    ns = parse_ns(namespace)
+    if key is not None:
+        item = s.get(ns, key, refresh_ttl=False)
+        if item is None:
+            raise _fail(f"no item {key!r} in namespace {list(ns)}")
+        items = [item]
+    else:
+        items = s.search(ns, limit=limit, refresh_ttl=False)
+    rows = [
+        {
+            "namespace": list(i.namespace),
+            "key": i.key,
+            "value": jsonable(i.value),
+            "created_at": i.created_at.isoformat(),
+            "updated_at": i.updated_at.isoformat(),
+        }
+        for i in items
+    ]
+    if as_json:
+        click.echo(json.dumps(rows if key is None else rows[0], ensure_ascii=False))
+        return
+    for r in rows:
+        out.print(f"[bold]{'.'.join(r['namespace'])}[/bold] {r['key']}  (created {r['created_at'][:19]}, "
+                  f"updated {r['updated_at'][:19]})", highlight=False)
+        out.print_json(json.dumps(r["value"], ensure_ascii=False))
+
+
+@store.command("export")
+@click.argument("prefix", required=False, metavar="[NAMESPACE]")
+@click.option("-o", "--output", "path", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="File to write ('-' = stdout).")
+@pass_state
+def export_cmd(st: State, prefix: str | None, path: str) -> None:
+    """Export the items (under NAMESPACE) as JSON lines: values as the serializer's bytes,
+    created/updated times, ttl and vectors, as stored."""
+    s = _store(st)
+    tmp = None if path == "-" else f"{path}.part"
+    f = sys.stdout if tmp is None else open(tmp, "w", encoding="utf-8")
+    n = 0
+    try:
+        f.write(json.dumps({"type": "store-header", "format": FORMAT, "prefix": st.prefix}) + "\n")
+        for item in s.export_items(parse_ns(prefix)):
+            f.write(json.dumps(item.to_json(), ensure_ascii=False) + "\n")
+            n += 1
+        f.write(json.dumps({"type": "end", "items": n}) + "\n")
+    except BaseException:
+        if tmp is not None:
+            f.close()
+            os.unlink(tmp)
+        raise
+    if tmp is not None:
+        f.close()
+        os.replace(tmp, path)
+    err.print(f"exported {n} item(s) to {path}")
+
+
+def _read_stream(path: str) -> Iterator[Any]:
+    from redis_saver.store import StoredItem
+
+    with open(path, encoding="utf-8") as f:
+        first = json.loads(f.readline() or "{}")
+        if first.get("type") != "store-header" or first.get("format") != FORMAT:
+            raise _fail(f"{path}: not a store export of format {FORMAT} (first line {first!r:.80})")
+        n, ended = 0, False
+        for lineno, line in enumerate(f, 2):
+            d = json.loads(line)
+            if d.get("type") == "end":
+                if d.get("items") != n:
+                    raise _fail(f"{path}: the end line says {d.get('items')} items, the file holds {n}")
+                ended = True
+                break
+            try:
+                yield StoredItem.from_json(d)
+            except (KeyError, ValueError, TypeError) as exc:
+                raise _fail(f"{path}:{lineno}: {type(exc).__name__}: {exc}") from None
+            n += 1
+        if not ended:
+            raise _fail(f"{path}: truncated (no end line)")
+
+
+@store.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_state
+def import_cmd(st: State, path: str, yes: bool) -> None:
+    """Import a store export: items written as they were (replacing items with the same
+    namespace and key). The whole file is checked before anything is written."""
+    items = list(_read_stream(path))
+    s = _store(st)
+    _confirm(f"Write {len(items)} item(s) under prefix {st.prefix!r}?", yes)
+    n = 0
+    for i in range(0, len(items), 1000):
+        n += s.import_items(items[i : i + 1000])
+    click.echo(f"imported {n} item(s)")
+
+
+@store.command()
+@click.option("--from", "source", required=True, metavar="URL", help="postgresql://... (a PostgresStore's database).")
+@click.option("--verify", is_flag=True, help="Afterwards, compare every item (value, times) with the source.")
+@pass_state
+def migrate(st: State, source: str, verify: bool) -> None:
+    """Copy a PostgresStore's items into the RedisStore (values, created/updated times, ttl).
+
+    The source is only read (its ``store`` table). Its vectors are not copied: pgvector's
+    columns are read only where the extension is installed, which this command does not ask
+    for; put the items again with an index configured to embed them.
+    """
+    from redis_saver.store import StoredItem
+
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise _fail(f"migrating from PostgreSQL needs psycopg: {exc}") from None
+    s = _store(st)
+    t0 = time.monotonic()
+    n = 0
+    with psycopg.connect(source, autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT prefix, key, value, created_at, updated_at, ttl_minutes FROM store ORDER BY created_at, prefix, key"
+        )
+        batch: list[Any] = []
+        for prefix, key, value, created, updated, ttl in cur:
+            type_, data = s.serde.dumps_typed(value)
+            ttl_ms = max(1, round(float(ttl) * 60_000)) if ttl else 0
+            ns = tuple(prefix.split("."))
+            batch.append(StoredItem(ns, key, type_, data, StoredItem.us(created), StoredItem.us(updated), ttl_ms))
+            if len(batch) == 1000:
+                n += s.import_items(batch)
+                batch = []
+        n += s.import_items(batch)
+        err.print(f"copied {n} item(s) in {time.monotonic() - t0:.1f}s")
+        if verify:
+            bad = 0
+            for prefix, key, value, created, updated in conn.execute(
+                "SELECT prefix, key, value, created_at, updated_at FROM store"
+            ):
+                got = s.get(tuple(prefix.split(".")), key, refresh_ttl=False)
+                if got is None or got.value != value or got.created_at != created or got.updated_at != updated:
+                    bad += 1
+                    err.print(f"mismatch: {prefix} {key}")
+            if bad:
+                raise _fail(f"verify: {bad} of {n} item(s) differ")
+            err.print(f"verified {n} item(s)")
+    click.echo(f"migrated {n} item(s)")

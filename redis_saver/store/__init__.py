@@ -1,0 +1,13 @@
+"""RedisStore and AsyncRedisStore: LangGraph's long-term memory (``BaseStore``) on plain Redis.
+
+Layout: ``_keys.py`` (key names), ``_semantics.py`` (InMemoryStore's filters, matching and
+scoring), ``_plans.py`` (a batch as a pure plan of script calls), ``_base.py`` (options),
+``sync.py`` / ``aio.py`` (the I/O shells); the scripts are ``lua/store_*.lua``.
+"""
+
+from ._keys import StoreKeys
+from ._transfer import StoredItem
+from .aio import AsyncRedisStore
+from .sync import RedisStore
+
+__all__ = ["AsyncRedisStore", "RedisStore", "StoreKeys", "StoredItem"]

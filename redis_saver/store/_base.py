@@ -1,0 +1,172 @@
+"""State shared by RedisStore and AsyncRedisStore; the subclasses add only the I/O shell."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
+from langgraph.store.base.embed import ensure_embeddings
+
+from .._base import check_client
+from .._engine import Cmd, Engine
+from .._telemetry import Telemetry
+from ..errors import SchemaMismatchError
+from ..keys import KeySchema
+from . import _semantics as sem
+from ._keys import STORE_FORMAT, StoreKeys
+from ._plans import Config, Embedding
+
+STORE_OPTIONS = (
+    "prefix",
+    "index",
+    "ttl",
+    "serde",
+    "compress",
+    "shards",
+    "shard_depth",
+    "retries",
+    "telemetry",
+    "functions",
+    "auto_pipeline",
+)
+CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
+_TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+_OP_NAMES = {
+    GetOp: "store.get",
+    PutOp: "store.put",
+    SearchOp: "store.search",
+    ListNamespacesOp: "store.list_namespaces",
+}
+
+
+def op_name(ops: list[Op]) -> str:
+    """The telemetry name of a batch: its op's kind when it holds one op (get, put, ...)."""
+    return _OP_NAMES.get(type(ops[0]), "store.batch") if len(ops) == 1 else "store.batch"
+
+
+class RedisStoreBase(BaseStore):
+    """A LangGraph ``BaseStore`` on plain Redis (>= 7.0, no modules).
+
+    Args:
+        client: a redis-py client with ``decode_responses=False`` (the default): ``redis.Redis``,
+            ``redis.cluster.RedisCluster`` or a Sentinel ``master_for`` client for ``RedisStore``,
+            their ``redis.asyncio`` twins for ``AsyncRedisStore``.
+        prefix: the keys' prefix (no braces); the store's keys are ``<prefix>:store#{...}``,
+            which no saver's or other store's key can be (docs/architecture.md).
+        index: semantic search, as InMemoryStore takes it: ``{"dims": ..., "embed": ...,
+            "fields": [...]}`` (``embed``: a LangChain ``Embeddings``, a function, or a
+            ``"provider:model"`` string). Vectors are stored as float32 per item and scored
+            exactly (cosine) in the client: see docs/store.md for how it scales.
+        ttl: a ``TTLConfig``: ``default_ttl`` (minutes) for puts without ``ttl=``,
+            ``refresh_on_read`` (default True, as LangGraph's stores). An item expires as a Redis
+            key; there is no sweeper (``sweep_interval_minutes`` is accepted and unused).
+        serde: the values' serializer (default ``JsonPlusSerializer``: what the saver uses);
+            values are stored as its bytes, zstd-compressed from 256 bytes on when that saves
+            an eighth (``compress=False``: never).
+        shards: how many hash tags the namespaces are spread over (default: 1, or 16 on a
+            Redis Cluster client). Every operation on the namespaces of one shard is one script
+            call; searches and listings that may span shards ask each (in one pipeline).
+            Part of the stored layout: keep it for the life of the data (``setup()`` checks).
+        shard_depth: choose a namespace's shard by its first ``shard_depth`` labels (default:
+            all): a search or listing whose prefix fixes those labels asks one shard only.
+        retries: retries of a call that failed with ``ConnectionError`` (every script is
+            idempotent but a put's, which a retry may apply twice: the same value, a later
+            ``updated_at``).
+        telemetry: spans and metrics as the saver's (``True``, ``False`` or a ``Telemetry``).
+        functions: run the scripts as the Redis function library (FCALL; EVALSHA where refused).
+        auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
+            connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
+    """
+
+    supports_ttl: bool = True
+    _driver_cls: type
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "lg",
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        serde: SerializerProtocol | None = None,
+        compress: bool = True,
+        shards: int | None = None,
+        shard_depth: int | None = None,
+        retries: int = 0,
+        telemetry: Telemetry | bool = True,
+        functions: bool = True,
+        auto_pipeline: bool | None = None,
+    ) -> None:
+        check_client(client)
+        self.client = client
+        if shards is None:
+            shards = CLUSTER_SHARDS if hasattr(client, "get_node_from_key") else 1
+        self.keys = StoreKeys(prefix, shards, shard_depth)
+        if ttl is not None:
+            if not isinstance(ttl, Mapping):
+                raise TypeError("ttl must be a TTLConfig dict")
+            unknown = set(ttl) - _TTL_KEYS
+            if unknown:
+                raise ValueError(f"unknown ttl option(s): {sorted(unknown)}")
+            from ._plans import ttl_ms
+
+            ttl_ms(ttl.get("default_ttl"))  # refused here rather than at the first put
+        self.ttl_config = ttl
+        self.index_config: dict[str, Any] | None = None
+        self.embeddings: Any = None
+        if index:
+            cfg: dict[str, Any] = dict(index)
+            if "embed" not in cfg:
+                raise ValueError("index needs 'embed' (and 'dims')")
+            self.embeddings = ensure_embeddings(cfg.get("embed"))
+            cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
+            self.index_config = cfg
+        if not isinstance(compress, bool):
+            raise TypeError("compress must be a bool")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an int >= 0")
+        if telemetry is True:
+            telemetry = Telemetry()
+        elif telemetry is not False and not isinstance(telemetry, Telemetry):
+            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
+        if not isinstance(functions, bool):
+            raise TypeError("functions must be a bool")
+        self.serde: SerializerProtocol = serde or JsonPlusSerializer()
+        default_ttl = bool(ttl and ttl.get("default_ttl"))
+        self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config)
+        # the engine's key schema serves the saver's setup and slot index only, which the store
+        # never asks for
+        self._driver = self._driver_cls(client, KeySchema(), retries, telemetry or None, functions)
+        self._set_auto_pipeline(auto_pipeline)
+        self._bound()
+
+    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
+        if auto_pipeline is not None:
+            raise TypeError("auto_pipeline is an AsyncRedisStore option (RedisStore sends each call as it comes)")
+
+    def _bound(self) -> None:
+        """Called at the end of ``__init__`` (AsyncRedisStore binds to a running loop)."""
+
+    def _doc_texts(self, embed: Embedding) -> list[str]:
+        return list(embed.texts) if self.embeddings is not None else []
+
+    def _setup(self, engine: Engine) -> Generator[Any, Any, None]:
+        """Load the scripts, then record the store's layout under its prefix, or check it."""
+        if engine.library is not None:
+            yield from engine.load_library(engine.library, reload=False)
+        if engine.library is None:
+            for name, script in engine.scripts.items():
+                if name.startswith("store_"):
+                    yield Cmd("script_load", (script.source,))
+        key = self.keys.schema()
+        want = f"{STORE_FORMAT} {self.keys.shards} {self.keys.shard_depth or 0}".encode()
+        yield Cmd("set", (key, want), {"nx": True})
+        got = yield Cmd("get", (key,))
+        if got != want:
+            raise SchemaMismatchError(
+                f"the store under prefix {self.keys.prefix!r} was written as {got!r} (format, shards, shard "
+                f"depth); this store is {want!r}: use the same shards and shard_depth, or another prefix"
+            )

@@ -1,0 +1,562 @@
+"""A store batch as a pure plan: ops checked and encoded, script calls per shard, replies read.
+
+``prepare()`` checks every op and encodes every value before anything is sent (bad input
+writes nothing); the shell then embeds the texts it lists (sync or async: the only I/O that is
+not Redis) and runs ``batch_plan()``, a generator in the saver's plan form (``_plans.py``): it
+yields script calls, one per shard (a list is sent as one pipeline, one round trip), and
+returns the batch's results.
+
+A batch runs as InMemoryStore's does: its reads see the store as it was before the batch, its
+puts apply after them, the last put of an (namespace, key) winning. Reads and writes go in one
+round trip when the reads need no second page (gets); searches and namespace listings run
+first, a page per shard per round trip (one in the common case), the writes after them.
+Searches merge the shards' pages in search order; filters run in the client, on the values
+as they were stored (exactly InMemoryStore's comparisons); so does semantic scoring.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    tokenize_path,
+)
+
+from .. import _values
+from .._plans import Call, Plan
+from ..errors import MalformedReplyError
+from ..keys import enc
+from . import _semantics as sem
+from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
+
+PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
+CALL_OPS = 256  # ops of one shard per script call (a larger batch: more calls, in the same round trip)
+VECTOR_PAGE = 1024  # items of one page of a semantic search without a filter (their vectors)
+LIST_PAGE = 1024  # namespaces one list_namespaces page examines (lua MAX_BUDGET caps it)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class Embedding:
+    """What the shell embeds before the plan runs: texts of puts, and search queries."""
+
+    texts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # text -> [(put ordinal, path)]
+    queries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    ops: list[Op]
+    puts: dict[tuple[tuple[str, ...], str], tuple[int, PutOp, list[bytes]]]  # -> ordinal, op, write args
+    embed: Embedding
+
+
+@dataclass
+class Config:
+    """The store's settings the plans read."""
+
+    keys: StoreKeys
+    serde: SerializerProtocol
+    compress: bool
+    refresh_in_read: bool  # "G" reads (the +rw variant) rather than "g" and a refresh write when needed
+    index: dict[str, Any] | None  # IndexConfig with "__tokenized_fields", or None
+    clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
+
+
+# ---- input ----------------------------------------------------------------------------
+def _namespace(ns: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(ns, tuple):
+        raise TypeError(f"{what} must be a tuple of str, got {type(ns).__name__}")
+    for label in ns:
+        if not isinstance(label, str):
+            raise TypeError(f"{what} labels must be str, got {type(label).__name__} in {ns!r}")
+    return ns
+
+
+def _key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    return key
+
+
+def _int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be an int, got {type(v).__name__}")
+    return v
+
+
+def ttl_ms(ttl: Any) -> int:
+    """Minutes (a positive number) as milliseconds; None: no expiry (0)."""
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(f"ttl must be a number of minutes or None, got {type(ttl).__name__}")
+    if not ttl > 0 or ttl == float("inf"):
+        raise ValueError(f"ttl must be a positive, finite number of minutes, got {ttl!r}")
+    return max(1, round(ttl * 60_000))
+
+
+def _encode_value(cfg: Config, value: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    type_, data = cfg.serde.dumps_typed(dict(value))
+    t, d = _values.encode_plain(type_, data, cfg.compress)
+    if b" " in t or b"\n" in t:
+        raise ValueError(f"serializer type {type_!r} may not contain a space or a newline")
+    return t, d
+
+
+def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
+    """Check and encode a batch: raises (TypeError, ValueError, the serializer's error) before
+    anything is sent."""
+    ops = list(ops)
+    puts: dict[tuple[tuple[str, ...], str], tuple[int, PutOp, list[bytes]]] = {}
+    embed = Embedding()
+    paths = cfg.index["__tokenized_fields"] if cfg.index else None
+    for op in ops:
+        if isinstance(op, GetOp):
+            _namespace(op.namespace, "namespace")
+            _key(op.key)
+        elif isinstance(op, SearchOp):
+            _namespace(op.namespace_prefix, "namespace_prefix")
+            sem.check_filter(op.filter)
+            _int(op.limit, "limit")
+            _int(op.offset, "offset")
+            if op.query is not None and not isinstance(op.query, str):
+                raise TypeError(f"query must be a str, got {type(op.query).__name__}")
+            if op.query and cfg.index and op.query not in embed.queries:
+                embed.queries.append(op.query)
+        elif isinstance(op, ListNamespacesOp):
+            for c in op.match_conditions or ():
+                if c.match_type not in ("prefix", "suffix"):
+                    raise ValueError(f"Unsupported match type: {c.match_type}")
+                _namespace(tuple(c.path), "match condition path")
+            if op.max_depth is not None:
+                _int(op.max_depth, "max_depth")
+            _int(op.limit, "limit")
+            _int(op.offset, "offset")
+        elif isinstance(op, PutOp):
+            ns = _namespace(op.namespace, "namespace")
+            key = _key(op.key)
+            if op.value is None:
+                args = [b"d", enc_ns(ns), enc(key)]
+            else:
+                if not isinstance(op.value, Mapping):
+                    raise TypeError(f"value must be a dict (or None to delete), got {type(op.value).__name__}")
+                if op.index is not None and op.index is not False:
+                    if isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index):
+                        raise TypeError("index must be False, None or a list of field paths")
+                t, d = _encode_value(cfg, op.value)
+                args = [b"p", enc_ns(ns), enc(key), b"", str(ttl_ms(op.ttl)).encode(), t, d]
+            old = puts.get((ns, key))
+            ordinal = old[0] if old is not None else len(puts)
+            puts[(ns, key)] = (ordinal, op, args)
+        else:
+            raise ValueError(f"Unknown operation type: {type(op)}")
+    if paths is not None:
+        for ordinal, op, _ in puts.values():
+            if op.value is None or op.index is False:
+                continue
+            p = paths if op.index is None else [(ix, tokenize_path(ix)) for ix in op.index]
+            for path, text in sem.texts_to_embed(dict(op.value), p):
+                embed.texts.setdefault(text, []).append((ordinal, path))
+    return Prepared(ops, puts, embed)
+
+
+def pack_vector(v: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(v)}f", *v)
+
+
+def unpack_vector(b: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(b) // 4}f", b))
+
+
+# ---- replies --------------------------------------------------------------------------
+def _when(us: bytes) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def _decode(cfg: Config, rec: bytes) -> tuple[dict[str, Any], datetime, datetime, int]:
+    """An item record: value, created_at, updated_at, ttl ms."""
+    head, sep, data = rec.partition(b"\n")
+    parts = head.split(b" ", 3)
+    if not sep or len(parts) != 4:
+        raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
+    created, updated, ttl, type_ = parts
+    if type_.endswith(_values.ZSTD_MARK):
+        type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
+    value = cfg.serde.loads_typed((type_.decode(), data))
+    return value, _when(created), _when(updated), int(ttl)
+
+
+def _item(cfg: Config, ns: tuple[str, ...], key: str, rec: bytes) -> tuple[Item, int]:
+    value, created, updated, ttl = _decode(cfg, rec)
+    return Item(value=value, key=key, namespace=ns, created_at=created, updated_at=updated), ttl
+
+
+# ---- reads that take pages: searches and namespace listings, merged over shards --------
+class _Merge:
+    """Sorted pages from several shards, merged: a shard is asked for its next page when its
+    buffer runs dry and it may hold more; ``take`` is offered entries in order until it says
+    stop."""
+
+    def __init__(self, shards: list[int]) -> None:
+        self.buffers: dict[int, list[tuple[Any, Any]]] = {s: [] for s in shards}
+        self.cursors: dict[int, Any] = {s: None for s in shards}  # None: the first page; False: done
+        self.finished = False
+
+    def wanted(self) -> list[int]:
+        if self.finished:
+            return []
+        return [s for s, c in self.cursors.items() if c is not False and not self.buffers[s]]
+
+    def feed(self, shard: int, entries: list[tuple[Any, Any]], cursor: Any) -> None:
+        entries.reverse()  # popped from the end
+        self.buffers[shard] = entries
+        self.cursors[shard] = cursor
+
+    def run(self, take: Callable[[Any], bool]) -> None:
+        """Offer entries in merged order while every shard that may hold more has some."""
+        if self.finished or self.wanted():
+            return
+        buffers = self.buffers
+        while True:
+            if len(buffers) == 1:
+                s, buf = next(iter(buffers.items()))
+            else:
+                heads = [(b[-1][0], s) for s, b in buffers.items() if b]
+                s = min(heads)[1] if heads else -1
+                buf = buffers.get(s, [])
+            if not buf:
+                self.finished = True
+                return
+            if not take(buf.pop()[1]):
+                self.finished = True
+                return
+            if not buf and self.cursors[s] is not False:
+                return  # that shard may hold more: its next page first
+
+
+class _Found:
+    """A search candidate; its value is decoded when a filter or the result needs it."""
+
+    __slots__ = ("ns", "key", "rec", "vectors", "_item")
+
+    def __init__(self, ns: tuple[str, ...], key: str, rec: bytes, vectors: list[list[float]]) -> None:
+        self.ns, self.key, self.rec, self.vectors = ns, key, rec, vectors
+        self._item: Item | None = None
+
+    def item(self, cfg: Config) -> Item:
+        if self._item is None:
+            self._item = _item(cfg, self.ns, self.key, self.rec)[0]
+        return self._item
+
+    def ttl(self) -> int:
+        return int(self.rec.split(b" ", 3)[2])
+
+
+class _Search:
+    def __init__(self, cfg: Config, op: SearchOp, query_vector: list[float] | None) -> None:
+        self.cfg, self.op, self.qv = cfg, op, query_vector
+        self.scored = query_vector is not None
+        self.eprefix = enc_ns(op.namespace_prefix)
+        # a search stops at offset + limit matches (InMemoryStore filters every item under the
+        # prefix first: a comparison that raises on a later item raises there, not here)
+        bounded = not self.scored and min(op.offset, op.limit) >= 0
+        self.want = op.offset + op.limit if bounded else None
+        # pages: the items wanted, or PAGE (values to filter), or VECTOR_PAGE (vectors to score)
+        if self.scored and not op.filter:
+            self.budget = VECTOR_PAGE
+        else:
+            self.budget = max(1, min(self.want or PAGE, PAGE) if not op.filter else PAGE)
+        self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
+        self.found: list[_Found] = []  # unscored: the matches in order
+        # scored: the best offset + limit items so far, as a heap of (score, -flat position) (its
+        # root the worst), and the first `limit` items without vectors: a query
+        # keeps that much whatever the number of candidates
+        self.top: list[tuple[float, int]] = []  # (score, -flat position)
+        self.top_items: dict[int, _Found] = {}  # -flat position -> item
+        self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        self.flat = 0
+        self.scoreless: list[_Found] = []
+        if self.want == 0:
+            self.merge.finished = True
+
+    def requests(self) -> list[tuple[int, list[bytes]]]:
+        out = []
+        for s in self.merge.wanted():
+            c = self.merge.cursors[s] or (b"", b"")
+            vec = b"1" if self.scored else b"0"
+            out.append((s, [b"s", self.eprefix, c[0], c[1], str(self.budget).encode(), vec]))
+        return out
+
+    def feed(self, shard: int, reply: Any) -> None:
+        flat, c_ns, c_item = reply
+        entries = []
+        for i in range(0, len(flat), 6):
+            ens, ekey, ns_seq, item_seq, rec, vec = flat[i : i + 6]
+            entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, vec)))
+        self.merge.feed(shard, entries, (c_ns, c_item) if c_ns else False)
+        self.merge.run(self._take)
+
+    def _take(self, entry: tuple[bytes, bytes, bytes, list[bytes]]) -> bool:
+        ens, ekey, rec, vec = entry
+        vectors = [unpack_vector(vec[i]) for i in range(1, len(vec), 2)] if self.scored else []
+        found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, vectors)
+        if self.op.filter and not sem.matches(found.item(self.cfg).value, self.op.filter):
+            return True
+        if self.qv is None:
+            self.found.append(found)
+            return self.want is None or len(self.found) < self.want
+        if not vectors:
+            if self.keep is None or len(self.scoreless) < self.op.limit:
+                self.scoreless.append(found)
+            return True
+        # InMemoryStore sorts every vector by score (stably) and keeps each item's first: its
+        # best score; ties go by position, and one item's vectors are contiguous in its order
+        best = max(sem.cosine(self.qv, vectors))
+        rank = (best, -self.flat)
+        self.flat += len(vectors)
+        found.vectors = []  # scored: not kept
+        if self.keep is None or len(self.top) < self.keep:
+            heapq.heappush(self.top, rank)
+        elif self.keep and rank > self.top[0]:
+            del self.top_items[heapq.heapreplace(self.top, rank)[1]]
+        else:
+            return True
+        self.top_items[rank[1]] = found
+        return True
+
+    def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
+        """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""
+        op = self.op
+        kept: list[tuple[float | None, _Found]]
+        if self.qv is not None:
+            if not self.top and not self.scoreless:
+                return [], []
+            ranked = sorted(self.top, key=lambda e: (-e[0], -e[1]))
+            kept = []
+            for ix, (score, pos) in enumerate(ranked):  # InMemoryStore's loop over unique items
+                f = self.top_items[pos]
+                if ix >= op.offset + op.limit:
+                    break
+                if ix < op.offset:
+                    continue
+                kept.append((score, f))
+            scoreless = self.scoreless
+            if scoreless and len(kept) < op.limit:
+                kept.extend((None, f) for f in scoreless[: op.limit - len(kept)])
+        else:
+            if not self.found:
+                return [], []
+            kept = [(None, f) for f in self.found[op.offset : op.offset + op.limit]]
+        out = []
+        for sc, f in kept:
+            it = f.item(self.cfg)
+            out.append(
+                SearchItem(
+                    namespace=it.namespace,
+                    key=it.key,
+                    value=it.value,
+                    created_at=it.created_at,
+                    updated_at=it.updated_at,
+                    score=float(sc) if sc is not None else None,
+                )
+            )
+        return out, [(f.ns, f.key, f.ttl()) for _, f in kept]
+
+
+class _List:
+    def __init__(self, cfg: Config, op: ListNamespacesOp) -> None:
+        self.op = op
+        self.conditions = list(op.match_conditions or ())
+        lit: list[str] = []
+        for c in self.conditions:  # the labels a prefix condition fixes: one lex range
+            if c.match_type == "prefix":
+                fixed = []
+                for label in c.path:
+                    if label == "*":
+                        break
+                    fixed.append(label)
+                if len(fixed) > len(lit):
+                    lit = fixed
+        e = enc_ns(lit)
+        self.lo, self.hi = (b"[" + e, b"(" + e + b"\xff") if lit else (b"-", b"+")
+        self.want = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        self.merge = _Merge(cfg.keys.shards_under(lit))
+        self.found: list[tuple[str, ...]] = []
+        if self.want == 0:
+            self.merge.finished = True
+
+    def requests(self) -> list[tuple[int, list[bytes]]]:
+        page = str(LIST_PAGE).encode()
+        return [(s, [b"l", self.merge.cursors[s] or self.lo, self.hi, page]) for s in self.merge.wanted()]
+
+    def feed(self, shard: int, reply: Any) -> None:
+        names, last = reply
+        self.merge.feed(shard, [(e, e) for e in names], b"(" + last if last else False)
+        self.merge.run(self._take)
+
+    def _take(self, ens: bytes) -> bool:
+        ns = dec_ns(ens)
+        if not all(sem.does_match(c, ns) for c in self.conditions):
+            return True
+        if self.op.max_depth is not None:
+            ns = ns[: self.op.max_depth]
+        if not self.found or self.found[-1] != ns:  # in order: a repeat follows its first
+            self.found.append(ns)
+        return self.want is None or len(self.found) < self.want
+
+    def result(self) -> list[tuple[str, ...]]:
+        return self.found[self.op.offset : self.op.offset + self.op.limit]
+
+
+# ---- the plan -------------------------------------------------------------------------
+def _base_sequence(cfg: Config, n: int) -> bytes:
+    """Microseconds of the client's clock, above the last base this store sent plus its batch:
+    sequences follow the order of the calls (and of the puts in one batch) across shards."""
+    now = max(time.time_ns() // 1000, cfg.clock[0] + 1)
+    cfg.clock[0] = now + n
+    return str(now).encode()
+
+
+def batch_plan(
+    cfg: Config, prep: Prepared, doc_vectors: list[list[float]], query_vectors: dict[str, list[float]]
+) -> Plan[list[Result]]:
+    """Run a prepared batch: ``doc_vectors`` are the embeddings of ``prep.embed.texts`` (one per
+    distinct text, in its order), ``query_vectors`` those of its queries."""
+    keys = cfg.keys
+    ops = prep.ops
+    results: list[Result] = [None] * len(ops)
+
+    # the vectors of each put: (ordinal) -> [path, float32 bytes, ...]
+    vectors: dict[int, list[bytes]] = {}
+    if prep.embed.texts:
+        if len(prep.embed.texts) != len(doc_vectors):
+            raise ValueError(
+                f"Number of embeddings ({len(doc_vectors)}) does not match number of texts ({len(prep.embed.texts)})"
+            )
+        for places, embedding in zip(prep.embed.texts.values(), doc_vectors, strict=True):
+            packed = pack_vector(embedding)
+            for ordinal, path in places:
+                vectors.setdefault(ordinal, []).extend([path.encode(), packed])
+
+    writes: dict[int, list[list[bytes]]] = {}  # shard -> each write's arguments
+    for (ns, _), (ordinal, _, args) in prep.puts.items():
+        if args[0] == b"p":
+            vec = vectors.get(ordinal, [])
+            args = [*args[:3], str(ordinal).encode(), *args[4:], str(len(vec) // 2).encode(), *vec]
+        writes.setdefault(keys.shard(ns), []).append(args)
+
+    # reads: gets once, searches and listings until each is done
+    gets: list[tuple[int, int, GetOp]] = []  # op index, shard, op
+    tasks: dict[int, _Search | _List] = {}
+    for i, op in enumerate(ops):
+        if isinstance(op, GetOp):
+            gets.append((i, keys.shard(op.namespace), op))
+        elif isinstance(op, SearchOp):
+            qv = query_vectors.get(op.query) if op.query and cfg.index else None
+            tasks[i] = _Search(cfg, op, qv)
+        elif isinstance(op, ListNamespacesOp):
+            tasks[i] = _List(cfg, op)
+    refreshes: dict[int, list[list[bytes]]] = {}  # shard -> "r" writes (reads that restart an expiry)
+
+    def add_refresh(ns: tuple[str, ...], key: str) -> None:
+        refreshes.setdefault(keys.shard(ns), []).append([b"r", enc_ns(ns), enc(key)])
+
+    def write_calls(per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
+        base = _base_sequence(cfg, len(prep.puts))
+        calls = []
+        for s, ws in per_shard.items():
+            for j in range(0, len(ws), CALL_OPS):
+                chunk = ws[j : j + CALL_OPS]
+                wargs: list[bytes | str | int]
+                if all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
+                    wargs = [STORE_FORMAT, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
+                    calls.append(Call("store_delete", [keys.index(s)], wargs))
+                    continue
+                wargs = [STORE_FORMAT, base, str(len(chunk)).encode()]
+                wargs += [a for w in chunk for a in w]
+                calls.append(Call("store_write", [keys.index(s)], wargs))
+        return calls
+
+    first = True
+    while True:
+        # shard -> each read's (arguments, reply handler)
+        reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]] = {}
+        if first:
+            for i, s, op in gets:
+                code = b"G" if op.refresh_ttl and cfg.refresh_in_read else b"g"
+
+                def on_get(rec: Any, i: int = i, op: GetOp = op) -> None:
+                    if rec is None:
+                        return
+                    item, ttl = _item(cfg, op.namespace, op.key, rec)
+                    results[i] = item
+                    if ttl and op.refresh_ttl and not cfg.refresh_in_read:
+                        add_refresh(op.namespace, op.key)
+
+                reads.setdefault(s, []).append(([code, enc_ns(op.namespace), enc(op.key)], on_get))
+        for task in tasks.values():
+            for s, args in task.requests():
+                reads.setdefault(s, []).append((args, functools.partial(task.feed, s)))
+        calls: list[Call] = []
+        handlers: list[list[Callable[[Any], None]]] = []
+        for s, rs in reads.items():
+            for j in range(0, len(rs), CALL_OPS):
+                chunk = rs[j : j + CALL_OPS]
+                rw = any(r[0] == b"G" for r, _ in chunk)
+                rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
+                rargs += [a for r, _ in chunk for a in r]
+                calls.append(Call("store_read+rw" if rw else "store_read", [keys.index(s)], rargs))
+                handlers.append([h for _, h in chunk])
+        # writes ride with the first reads when no read needs a second page (they see the
+        # store before the batch either way: per shard, the reads run first)
+        with_writes = first and not tasks and bool(writes)
+        if with_writes:
+            calls += write_calls(writes)
+            writes = {}
+        first = False
+        if not calls:
+            break
+        replies = yield (calls[0] if len(calls) == 1 else calls)
+        if len(calls) == 1:
+            replies = [replies]
+        for hs, reply in zip(handlers, replies, strict=False):
+            if not isinstance(reply, list) or len(reply) != len(hs):
+                raise MalformedReplyError(f"store_read replied {reply!r:.80}")
+            for h, r in zip(hs, reply, strict=True):
+                h(r)
+        if with_writes and not refreshes:
+            break
+    for i, task in tasks.items():
+        if isinstance(task, _Search):
+            found, returned = task.result()
+            results[i] = found
+            if task.op.refresh_ttl:
+                for ns, key, ttl in returned:
+                    if ttl:
+                        add_refresh(ns, key)
+        else:
+            results[i] = task.result()
+    # the writes (after reads that took pages), and the expiries reads restart
+    for s, r in refreshes.items():
+        writes.setdefault(s, []).extend(r)
+    if writes:
+        calls = write_calls(writes)
+        yield (calls[0] if len(calls) == 1 else calls)
+    return results

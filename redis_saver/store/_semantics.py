@@ -1,0 +1,120 @@
+"""InMemoryStore's semantics, written once: filters, namespace matching, texts to embed, scoring.
+
+``langgraph.store.memory`` keeps these as private helpers; they are restated here (same
+behaviour, including its corner cases) so that a change of private names upstream does not
+break the store, and ``tests/store/test_differential.py`` checks that results agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import mul
+from typing import Any
+
+from langgraph.store.base import MatchCondition, get_text_at_path, tokenize_path
+
+
+def compare_values(item_value: Any, filter_value: Any) -> bool:
+    """A filter value against an item's value, JSONB-like (nested dicts, lists, ``$`` operators)."""
+    if isinstance(filter_value, dict):
+        if any(k.startswith("$") for k in filter_value):
+            return all(apply_operator(item_value, k, v) for k, v in filter_value.items())
+        if not isinstance(item_value, dict):
+            return False
+        return all(compare_values(item_value.get(k), v) for k, v in filter_value.items())
+    if isinstance(filter_value, (list, tuple)):
+        return (
+            isinstance(item_value, (list, tuple))
+            and len(item_value) == len(filter_value)
+            and all(compare_values(iv, fv) for iv, fv in zip(item_value, filter_value, strict=False))
+        )
+    return bool(item_value == filter_value)
+
+
+def apply_operator(value: Any, operator: str, op_value: Any) -> bool:
+    if operator == "$eq":
+        return bool(value == op_value)
+    if operator == "$gt":
+        return float(value) > float(op_value)
+    if operator == "$gte":
+        return float(value) >= float(op_value)
+    if operator == "$lt":
+        return float(value) < float(op_value)
+    if operator == "$lte":
+        return float(value) <= float(op_value)
+    if operator == "$ne":
+        return bool(value != op_value)
+    raise ValueError(f"Unsupported operator: {operator}")
+
+
+OPERATORS = frozenset({"$eq", "$gt", "$gte", "$lt", "$lte", "$ne"})
+
+
+def check_filter(flt: Any) -> None:
+    """Refuse a filter with an operator InMemoryStore does not know, before anything runs (it
+    would raise on the first item compared); an operator's operand is a value, not a filter."""
+    if flt is None:
+        return
+    if not isinstance(flt, dict):
+        raise TypeError(f"filter must be a dict, got {type(flt).__name__}")
+    stack: list[Any] = list(flt.values())
+    while stack:
+        fv = stack.pop()
+        if isinstance(fv, dict):
+            if any(isinstance(k, str) and k.startswith("$") for k in fv):
+                bad = [k for k in fv if k not in OPERATORS]
+                if bad:
+                    raise ValueError(f"Unsupported operator: {bad[0]}")
+            else:
+                stack.extend(fv.values())
+        elif isinstance(fv, (list, tuple)):
+            stack.extend(fv)
+
+
+def matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
+    if not flt:
+        return True
+    return all(compare_values(value.get(k), v) for k, v in flt.items())
+
+
+def does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    """A namespace against a prefix / suffix condition (``*`` matches any one label)."""
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise ValueError(f"Unsupported match type: {condition.match_type}")
+    return all(p == "*" or k == p for k, p in pairs)
+
+
+def tokenized_fields(fields: Sequence[str] | None) -> list[tuple[str, Any]]:
+    return [(p, tokenize_path(p)) if p != "$" else (p, p) for p in (fields or ["$"])]
+
+
+def texts_to_embed(value: dict[str, Any], paths: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """(path name, text) pairs of a value: ``path`` for one text, ``path.i`` for several."""
+    out: list[tuple[str, str]] = []
+    for path, field in paths:
+        texts = get_text_at_path(value, field)
+        if texts:
+            if len(texts) > 1:
+                out.extend((f"{path}.{i}", t) for i, t in enumerate(texts))
+            else:
+                out.append((path, texts[0]))
+    return out
+
+
+def cosine(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[float]:
+    """Cosine similarity of ``query`` with each vector (0.0 for a zero vector), in plain Python."""
+    # the same sums, in the same order, as InMemoryStore's pure-Python path (map is faster)
+    norm1 = sum(map(mul, query, query)) ** 0.5
+    out: list[float] = []
+    for y in vectors:
+        dot = sum(map(mul, query, y))
+        norm2 = sum(map(mul, y, y)) ** 0.5
+        out.append(dot / (norm1 * norm2) if norm1 > 0 and norm2 > 0 else 0.0)
+    return out

@@ -1,0 +1,75 @@
+"""RedisStore: the synchronous store (its ``a*`` methods run the sync code in a worker thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from langgraph.store.base import Op, Result
+
+from .._clients import make_sync_client
+from .._drivers import SyncDriver
+from ._base import STORE_OPTIONS, RedisStoreBase, op_name
+from ._plans import batch_plan, prepare
+from ._transfer import StoredItem, export_plan, import_plan
+
+
+class RedisStore(RedisStoreBase):
+    """LangGraph long-term memory (``BaseStore``) on plain Redis (>= 7.0, no modules).
+
+    A batch is one script call per shard it touches, sent in one round trip in the common case;
+    semantics as InMemoryStore's (see docs/store.md). Options: :class:`RedisStoreBase`.
+
+    Example:
+        >>> with RedisStore.from_conn_string("redis://localhost:6379") as store:
+        ...     graph = builder.compile(checkpointer=saver, store=store)
+    """
+
+    _driver_cls = SyncDriver
+    _driver: SyncDriver
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisStore]:
+        """A store that owns its client (``redis://``, ``rediss://``, ``unix://``,
+        ``redis+cluster://``, ``redis+sentinel://``), closed on exit; store options are taken
+        from ``options``, the rest go to the client."""
+        opts = {k: options.pop(k) for k in STORE_OPTIONS if k in options}
+        opts.setdefault("retries", 3)
+        client = make_sync_client(url, **options)
+        try:
+            yield cls(client, **opts)
+        finally:
+            client.close()
+
+    def setup(self) -> None:
+        """Optional, idempotent: load the scripts; record the store's layout (shards) under its
+        prefix, or raise ``SchemaMismatchError`` if another layout is recorded there."""
+        self._driver._run(self._setup(self._driver.engine))
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        prep = prepare(self._cfg, ops)
+        if not prep.ops:
+            return []
+        docs: list[list[float]] = []
+        queries: dict[str, list[float]] = {}
+        if self.embeddings is not None:
+            texts = self._doc_texts(prep.embed)
+            docs = self.embeddings.embed_documents(texts) if texts else []
+            queries = {q: self.embeddings.embed_query(q) for q in prep.embed.queries}
+        return self._driver.run(batch_plan(self._cfg, prep, docs, queries), op_name(prep.ops))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    def export_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
+        """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
+        shard by shard, a page per call; for ``import_items`` (and the CLI's export)."""
+        return self._driver.iterate(export_plan(self._cfg, tuple(namespace_prefix)), "store.export")
+
+    def import_items(self, items: Iterable[StoredItem]) -> int:
+        """Write items as ``export_items`` gave them (replacing items already there), in one
+        round trip per call of this method; returns how many."""
+        return self._driver.run(import_plan(self._cfg, list(items)), "store.import")
