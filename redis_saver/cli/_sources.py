@@ -168,7 +168,12 @@ def open_target(url: str, dry_run: bool = False) -> Iterator[Any]:
             return
         with _sqlite(url, create=True) as saver:
             try:
-                saver.setup()
+                if dry_run:  # SqliteSaver sets itself up on first use: not in a file without its tables
+                    if not saver.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'checkpoints'").fetchone():
+                        yield _empty()
+                        return
+                else:
+                    saver.setup()
             except sqlite3.DatabaseError as exc:
                 raise SourceError(f"{sqlite_path(url)} is not a SqliteSaver database: {exc}") from None
             yield saver

@@ -224,6 +224,14 @@ def test_migrate_out_errors(cli, rsaver, tmp_path):
     assert not (tmp_path / "x.db").exists()  # a dry run makes nothing
     res = cli("migrate", "--to", f"sqlite:///{tmp_path}/no/such/dir/x.db", code=1)
     assert "cannot open" in res.stderr
+    other = tmp_path / "other.db"  # an SQLite file of something else: a dry run leaves it alone
+    with sqlite3.connect(str(other)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    assert "would copy thread e-0" in cli("migrate", "--to", f"sqlite:///{other}", "--dry-run").stdout
+    with sqlite3.connect(str(other)) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["t"]
+    conn.close()
     (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
     res = cli("migrate", "--to", f"sqlite:///{tmp_path}/junk.db", code=1)
     assert "not a SqliteSaver database" in res.stderr
