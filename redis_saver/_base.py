@@ -156,8 +156,9 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         appears some 20 times per checkpoint (records, serialized ``channel_versions`` and
         ``versions_seen``, blob field names): the short form saves ~0.5 KB of a 5-channel
         checkpoint. The random part (35 bits) keeps forks of one channel at the same counter apart.
-        Other savers parse versions as zero-padded integers: a thread moved to one by hand needs
-        its versions rewritten (redis_saver's own export / import and copies keep them).
+        Other savers parse versions as zero-padded integers: a thread moved to one needs its
+        versions rewritten, which ``redis-saver migrate --to`` does (redis_saver's own export /
+        import and copies keep them).
         """
         if current is None:
             current_v = 0

@@ -51,6 +51,17 @@ def _by_node(client: Any, commands: Sequence[tuple[Any, ...]]) -> dict[str, tupl
     return groups
 
 
+def _step(gen: Io[Any], reply: Any, error: Exception | None, end: list[Any]) -> Op | Emit | None:
+    """What ``gen`` asks for next, given the reply to (or the error of) its last operation: an
+    operation to perform, an Emit (items for the caller), or None when it has returned (its
+    value appended to ``end``). The pump both drivers share; they differ only in performing."""
+    try:
+        return gen.send(reply) if error is None else gen.throw(error)
+    except StopIteration as stop:
+        end.append(stop.value)
+        return None
+
+
 class _Driver:
     def __init__(
         self,
@@ -182,24 +193,19 @@ class SyncDriver(_Driver):
                 results[i] = r
         return results
 
+    def _perform(self, op: Op) -> tuple[Any, Exception | None]:
+        try:
+            return self._do(op), None
+        except Exception as exc:  # the engine decides: retry, EVAL, or the caller's error
+            return None, exc
+
     def _advance(self, gen: Io[Any], end: list[Any]) -> list[Any] | None:
         """Perform ``gen``'s operations up to its next Emit (its items) or its end (None, and
         its value appended to ``end``)."""
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                op = gen.send(reply) if error is None else gen.throw(error)
-            except StopIteration as stop:
-                end.append(stop.value)
-                return None
-            if isinstance(op, Emit):
-                return op.items
-            error = reply = None
-            try:
-                reply = self._do(op)
-            except Exception as exc:  # the engine decides: retry, EVAL, or the caller's error
-                error = exc
+        reply, error = None, None
+        while (op := _step(gen, reply, error, end)) is not None and not isinstance(op, Emit):
+            reply, error = self._perform(op)
+        return None if op is None else op.items
 
     def _run(self, gen: Io[T]) -> T:
         end: list[Any] = []
@@ -295,22 +301,14 @@ class AsyncDriver(_Driver):
         return results
 
     async def _advance(self, gen: Io[Any], end: list[Any]) -> list[Any] | None:
-        """See SyncDriver._advance."""
-        reply: Any = None
-        error: Exception | None = None
-        while True:
+        """See SyncDriver._advance (here performing inline: a coroutine per operation costs ~0.3 us)."""
+        reply, error = None, None
+        while (op := _step(gen, reply, error, end)) is not None and not isinstance(op, Emit):
             try:
-                op = gen.send(reply) if error is None else gen.throw(error)
-            except StopIteration as stop:
-                end.append(stop.value)
-                return None
-            if isinstance(op, Emit):
-                return op.items
-            error = reply = None
-            try:
-                reply = await self._do(op)
+                reply, error = await self._do(op), None
             except Exception as exc:  # the engine decides: retry, EVAL, or the caller's error
-                error = exc
+                reply, error = None, exc
+        return None if op is None else op.items
 
     async def _run(self, gen: Io[T]) -> T:
         end: list[Any] = []

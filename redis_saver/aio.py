@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
-
-from ._base import SAVER_OPTIONS, RedisSaverBase
+from ._api import SaverAPI, saver_options
 from ._clients import make_async_client
 from ._drivers import AsyncDriver
-from ._plans import Plan, RewriteStats
+from ._plans import Plan
 
 T = TypeVar("T")
 
@@ -28,7 +19,7 @@ T = TypeVar("T")
 AUTO_PIPELINE = True
 
 
-class AsyncRedisSaver(RedisSaverBase):
+class AsyncRedisSaver(SaverAPI):
     """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
 
     It can be constructed outside a running event loop; it binds to the running loop at
@@ -64,8 +55,7 @@ class AsyncRedisSaver(RedisSaverBase):
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
-        saver_opts.setdefault("retries", 3)
+        saver_opts = saver_options(options)
         client = await make_async_client(url, **options)
         try:
             yield cls(client, **saver_opts)
@@ -75,10 +65,6 @@ class AsyncRedisSaver(RedisSaverBase):
     def _bind(self) -> None:
         if self.loop is None or self.loop.is_closed():
             self.loop = asyncio.get_running_loop()
-
-    async def _run(self, plan: Plan[T], op: str) -> T:
-        self._bind()
-        return await self._driver.run(plan, op)
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -105,145 +91,24 @@ class AsyncRedisSaver(RedisSaverBase):
         self._bind()
         await self._driver.setup()
 
-    # ---- async API -------------------------------------------------------------------
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async :meth:`RedisSaver.get_tuple`: the same semantics and errors."""
-        return await self._run(self._plan_get_tuple(config), "get_tuple")
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async :meth:`RedisSaver.list`: the same semantics and errors."""
-        self._bind()
-        plan = self._plan_list(config, filter=filter, before=before, limit=limit)
-        async for item in self._driver.iterate(plan, "list"):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Async :meth:`RedisSaver.put`: the same semantics and errors."""
-        return await self._run(self._plan_put(config, checkpoint, metadata, new_versions), "put")
-
-    async def aput_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        """Async :meth:`RedisSaver.put_writes`: the same semantics and errors."""
-        await self._run(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async :meth:`RedisSaver.delete_thread`: the same semantics and errors."""
-        await self._run(self._plan_delete_thread(thread_id), "delete_thread")
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async :meth:`RedisSaver.delete_for_runs`: the same semantics and errors."""
-        await self._run(self._plan_delete_for_runs(run_ids), "delete_for_runs")
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async :meth:`RedisSaver.copy_thread`: the same semantics and errors."""
-        await self._run(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async :meth:`RedisSaver.prune`: the same semantics and errors."""
-        await self._run(self._plan_prune(thread_ids, strategy), "prune")
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """Async :meth:`RedisSaver.get_delta_channel_history`: the same semantics and errors."""
-        return await self._run(self._plan_delta_history(config, channels), "get_delta_channel_history")
-
-    async def arewrite_values(self, thread_id: str) -> RewriteStats:
-        """Async :meth:`RedisSaver.rewrite_values`: the same semantics and errors."""
-        return await self._run(self._plan_rewrite_values(thread_id), "rewrite_values")
-
-    async def apin(self, thread_id: str) -> None:
-        """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
-        await self._run(self._plan_pin(thread_id, True), "pin")
-
-    async def aunpin(self, thread_id: str) -> None:
-        """Unpin a thread: it expires again ``default_ttl`` after this call."""
-        await self._run(self._plan_pin(thread_id, False), "unpin")
-
-    # ---- sync API: bridged onto the saver's loop from other threads ---------------------
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Sync :meth:`aget_tuple`, for other threads while the saver's event loop runs."""
-        return self._sync(self.aget_tuple(config))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Sync :meth:`alist`, for other threads while the saver's event loop runs."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
-
-        yield from self._sync(collect())
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Sync :meth:`aput`, for other threads while the saver's event loop runs."""
-        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        """Sync :meth:`aput_writes`, for other threads while the saver's event loop runs."""
-        self._sync(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Sync :meth:`adelete_thread`, for other threads while the saver's event loop runs."""
-        self._sync(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Sync :meth:`adelete_for_runs`, for other threads while the saver's event loop runs."""
-        self._sync(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Sync :meth:`acopy_thread`, for other threads while the saver's event loop runs."""
-        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Sync :meth:`aprune`, for other threads while the saver's event loop runs."""
-        self._sync(self.aprune(thread_ids, strategy=strategy))
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """Sync :meth:`aget_delta_channel_history`, for other threads while the saver's event loop runs."""
-        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
-
-    def rewrite_values(self, thread_id: str) -> RewriteStats:
-        """Sync :meth:`arewrite_values`, for other threads while the saver's event loop runs."""
-        return self._sync(self.arewrite_values(thread_id))
-
-    def pin(self, thread_id: str) -> None:
-        """Sync :meth:`apin`, for other threads while the saver's event loop runs."""
-        self._sync(self.apin(thread_id))
-
-    def unpin(self, thread_id: str) -> None:
-        """Sync :meth:`aunpin`, for other threads while the saver's event loop runs."""
-        self._sync(self.aunpin(thread_id))
-
     def setup(self) -> None:
         """Sync :meth:`asetup`, for other threads while the saver's event loop runs."""
         self._sync(self.asetup())
+
+    # ---- the I/O shell: the asyncio driver, bridged onto the saver's loop for sync callers
+    async def _acall(self, plan: Plan[T], op: str) -> T:
+        self._bind()
+        return await self._driver.run(plan, op)
+
+    def _aiter(self, plan: Plan[Any], op: str) -> AsyncIterator[Any]:
+        self._bind()  # called on the loop: by alist's first step, or by _iter's collect
+        return self._driver.iterate(plan, op)
+
+    def _call(self, plan: Plan[T], op: str) -> T:
+        return self._sync(self._acall(plan, op))
+
+    def _iter(self, plan: Plan[Any], op: str) -> Iterator[Any]:
+        async def collect() -> list[Any]:
+            return [item async for item in self._aiter(plan, op)]
+
+        yield from self._sync(collect())

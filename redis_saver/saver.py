@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
-
-from ._base import SAVER_OPTIONS, RedisSaverBase
+from ._api import SaverAPI, saver_options
 from ._clients import make_sync_client
 from ._drivers import SyncDriver
-from ._plans import RewriteStats
+from ._plans import Plan
+
+T = TypeVar("T")
 
 
-class RedisSaver(RedisSaverBase):
+class RedisSaver(SaverAPI):
     """LangGraph checkpoint saver on plain Redis (>= 7.0, no modules).
 
     Every call is one EVALSHA of a Lua script (``lua/``) in the common case; every key of
-    a thread shares one hash slot, so it runs unchanged on Redis Cluster.
+    a thread shares one hash slot, so it runs unchanged on Redis Cluster. Its async methods
+    (``aget_tuple``, ``aput``, ...) run the sync code in a worker thread.
 
     Options: see :class:`redis_saver._base.RedisSaverBase` (``prefix``, ``serde``, ``ttl``,
     ``history``, ``fencing``, ``wait_for_replicas``, ``wait_timeout_ms``, ``retries``).
@@ -48,8 +42,7 @@ class RedisSaver(RedisSaverBase):
         Saver options (``prefix``, ``serde``, ``ttl``, ``history``, ``fencing``) are taken
         from ``options``; the rest go to the client.
         """
-        saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
-        saver_opts.setdefault("retries", 3)
+        saver_opts = saver_options(options)
         client = make_sync_client(url, **options)
         try:
             yield cls(client, **saver_opts)
@@ -60,216 +53,21 @@ class RedisSaver(RedisSaverBase):
         """Optional, idempotent: load the scripts and check the server and storage format."""
         self._driver.setup()
 
-    # ---- sync API --------------------------------------------------------------------
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """A checkpoint with its channel values, metadata, parent and pending writes.
-
-        Args:
-            config: ``{"configurable": {"thread_id": ..., "checkpoint_ns": ...}}``, with
-                ``checkpoint_id`` for that checkpoint, else the namespace's latest.
-
-        Returns:
-            The checkpoint tuple (pending writes in ``writes_sort_key`` order), or ``None``.
-
-        Raises:
-            DamagedThreadError: a key of the thread was lost (evicted).
-
-        Example:
-            >>> saver.get_tuple({"configurable": {"thread_id": "t-1"}}).checkpoint["id"]
-        """
-        return self._driver.run(self._plan_get_tuple(config), "get_tuple")
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first (by id), filtered inside Redis, a page per round trip.
-
-        Args:
-            config: one thread (``thread_id``; with ``checkpoint_ns`` only that namespace,
-                with ``checkpoint_id`` only that checkpoint), or ``None`` for every thread.
-            filter: metadata key/value pairs that must all match (``None`` also matches a
-                missing key).
-            before: only checkpoints whose id sorts before this config's ``checkpoint_id``.
-            limit: at most this many.
-
-        Example:
-            >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "t-1"}}, limit=3)]
-        """
-        return self._driver.iterate(self._plan_list(config, filter=filter, before=before, limit=limit), "list")
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint and the values of the channels in ``new_versions``, in one atomic
-        script (and, with ``history="latest"``, drop what the latest no longer needs).
-
-        Args:
-            config: the parent's config (its ``checkpoint_id`` becomes the parent).
-            checkpoint: the checkpoint; its ``id`` must not be its parent's.
-            metadata: its metadata (a dict with str keys).
-            new_versions: the channels whose values changed, with their new versions.
-
-        Returns:
-            The stored checkpoint's config.
-
-        Raises:
-            ValueError / TypeError: bad arguments (nothing is written).
-            ConflictError: ``fencing=True`` and another writer moved the thread on.
-            ReplicationTimeoutError: fewer replicas than ``wait_for_replicas`` acknowledged.
-        """
-        return self._driver.run(self._plan_put(config, checkpoint, metadata, new_versions), "put")
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        """Store a task's pending writes against a checkpoint: the first write of a
-        (task, index) wins, special writes (errors, interrupts) overwrite. One atomic script.
-
-        Args:
-            config: the checkpoint's config (``checkpoint_id`` required).
-            writes: ``(channel, value)`` pairs.
-            task_id: the task's id.
-            task_path: the task's path (it orders writes as ``writes_sort_key`` does).
-        """
-        self._driver.run(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Remove every checkpoint, write and value of the thread (all namespaces), in one
-        script; works when Redis is out of memory."""
-        self._driver.run(self._plan_delete_thread(thread_id), "delete_thread")
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Remove the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
-        writes and the values nothing else references, in every thread (found through the
-        per-slot run index); a thread left empty disappears."""
-        self._driver.run(self._plan_delete_for_runs(run_ids), "delete_for_runs")
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every namespace, checkpoint, write and value of one thread into another, in
-        pages (values and writes before the checkpoints that reference them)."""
-        self._driver.run(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Shrink threads: ``"keep_latest"`` keeps each namespace's latest checkpoint with its
-        writes and the ancestors its DeltaChannels need to rebuild their values; ``"delete"``
-        removes the threads. A thread of up to 256 checkpoints is done in one atomic script, a
-        larger one in bounded pages.
-
-        Example:
-            >>> saver.prune(["t-1", "t-2"])                      # keep_latest
-            >>> saver.prune(["t-3"], strategy="delete")
-        """
-        self._driver.run(self._plan_prune(thread_ids, strategy), "prune")
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """For each channel, the writes since its nearest stored value (the seed) along the
-        checkpoint's parent chain, oldest first: the base class's walk, done inside Redis (one
-        call per 256 ancestors).
-
-        Raises:
-            ParentCycleError: the stored parent links form a cycle.
-        """
-        return self._driver.run(self._plan_delta_history(config, channels), "get_delta_channel_history")
-
-    def pin(self, thread_id: str) -> None:
-        """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
-        self._driver.run(self._plan_pin(thread_id, True), "pin")
-
-    def unpin(self, thread_id: str) -> None:
-        """Unpin a thread: it expires again ``default_ttl`` after this call."""
-        self._driver.run(self._plan_pin(thread_id, False), "unpin")
-
-    def rewrite_values(self, thread_id: str) -> RewriteStats:
-        """Re-encode the values of a thread that an earlier release (or ``compress=False``)
-        stored raw, in place, as this version stores them: zstd, and for a list's versions one
-        stream per channel. Optional: raw values are read as they are. Bounded calls, each
-        atomic; a value a writer changed meanwhile is left alone; calling it again goes on where
-        a stopped call left off. The thread's expiry is left as it is.
-
-        Returns:
-            What was done: values replaced, their bytes before and the bytes written for them.
-        """
-        return self._driver.run(self._plan_rewrite_values(thread_id), "rewrite_values")
-
-    # ---- async API: the sync code in a worker thread -----------------------------------
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async twin of :meth:`get_tuple` (it runs the sync code in a worker thread)."""
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async twin of :meth:`list` (it runs the sync code in a worker thread)."""
-        it = self.list(config, filter=filter, before=before, limit=limit)
-        while (item := await asyncio.to_thread(next, it, None)) is not None:
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Async twin of :meth:`put` (it runs the sync code in a worker thread)."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        """Async twin of :meth:`put_writes` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async twin of :meth:`delete_thread` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async twin of :meth:`delete_for_runs` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async twin of :meth:`copy_thread` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async twin of :meth:`prune` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """Async twin of :meth:`get_delta_channel_history` (it runs the sync code in a worker thread)."""
-        return await asyncio.to_thread(self.get_delta_channel_history, config=config, channels=channels)
-
     async def asetup(self) -> None:
-        """Async twin of :meth:`setup` (it runs the sync code in a worker thread)."""
+        """Async :meth:`setup` (it runs the sync code in a worker thread)."""
         await asyncio.to_thread(self.setup)
 
-    async def arewrite_values(self, thread_id: str) -> RewriteStats:
-        """Async twin of :meth:`rewrite_values` (it runs the sync code in a worker thread)."""
-        return await asyncio.to_thread(self.rewrite_values, thread_id)
+    # ---- the I/O shell: the sync driver, in a worker thread for async callers ----------
+    def _call(self, plan: Plan[T], op: str) -> T:
+        return self._driver.run(plan, op)
 
-    async def apin(self, thread_id: str) -> None:
-        """Async twin of :meth:`pin` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.pin, thread_id)
+    def _iter(self, plan: Plan[Any], op: str) -> Iterator[Any]:
+        return self._driver.iterate(plan, op)
 
-    async def aunpin(self, thread_id: str) -> None:
-        """Async twin of :meth:`unpin` (it runs the sync code in a worker thread)."""
-        await asyncio.to_thread(self.unpin, thread_id)
+    async def _acall(self, plan: Plan[T], op: str) -> T:
+        return await asyncio.to_thread(self._driver.run, plan, op)
+
+    async def _aiter(self, plan: Plan[Any], op: str) -> AsyncIterator[Any]:
+        it = self._driver.iterate(plan, op)
+        while (item := await asyncio.to_thread(next, it, None)) is not None:
+            yield item

@@ -947,80 +947,113 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
 
 
 @cli.command()
-@click.option("--from", "source", required=True, metavar="SOURCE",
-              help="sqlite:///path/to/file.db (SqliteSaver), postgresql://... (PostgresSaver) or "
+@click.option("--from", "source", metavar="SOURCE",
+              help="Into Redis: sqlite:///path/to/file.db (SqliteSaver), postgresql://... (PostgresSaver) or "
               "plainredis://host:port/db?prefix=lg (langgraph-checkpoint-plainredis).")
-@click.option("--to", "target", metavar="URL", help="Target Redis URL (default: --url / REDIS_URL).")
+@click.option("--to", "target", metavar="URL",
+              help="Out of Redis (--url): sqlite:///path/to/file.db (SqliteSaver; made if missing) or "
+              "postgresql://... (PostgresSaver; its tables are set up). With --from: the target Redis URL "
+              "(default: --url / REDIS_URL).")
 @click.option("--threads", "thread_opt", multiple=True, metavar="ID[,ID...]", help="Only these threads (repeatable).")
 @click.option("--verify", is_flag=True, help="Afterwards, compare every migrated thread checkpoint by checkpoint.")
 @dry_option
 @pass_state
 def migrate(
-    st: State, source: str, target: str | None, thread_opt: tuple[str, ...], verify: bool, dry_run: bool
+    st: State, source: str | None, target: str | None, thread_opt: tuple[str, ...], verify: bool, dry_run: bool
 ) -> None:
-    """Copy threads from SqliteSaver / PostgresSaver into Redis, oldest checkpoint first.
+    """Copy threads from SqliteSaver / PostgresSaver into Redis (--from), or out of Redis into
+    them (--to sqlite:///... | postgresql://...), oldest checkpoint first.
 
-    Ids, parents, metadata and pending writes are preserved. Resumable: checkpoints already
-    copied (same id, same number of pending writes) are skipped, and so are threads already
-    complete. The source is only read.
+    Ids, parents, metadata and pending writes (in order) are preserved; going out, channel
+    versions are rewritten into the target saver's form, in the same order, so a thread goes on
+    there. Resumable: checkpoints already copied (same id, same number of pending writes) are
+    skipped, and so are threads already complete. The source is only read.
     """
-    from ._sources import open_source
+    import contextlib
+    from urllib.parse import urlsplit
 
-    if target:
+    from ._sources import TARGET_SCHEMES, open_source, open_target
+
+    out_of_redis = target is not None and urlsplit(target).scheme in TARGET_SCHEMES
+    if source and out_of_redis:
+        raise click.UsageError("--from and --to sqlite/postgresql: one side is Redis (--url / REDIS_URL)")
+    if not source and not out_of_redis:
+        raise click.UsageError("give --from SOURCE (into Redis) or --to sqlite:///... | postgresql://... (out of it)")
+    if target and not out_of_redis:
         st.url = target
     st.require_url()
     wanted = [t for opt in thread_opt for t in opt.split(",") if t]
     saver = st.saver()
-    writer = st.saver(st.ttl) if st.ttl is not None else saver
+    with contextlib.ExitStack() as stack:
+        if out_of_redis:
+            assert target is not None
+            if wanted:
+                unknown = [t for t in wanted if not ops.thread_exists(saver, t)]
+                if unknown:
+                    raise click.UsageError(f"not in Redis: {', '.join(unknown)}")
+                ids = wanted
+            else:
+                ids = list(ops.iter_thread_ids(saver))
+            src = saver
+            dst = writer = stack.enter_context(open_target(target, dry_run))
+            err.print(f"Redis {_redact(st.require_url())} -> {_redact(target)}: {len(ids)} thread(s)")
+        else:
+            assert source is not None
+            src, ids = stack.enter_context(open_source(source))
+            dst, writer = saver, st.saver(st.ttl) if st.ttl is not None else saver
+            if wanted:
+                unknown = [t for t in wanted if t not in set(ids)]
+                if unknown:
+                    raise click.UsageError(f"not in the source: {', '.join(unknown)}")
+                ids = wanted
+            err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
+        _copy_threads(src, dst, writer, ids, other_saver=out_of_redis, verify=verify, dry_run=dry_run)
+
+
+def _copy_threads(
+    src: Any, dst: Any, writer: Any, ids: list[str], *, other_saver: bool, verify: bool, dry_run: bool
+) -> None:
+    """migrate's copy, either way: each thread read from ``src`` oldest first, the checkpoints
+    ``dst`` lacks (or holds with fewer pending writes) written through ``writer``; then, with
+    ``verify``, every thread compared through both savers. Exits 1 on a failure or difference."""
+    versions = ops.padded_versions if other_saver else ops.our_versions
     t0 = time.monotonic()
     copied = skipped = failed = n_c = n_w = 0
     failures: list[str] = []
-    with open_source(source) as (src, ids):
-        if wanted:
-            unknown = [t for t in wanted if t not in set(ids)]
-            if unknown:
-                raise click.UsageError(f"not in the source: {', '.join(unknown)}")
-            ids = wanted
-        err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
-        with _progress(transient=False) as prog:
-            task = prog.add_task("migrate", total=len(ids), rate="")
+    with _progress(transient=False) as prog:
+        task = prog.add_task("migrate", total=len(ids), rate="")
+        for tid in ids:
+            try:
+                src_items = ops.items_from_tuples(list(src.list(ops.thread_config(tid))), other_saver=other_saver)
+                have = {(t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]):
+                        len(t.pending_writes or ()) for t in dst.list(ops.thread_config(tid))}
+                todo = [it for it in src_items if have.get((it.ns, it.checkpoint_id)) != len(it.writes)]
+                if not todo:
+                    skipped += 1
+                elif dry_run:
+                    click.echo(f"would copy thread {tid}: {len(todo)} of {len(src_items)} checkpoint(s)")
+                    copied += 1
+                else:
+                    for it in todo:
+                        n_w += ops.write_item(writer, it)
+                        n_c += 1
+                    copied += 1
+            except Exception as exc:  # noqa: BLE001 - report and go on with the next thread
+                failed += 1
+                failures.append(f"{tid}: {type(exc).__name__}: {exc}")
+            prog.update(task, advance=1, rate=_rate(n_c, t0))
+    mismatches: list[str] = []
+    notes: list[str] = []
+    if verify and not dry_run:
+        with _progress() as prog:
+            task = prog.add_task("verify", total=len(ids), rate="")
             for tid in ids:
-                try:
-                    src_items = ops.items_from_tuples(list(src.list(ops.thread_config(tid))))
-                    have = {(t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]):
-                            len(t.pending_writes or ()) for t in saver.list(ops.thread_config(tid))}
-                    todo = [it for it in src_items if have.get((it.ns, it.checkpoint_id)) != len(it.writes)]
-                    if not todo:
-                        skipped += 1
-                    elif dry_run:
-                        click.echo(f"would copy thread {tid}: {len(todo)} of {len(src_items)} checkpoint(s)")
-                        copied += 1
-                    else:
-                        for it in todo:
-                            n_w += ops.write_item(writer, it)
-                            n_c += 1
-                        copied += 1
-                except Exception as exc:  # noqa: BLE001 - report and go on with the next thread
-                    failed += 1
-                    failures.append(f"{tid}: {type(exc).__name__}: {exc}")
-                prog.update(task, advance=1, rate=_rate(n_c, t0))
-        mismatches: list[str] = []
-        notes: list[str] = []
-        if verify and not dry_run:
-            with _progress() as prog:
-                task = prog.add_task("verify", total=len(ids), rate="")
-                for tid in ids:
-                    diffs = ops.diff_threads(list(src.list(ops.thread_config(tid))),
-                                             list(saver.list(ops.thread_config(tid))), notes)
-                    mismatches.extend(f"{tid}: {d}" for d in diffs)
-                    prog.advance(task)
+                diffs = ops.diff_threads(list(src.list(ops.thread_config(tid))),
+                                         list(dst.list(ops.thread_config(tid))), notes, versions)
+                mismatches.extend(f"{tid}: {d}" for d in diffs)
+                prog.advance(task)
     dt = time.monotonic() - t0
-    summary = {
-        "threads": len(ids), "copied": copied, "already_copied": skipped, "failed": failed,
-        "checkpoints": n_c, "pending_writes": n_w, "seconds": round(dt, 3),
-        "verified": (len(ids) - len({m.split(':', 1)[0] for m in mismatches})) if verify and not dry_run else None,
-    }
-    click.echo(f"{'dry run: ' if dry_run else ''}{summary['threads']} thread(s): {copied} "
+    click.echo(f"{'dry run: ' if dry_run else ''}{len(ids)} thread(s): {copied} "
                f"{'to copy' if dry_run else 'copied'}, {skipped} already copied, {failed} failed; "
                f"{n_c} checkpoint(s), {n_w} pending write(s) in {dt:.1f}s"
                + (f" ({n_c / dt:,.0f} checkpoints/s)" if n_c and dt > 0 else ""))
@@ -1034,9 +1067,10 @@ def migrate(
         else:
             click.echo(f"verify: {len(ids)} thread(s) identical, checkpoint by checkpoint")
             if notes:
-                click.echo(f"  ({len(notes)} checkpoint(s) carry a DeltaChannel snapshot that the source keeps only in "
-                           "the checkpoint that took it; values are stored per version here, as PostgresSaver does, "
-                           "and LangGraph reads the same state)")
+                click.echo(f"  ({len(notes)} checkpoint(s) differ only by a DeltaChannel snapshot: SqliteSaver keeps "
+                           "it only in the checkpoint that took it, redis_saver and PostgresSaver store values per "
+                           "version and return it with every checkpoint at that version; LangGraph reads the same "
+                           "state)")
     if failures or mismatches:
         raise click.exceptions.Exit(1)
 

@@ -9,12 +9,14 @@ stored record, so it keeps working while the storage layout changes underneath.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 from redis.crc import key_slot
+
+from redis_saver._base import _counter
 
 SLOT_BATCH = 512  # slots queried per pipeline while streaming thread ids
 
@@ -171,29 +173,62 @@ class Item:
     writes: list[tuple[str, str, Any]]  # (task_id, channel, value), in the order list() gives
 
 
-def our_versions(checkpoint: Any) -> dict[str, Any]:
-    """The checkpoint with int channel versions (savers whose ``get_next_version`` counts with
-    ints, such as langgraph-checkpoint-plainredis) written in redis_saver's string form, in the
-    same order. LangGraph compares a channel's old and new versions, so a migrated thread must
-    go on with versions of the type this saver makes."""
+def _int_version(x: Any) -> Any:
+    """An int version (savers whose ``get_next_version`` counts with ints, such as
+    langgraph-checkpoint-plainredis) in the zero-padded string form; anything else as it is."""
+    return f"{x:032}.{0:016}" if isinstance(x, int) and not isinstance(x, bool) else x
 
-    def v(x: Any) -> Any:
-        return f"{x:032}.{0:016}" if isinstance(x, int) and not isinstance(x, bool) else x
 
+def padded_version(x: Any) -> Any:
+    """A channel version in the form LangGraph's other savers make and parse
+    (``"<counter, 32 digits>.<tail>"``: SqliteSaver and PostgresSaver read the part before the
+    dot as an int): redis_saver's short versions (``"216.c6PpAn"``, counter 16) keep their tail
+    (``"000...0016.c6PpAn"``), int and zero-padded ones their counter. The counters and the
+    tails keep their order, so versions keep theirs: a short version sorts above every
+    zero-padded one of the same counter, and its tail (6 base-62 letters or digits) above every
+    tail of those, which begin with ``0.`` or ``00`` (a tail ``000000`` aside, one in 62**6)."""
+    x = _int_version(x)
+    if not isinstance(x, str):
+        return x
+    head, dot, tail = x.partition(".")
+    return f"{_counter(x):032}{dot}{tail}" if head else x
+
+
+def _with_versions(checkpoint: Any, version: Callable[[Any], Any]) -> dict[str, Any]:
     out = dict(checkpoint)
-    out["channel_versions"] = {c: v(x) for c, x in (checkpoint.get("channel_versions") or {}).items()}
+    out["channel_versions"] = {c: version(x) for c, x in (checkpoint.get("channel_versions") or {}).items()}
     out["versions_seen"] = {
-        node: {c: v(x) for c, x in seen.items()} for node, seen in (checkpoint.get("versions_seen") or {}).items()
+        node: {c: version(x) for c, x in seen.items()} for node, seen in (checkpoint.get("versions_seen") or {}).items()
     }
     return out
 
 
-def items_from_tuples(tuples: Sequence[CheckpointTuple]) -> list[Item]:
+def our_versions(checkpoint: Any) -> dict[str, Any]:
+    """The checkpoint with int channel versions (savers whose ``get_next_version`` counts with
+    ints, such as langgraph-checkpoint-plainredis) written in string form, in the same order.
+    LangGraph compares a channel's old and new versions, so a migrated thread must go on with
+    versions of the type this saver makes."""
+    return _with_versions(checkpoint, _int_version)
+
+
+def padded_versions(checkpoint: Any) -> dict[str, Any]:
+    """The checkpoint with every channel version in the other savers' form (``padded_version``):
+    given redis_saver's short versions, they would count on from the wrong number
+    (``int("216") + 1``) and make versions that sort below the ones they follow, so the thread's
+    channels would stop advancing."""
+    return _with_versions(checkpoint, padded_version)
+
+
+def items_from_tuples(tuples: Sequence[CheckpointTuple], *, other_saver: bool = False) -> list[Item]:
     """Turn one thread's tuples (any order) into items oldest first (parents before children).
 
     A checkpoint's new versions are the channel versions that differ from its parent's (when
-    the parent is among ``tuples``), else all of them; only their values travel, as when
-    LangGraph itself calls ``put``.
+    the parent is among ``tuples``), else all of them. For redis_saver (and the export stream)
+    only their values travel, as redis_saver stores values per version. For another saver
+    (``other_saver``: SqliteSaver, PostgresSaver) the items carry what LangGraph hands those
+    savers' ``put``: every value of the checkpoint (SqliteSaver keeps them all in each row,
+    PostgresSaver its primitives) but the DeltaChannel snapshots an earlier checkpoint took, and
+    versions in their form (``padded_versions``).
     """
     ordered = sorted(tuples, key=lambda t: t.config["configurable"]["checkpoint_id"])
     versions: dict[tuple[str, str], dict[str, Any]] = {}
@@ -202,12 +237,15 @@ def items_from_tuples(tuples: Sequence[CheckpointTuple]) -> list[Item]:
         conf = t.config["configurable"]
         ns, cid = conf.get("checkpoint_ns", "") or "", conf["checkpoint_id"]
         parent_id = t.parent_config["configurable"].get("checkpoint_id") if t.parent_config else None
-        cp = our_versions(t.checkpoint)
+        cp = padded_versions(t.checkpoint) if other_saver else our_versions(t.checkpoint)
         cv = dict(cp["channel_versions"])
         pv = versions.get((ns, parent_id)) if parent_id else None
         new = dict(cv) if pv is None else {c: v for c, v in cv.items() if pv.get(c) != v}
         values = t.checkpoint.get("channel_values") or {}
-        cp["channel_values"] = {c: values[c] for c in new if c in values}
+        if other_saver:
+            cp["channel_values"] = {c: v for c, v in values.items() if c in new or not _is_delta_snapshot(v)}
+        else:
+            cp["channel_values"] = {c: values[c] for c in new if c in values}
         versions[(ns, cid)] = cv
         out.append(
             Item(
@@ -262,14 +300,14 @@ def write_pending(saver: Any, config: dict[str, Any], writes: Sequence[tuple[str
                 saver.put_writes(config, [(c, v)], task_id, path)
 
 
-def tuple_view(t: CheckpointTuple) -> tuple[Any, ...]:
-    """What two savers must agree on for one checkpoint."""
+def tuple_view(t: CheckpointTuple, versions: Callable[[Any], dict[str, Any]] = our_versions) -> tuple[Any, ...]:
+    """What two savers must agree on for one checkpoint (its versions as ``versions`` writes them)."""
     return (
         t.config["configurable"].get("thread_id"),
         t.config["configurable"].get("checkpoint_ns", "") or "",
         t.config["configurable"].get("checkpoint_id"),
         (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-        our_versions(t.checkpoint),
+        versions(t.checkpoint),
         t.metadata,
         [tuple(w) for w in (t.pending_writes or [])],
     )
@@ -300,9 +338,14 @@ def _delta_only_diff(x: dict[str, Any], y: dict[str, Any]) -> bool:
 
 
 def diff_threads(
-    a: Sequence[CheckpointTuple], b: Sequence[CheckpointTuple], notes: list[str] | None = None
+    a: Sequence[CheckpointTuple],
+    b: Sequence[CheckpointTuple],
+    notes: list[str] | None = None,
+    versions: Callable[[Any], dict[str, Any]] = our_versions,
 ) -> list[str]:
-    """Differences between two reads of one thread, checkpoint by checkpoint ([] = equal).
+    """Differences between two reads of one thread, checkpoint by checkpoint ([] = equal), the
+    versions of both compared as ``versions`` writes them (``padded_versions`` for a thread
+    migrated out of redis_saver, whose versions were rewritten so).
 
     A checkpoint that differs only by a DeltaChannel snapshot present on one side (see
     ``_delta_only_diff``) counts as equal; it is reported in ``notes``.
@@ -319,7 +362,7 @@ def diff_threads(
         elif k not in da:
             out.append(f"checkpoint {k[1]} (ns {k[0]!r}) only in the target")
         else:
-            va, vb = tuple_view(da[k]), tuple_view(db[k])
+            va, vb = tuple_view(da[k], versions), tuple_view(db[k], versions)
             names = ("thread", "ns", "id", "parent", "checkpoint", "metadata", "pending writes")
             bad = [n for n, x, y in zip(names, va, vb, strict=True) if x != y]
             if bad == ["checkpoint"] and _delta_only_diff(va[4], vb[4]):

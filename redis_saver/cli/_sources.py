@@ -1,11 +1,12 @@
-"""Source savers for ``redis-saver migrate``: LangGraph's SqliteSaver and PostgresSaver, and
-the plain-Redis saver of ``langgraph-checkpoint-plainredis`` (another Redis saver that needs
-no server modules).
+"""The other savers of ``redis-saver migrate``: LangGraph's SqliteSaver and PostgresSaver (as
+sources, ``--from``, and as targets, ``--to``), and the plain-Redis saver of
+``langgraph-checkpoint-plainredis`` (another Redis saver that needs no server modules; a source).
 
-Checkpoints are read only through the source saver's ``list`` (oldest first after sorting);
-the list of thread ids is the one thing read directly (SQL ``SELECT DISTINCT thread_id``; the
-plain-Redis saver's documented ``<prefix>:threads`` registry), as no saver has an API for it.
-No ``setup()`` is called: the source is never written.
+Checkpoints are read only through a saver's ``list`` and written only through its ``put`` and
+``put_writes``; the list of a source's thread ids is the one thing read directly (SQL
+``SELECT DISTINCT thread_id``; the plain-Redis saver's documented ``<prefix>:threads``
+registry), as no saver has an API for it. A source is never written (no ``setup()``); a target
+gets its saver's own ``setup()`` (tables, migrations; idempotent).
 """
 
 from __future__ import annotations
@@ -17,10 +18,37 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 INSTALL_HINT = "pip install 'redis-saver[migrate]'"
+TARGET_SCHEMES = ("sqlite", "postgres", "postgresql")
+# the package each saver comes from: (what, its distribution) for the error when it is missing
+_PACKAGES = {
+    "sqlite": ("SqliteSaver", "langgraph-checkpoint-sqlite"),
+    "postgres": ("PostgresSaver", "langgraph-checkpoint-postgres and psycopg"),
+    "plainredis": ("the plain-Redis saver", "langgraph-checkpoint-plainredis"),
+}
 
 
 class SourceError(RuntimeError):
-    pass
+    """A source or target store that cannot be used (missing package, file, tables, server)."""
+
+
+def _saver_class(kind: str) -> Any:
+    """The saver class of a kind of store, or a SourceError naming the package to install."""
+    try:
+        if kind == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            return SqliteSaver
+        if kind == "postgres":
+            import psycopg  # noqa: F401
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            return PostgresSaver
+        from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
+
+        return PlainRedisSaver
+    except ImportError as exc:
+        what, package = _PACKAGES[kind]
+        raise SourceError(f"{what} needs {package} ({INSTALL_HINT}): {exc}") from None
 
 
 def sqlite_path(url: str) -> str:
@@ -32,62 +60,74 @@ def sqlite_path(url: str) -> str:
 
 
 @contextmanager
+def _sqlite(url: str, create: bool) -> Iterator[Any]:
+    """A SqliteSaver on the file of ``url`` (made when ``create``); its connection closed on exit."""
+    import sqlite3
+
+    path = sqlite_path(url)
+    if not create and not os.path.isfile(path):
+        raise SourceError(f"SQLite file not found: {path}")
+    cls = _saver_class("sqlite")
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise SourceError(f"cannot open {path}: {exc}") from None
+    try:
+        yield cls(conn)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _postgres(url: str) -> Iterator[Any]:
+    """A PostgresSaver on one connection to ``url``; closed on exit."""
+    cls = _saver_class("postgres")
+    import psycopg
+
+    try:
+        cm = cls.from_conn_string(url)
+        saver = cm.__enter__()
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot connect to PostgreSQL: {exc}") from None
+    try:
+        yield saver
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def _sql_thread_ids(saver: Any, url: str) -> list[str]:
+    """The thread ids of a SqliteSaver / PostgresSaver (on ``url``), sorted."""
+    query = "SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id"
+    if url.startswith("sqlite:"):
+        import sqlite3
+
+        try:
+            return [str(r[0]) for r in saver.conn.execute(query).fetchall()]
+        except sqlite3.DatabaseError as exc:
+            raise SourceError(f"{sqlite_path(url)} is not a SqliteSaver database: {exc}") from None
+    import psycopg
+
+    try:
+        # from_conn_string opens one Connection (PostgresSaver.conn is typed Connection | ConnectionPool)
+        pg = cast("psycopg.Connection[dict[str, Any]]", saver.conn)
+        return [str(r["thread_id"]) for r in pg.execute(query).fetchall()]
+    except psycopg.Error as exc:
+        raise SourceError(f"no PostgresSaver tables there: {exc}") from None
+
+
+@contextmanager
 def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
     """(saver, thread ids) of a source URL; closed on exit."""
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
-        path = sqlite_path(url)
-        if not os.path.isfile(path):
-            raise SourceError(f"SQLite file not found: {path}")
-        try:
-            import sqlite3
-
-            from langgraph.checkpoint.sqlite import SqliteSaver
-        except ImportError as exc:
-            raise SourceError(
-                f"migrating from SQLite needs langgraph-checkpoint-sqlite ({INSTALL_HINT}): {exc}"
-            ) from None
-        conn = sqlite3.connect(path, check_same_thread=False)
-        try:
-            try:
-                rows = conn.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id").fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise SourceError(f"{path} is not a SqliteSaver database: {exc}") from None
-            yield SqliteSaver(conn), [str(r[0]) for r in rows]
-        finally:
-            conn.close()
+        with _sqlite(url, create=False) as saver:
+            yield saver, _sql_thread_ids(saver, url)
     elif scheme in ("postgres", "postgresql"):
-        try:
-            from langgraph.checkpoint.postgres import PostgresSaver
-        except ImportError as exc:
-            raise SourceError(
-                f"migrating from PostgreSQL needs langgraph-checkpoint-postgres and psycopg ({INSTALL_HINT}): {exc}"
-            ) from None
-        import psycopg
-
-        try:
-            cm = PostgresSaver.from_conn_string(url)
-            saver = cm.__enter__()
-        except psycopg.Error as exc:
-            raise SourceError(f"cannot connect to PostgreSQL: {exc}") from None
-        try:
-            try:
-                # from_conn_string opens one Connection (PostgresSaver.conn is typed Connection | ConnectionPool)
-                pg = cast("psycopg.Connection[dict[str, Any]]", saver.conn)
-                rows = pg.execute("SELECT DISTINCT thread_id FROM checkpoints ORDER BY thread_id").fetchall()
-            except psycopg.Error as exc:
-                raise SourceError(f"no PostgresSaver tables there: {exc}") from None
-            yield saver, [str(r["thread_id"]) for r in rows]
-        finally:
-            cm.__exit__(None, None, None)
+        with _postgres(url) as saver:
+            yield saver, _sql_thread_ids(saver, url)
     elif scheme in ("plainredis", "plainrediss"):
         # plainredis://host:port/db?prefix=lg : langgraph-checkpoint-plainredis's RedisSaver
-        try:
-            from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
-        except ImportError as exc:
-            raise SourceError(
-                f"migrating from the plain-Redis saver needs langgraph-checkpoint-plainredis ({INSTALL_HINT}): {exc}"
-            ) from None
+        cls = _saver_class("plainredis")
         import json
 
         import redis
@@ -95,7 +135,7 @@ def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
         parts = urlsplit(url)
         prefix = parse_qs(parts.query).get("prefix", ["lg"])[0]
         redis_url = urlunsplit(parts._replace(scheme=scheme[len("plain") :], query=""))
-        plain: Any = PlainRedisSaver(url=redis_url, prefix=prefix)
+        plain: Any = cls(url=redis_url, prefix=prefix)
         try:
             try:
                 # the saver's (thread, namespace) registry: a hash of JSON {"thread": ..., "ns": ...}
@@ -112,3 +152,51 @@ def open_source(url: str) -> Iterator[tuple[Any, list[str]]]:
         raise SourceError(
             f"unsupported source {url!r}: use sqlite:///path, postgresql://... or plainredis://host:port/db?prefix=..."
         )
+
+
+@contextmanager
+def open_target(url: str, dry_run: bool = False) -> Iterator[Any]:
+    """The saver of a target URL (``sqlite:///path``: the file is made if missing;
+    ``postgresql://...``), set up (its tables made or migrated); closed on exit. With
+    ``dry_run`` nothing is made: a target that does not exist yet reads as an empty saver."""
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        import sqlite3
+
+        if dry_run and not os.path.isfile(sqlite_path(url)):
+            yield _empty()
+            return
+        with _sqlite(url, create=True) as saver:
+            try:
+                if dry_run:  # SqliteSaver sets itself up on first use: not in a file without its tables
+                    if not saver.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'checkpoints'").fetchone():
+                        yield _empty()
+                        return
+                else:
+                    saver.setup()
+            except sqlite3.DatabaseError as exc:
+                raise SourceError(f"{sqlite_path(url)} is not a SqliteSaver database: {exc}") from None
+            yield saver
+    elif scheme in ("postgres", "postgresql"):
+        import psycopg
+
+        with _postgres(url) as saver:
+            if dry_run:
+                if saver.conn.execute("SELECT to_regclass('checkpoint_migrations') AS t").fetchone()["t"] is None:
+                    yield _empty()
+                    return
+            else:
+                try:
+                    saver.setup()
+                except psycopg.Error as exc:
+                    raise SourceError(f"cannot set up the PostgresSaver tables: {exc}") from None
+            yield saver
+    else:
+        raise SourceError(f"unsupported target {url!r}: use sqlite:///path or postgresql://...")
+
+
+def _empty() -> Any:
+    """A target that does not exist yet, for a dry run: it holds no thread."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return InMemorySaver()
