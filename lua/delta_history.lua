@@ -18,7 +18,8 @@ next = the id of the next ancestor to walk when the budget ran out with channels
 call is a continuation (the client checks them for a cycle across calls), else empty;
 streams = the streams the seeds name, as get_tuple's reply (absent on an empty reply).
 Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
-of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
+of the thread was lost: see "Lost keys" in _lib.lua; the client then sends the writable variant
+with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA
 ]]
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
@@ -246,5 +247,5 @@ if next_id ~= '' or cont == '1' then
 end
 local streams = fetch_streams(seed_fields, seed_blobs)
 if not streams then return {{}, {}, '', {}} end
-if REFRESH == '1' and META_V then touch() end
+if META_V then touch_read() end
 return {ancestors, seeds, next_id, ids, streams}

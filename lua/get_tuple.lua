@@ -10,7 +10,9 @@ Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hol
          the position of its blob in blobs}, {write records in writes_sort_key order},
          {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
          values" in _lib.lua)}, blobs}
-Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
+        client then sends the writable variant with ARGV[4] = "f", which forgets the thread
+        and answers as if it did not exist), RS_SCHEMA
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
@@ -36,5 +38,5 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false)
 if not reply then return nil end
 reply = reply[1]
-if REFRESH == '1' then touch() end
+touch_read()
 return {cid, reply[1], reply[2], reply[3], streams, blobs}

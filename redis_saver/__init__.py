@@ -16,6 +16,7 @@ from .errors import (
     RedisSaverError,
     ReplicationTimeoutError,
     SchemaMismatchError,
+    ThreadEvictedError,
     UnsupportedServerError,
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
@@ -37,5 +38,6 @@ __all__ = [
     "SchemaMismatchError",
     "TTLConfig",
     "Telemetry",
+    "ThreadEvictedError",
     "UnsupportedServerError",
 ]

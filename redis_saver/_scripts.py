@@ -122,7 +122,7 @@ def load_all() -> dict[str, Script]:
         name = path.stem
         out[name] = _make(name, text)
         first, rest = text.split("\n", 1)
-        if "no-writes" in first and "REFRESH ==" in rest:
+        if "no-writes" in first and "REFRESH == '1'" in rest:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
         if "--- @lean-variant" in raw:
             # without its @full-only lines, so the helpers only they use are shaken out too

@@ -270,7 +270,8 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     full_only = [line for line in full.splitlines() if "-- @full-only" in line]
     assert [line.split("(")[0] for line in full_only] == [
         "check_format",
-        "if ",
+        "if META_DMG or ",
+        "if not META_V and redis.call",
         "init_meta",
         "touch",
         "if TTL_MS == 0 then redis.call",
