@@ -324,9 +324,9 @@ local function record_loss()
   forget_thread()
 end
 
--- the O(1) checks of a read (get_tuple, list, delta_history): 5 counts, the checkpoint keys
--- the read uses (cp and `index`: cp_ns or cp_id) and chain, and the write keys; true = expiring
-local function check_counts(index)
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+local function check_counts()
   if not META_V then
     -- no meta: a thread that does not exist (one command), or one that lost its meta key
     if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then
@@ -345,10 +345,13 @@ local function check_counts(index)
       .. ' all its keys were lost (its first checkpoint names a parent that is not stored)'})[META_DMG]
     return damaged(text or META_DMG)
   end
-  local ncp, nix = redis.call('HLEN', K_CP), redis.call('ZCARD', index)
-  if ncp ~= nix then
-    local name = index == K_CPNS and 'cp_ns' or 'cp_id'
-    return damaged(ncp .. ' checkpoint records but ' .. nix .. ' in its index ' .. name)
+  -- the slot index key holding the thread's entry was lost (a write puts it back; a read
+  -- forgets the thread, so list(None) never misses a thread that reads back)
+  if META_IX and not redis.call('ZSCORE', K_IXT, THREAD_ID) then return damaged('its slot index entry was lost') end
+  -- both checkpoint indexes, whichever the read uses: a thread is whole or gone for every read
+  local ncp, nns, nid = redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)
+  if ncp ~= nns or ncp ~= nid then
+    return damaged(ncp .. ' checkpoint records but ' .. nns .. ' in index cp_ns and ' .. nid .. ' in cp_id')
   end
   if META_NC ~= '1' then
     local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
@@ -428,7 +431,9 @@ local function touch()
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
-    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
+    -- (and the slot index key is put back if it was evicted: ZADD answers 1)
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
     return
   end
   local now = now_ms()
@@ -438,7 +443,9 @@ local function touch()
     local step = math.max(1, math.floor(TTL_MS / 64))
     score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
     if META_IX == score then
-      redis.call('TOUCH', K_IXT, K_IXR)  -- the thread's keys: the PEXPIREs accessed them
+      -- the thread's keys: the PEXPIREs accessed them; the slot index as above
+      redis.call('TOUCH', K_IXR)
+      if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
       return
     end
   else
@@ -463,8 +470,9 @@ end
 -- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
 -- keys least recently (or least often) accessed; a call that accessed only some of a thread's
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
--- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl),
--- reads that do not refresh the expiry through this (one TOUCH; a read-only command).
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
 local function touch_read()
   if REFRESH == '1' then
     touch()

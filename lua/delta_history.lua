@@ -24,7 +24,7 @@ with ARGV[4] = "f", which forgets the thread and answers as if it did not exist)
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
 check_format()
-if check_counts(K_CPNS) then return {{}, {}, '', {}} end  -- O(1): lost keys (see _lib.lua)
+if check_counts() then return {{}, {}, '', {}} end  -- O(1): lost keys (see _lib.lua)
 local ns_e = enc(ns)
 local remaining, left = {}, 0
 for i = 9, #ARGV do

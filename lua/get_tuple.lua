@@ -16,7 +16,7 @@ Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; t
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
-if check_counts(K_CPNS) then return nil end
+if check_counts() then return nil end
 local ns_e = enc(ns)
 local cid_e
 if cid == '' then

@@ -28,7 +28,7 @@ end
 check_format()
 local key = K_CPNS
 if index == 'id' then key = K_CPID end
-if check_counts(key) then return {''} end  -- the thread is expiring: nothing to list
+if check_counts() then return {''} end  -- the thread is expiring: nothing to list
 
 -- the filters, split once: key, wanted value, and for a long value its full JSON
 local fkey, fwant, fjson = {}, {}, {}
