@@ -173,7 +173,7 @@ class Sessions:
                 assert t not in by_thread, f"list(None) returned {t}, which reads as gone"
             else:
                 assert by_thread.get(t, []) == reads["list"][0], f"list(None) and list differ on {t}"
-        assert set(by_thread) <= set(threads)
+        assert set(by_thread) <= set(threads), "list(None) returned threads never written"
         return result
 
 
@@ -182,8 +182,11 @@ def _no_history(got: Any) -> bool:
 
 
 def _fill_to(r: Any, headroom: int) -> None:
-    for c in _nodes(r):
-        c.config_set("maxmemory", str(int(c.info("memory")["used_memory"]) + headroom))
+    """maxmemory = used memory + headroom; in a cluster, each primary gets 2/(n+1) of it (the
+    data spreads over the primaries, the 8 hot threads unevenly)."""
+    nodes = _nodes(r)
+    for c in nodes:
+        c.config_set("maxmemory", str(int(c.info("memory")["used_memory"]) + headroom * 2 // (len(nodes) + 1)))
 
 
 def _nodes(r: Any) -> list[Any]:
@@ -210,13 +213,14 @@ def _pace(policy: str) -> float:
     return 0.3 if policy.endswith("-lru") else 0.0
 
 
-def run_workload(r: Any, policy: str, workload: str, history: str = "full") -> dict[str, Any]:
+def run_workload(r: Any, policy: str, workload: str, history: str = "full", hot_exact: bool = True) -> dict[str, Any]:
     saver = _saver(r, policy, history)
     s = Sessions(saver, doc_bytes=6_000, seed=hash((policy, workload)) & 0xFFFF,
                  doc_every_step=workload == "round-robin")
     hot = [f"hot{i}" for i in range(8)]
     threads: list[str] = []
     pace = _pace(policy)
+    room = 1_800_000 if history == "full" else 900_000  # latest-only threads keep one checkpoint
     t0 = time.monotonic()
 
     def paced(n: int) -> None:
@@ -235,7 +239,7 @@ def run_workload(r: Any, policy: str, workload: str, history: str = "full") -> d
     elif workload == "hot-cold":
         cold = [f"cold{i:03d}" for i in range(120)]
         threads = hot + cold
-        _fill_to(r, 1_800_000)  # the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
+        _fill_to(r, room)  # full: the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
         for n in range(20):
             for t in hot:
                 s.turn(t)
@@ -244,7 +248,7 @@ def run_workload(r: Any, policy: str, workload: str, history: str = "full") -> d
             paced(n)
     else:  # zipf
         threads = list(hot)
-        _fill_to(r, 1_800_000)  # the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
+        _fill_to(r, room)  # full: the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
         tail: list[str] = []
         for n in range(20):
             for t in hot:
@@ -271,7 +275,7 @@ def run_workload(r: Any, policy: str, workload: str, history: str = "full") -> d
     assert evicted > 0, "the run never filled the server"
     assert s.counts["steps"] > 0
     hot_lost = [t for t in hot if t in s.evicted or outcome[t] != "exact"]
-    if policy not in RANDOM:
+    if policy not in RANDOM and hot_exact:
         assert hot_lost == [], f"hot threads evicted under {policy}: {hot_lost}"
     return {"saver": s, "outcome": outcome, "evicted": evicted}
 
@@ -296,50 +300,61 @@ def test_sessions_whole_or_gone(workload, policy):
             r.close()
 
 
-@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lfu"])
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "volatile-lfu"])
 def test_sessions_whole_or_gone_latest_only(policy):
+    """history="latest": whole or gone everywhere. Under *-lfu a busy latest-only thread may be
+    evicted too: its write index empties at every other put, and Redis gives the key it then
+    creates again a new key's frequency, the lowest (docs/deployment.md)."""
     with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
-            run_workload(r, policy, "zipf", history="latest")
+            run_workload(r, policy, "zipf", history="latest", hot_exact=not policy.endswith("-lfu"))
         finally:
             r.close()
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "volatile-ttl"])
 def test_recent_sessions_survive(policy):
-    """A cache that holds about N sessions, 6N sessions long: each turn starts a new session or
-    (half the time) continues one of the 10 most recently used; at the end at least 90% of the
-    N/2 most recently used sessions are there, exact."""
+    """A cache that holds about N = 16 sessions, 4N sessions long: each turn starts a new session
+    or (half the time) continues one of the 10 most recently used; at the end at least 90% of
+    the N/2 most recently used sessions are there, exact. Under *-lru the turns are spread over
+    ~9 s (Redis keeps a key's LRU time in whole seconds)."""
     with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
             saver = _saver(r, policy)
             s = Sessions(saver, doc_bytes=6_000, seed=5)
+            s.turn("warm")  # the function library loaded: it is not a session's memory
             base = int(r.info("memory")["used_memory"])
-            for i in range(20):  # what one session of 3 turns takes
-                for _ in range(3):
+            for i in range(10):  # what a session of 2 turns takes
+                for _ in range(2):
                     s.turn(f"probe{i}")
-            per_session = (int(r.info("memory")["used_memory"]) - base) / 20
-            for i in range(20):
+            per_session = (int(r.info("memory")["used_memory"]) - base) / 10
+            for i in range(10):
                 saver.delete_thread(f"probe{i}")
-            n = 40
-            _fill_to(r, int(n * per_session) - (int(r.info("memory")["used_memory"]) - base))
+            saver.delete_thread("warm")
+            n = 16
+            _fill_to(r, int(n * per_session))
+            pace = 0.07 if policy.endswith("-lru") else 0.0
             sessions: list[str] = []
-            for k in range(6 * n * 3):
+            t0 = time.monotonic()
+            for k in range(8 * n):
                 if sessions and s.rnd.random() < 0.5:
-                    t = s.rnd.choice(sorted(sessions[-10:], key=lambda x: s.last_use[x])[-10:])
+                    t = s.rnd.choice(sorted(sessions, key=lambda x: s.last_use[x])[-10:])
                 else:
                     sessions.append(f"s{len(sessions):04d}")
                     t = sessions[-1]
                 s.turn(t)
+                if pace:
+                    time.sleep(max(0.0, t0 + (k + 1) * pace - time.monotonic()))
             evicted = _evicted(r)
             r.config_set("maxmemory", "0")
+            outcome = s.verify(sessions)
             recent = sorted(sessions, key=lambda x: s.last_use[x])[-(n // 2):]
-            outcome = s.verify(recent)
             kept = sum(1 for t in recent if outcome[t] == "exact")
-            print(f"\n{policy}: {len(sessions)} sessions, cache of ~{n} ({per_session / 1000:.0f} KB each), "
-                  f"{evicted} keys evicted; {kept} of the {len(recent)} most recently used survive")
+            print(f"\n{policy}: {len(sessions)} sessions, a cache of ~{n} ({per_session / 1000:.0f} KB each), "
+                  f"{evicted} keys evicted, {sum(o == 'exact' for o in outcome.values())} sessions left; "
+                  f"{kept} of the {len(recent)} most recently used survive ({dict(s.counts)})")
             assert evicted > 0
             assert kept >= 0.9 * len(recent)
         finally:
