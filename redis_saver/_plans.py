@@ -369,7 +369,9 @@ class Plans:
             cleaned = yield Call("put", keys, head + args, self._wait)
         if cleaned == 4:
             self._streams.drop_thread(thread_id)
-            raise self._evicted(thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds")
+            raise self._evicted(
+                thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
+            )
         for a, (ch, *_rest) in appends:
             self._streams.put((thread_id, ns, ch), a.known)
         if cleaned == 2:

@@ -14,7 +14,6 @@ is forgotten whole: tests/faults/test_eviction.py).
 
 from __future__ import annotations
 
-import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
