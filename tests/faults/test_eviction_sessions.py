@@ -220,7 +220,9 @@ def run_workload(r: Any, policy: str, workload: str, history: str = "full", hot_
     hot = [f"hot{i}" for i in range(8)]
     threads: list[str] = []
     pace = _pace(policy)
-    room = 1_800_000 if history == "full" else 900_000  # latest-only threads keep one checkpoint
+    # the cache holds several seconds of rounds (an LRU time is in whole seconds); latest-only
+    # threads keep one checkpoint each
+    room = 1_800_000 if history == "full" else 1_500_000
     t0 = time.monotonic()
 
     def paced(n: int) -> None:
