@@ -21,12 +21,16 @@ import random
 import time
 import warnings
 from collections import Counter
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import (
@@ -541,3 +545,81 @@ def test_policy_warning_sentinel(sentinel):
     finally:
         m.config_set("maxmemory-policy", "noeviction")
         m.close()
+
+
+# --------------------------------------------------------------------------- (d) a real graph
+
+
+def _concat(state: list, writes: list) -> list:
+    return [*state, *(x for w in writes for x in (w if isinstance(w, list) else [w]))]
+
+
+class _DeltaState(TypedDict, total=False):
+    items: Annotated[list, DeltaChannel(_concat, snapshot_frequency=3)]
+    n: int
+
+
+def _delta_graph(checkpointer: Any, on_work: Any) -> Any:
+    """START -> work -> more -> END over a DeltaChannel list; ``on_work(thread)`` runs inside
+    the node "work" (a test makes it evict a key there)."""
+
+    def work(state: _DeltaState, config: RunnableConfig) -> dict:
+        on_work(config["configurable"]["thread_id"])
+        return {"items": [f"w{len(state.get('items', []))}"], "n": state.get("n", 0) + 1}
+
+    g = StateGraph(_DeltaState)
+    g.add_node("work", work)
+    g.add_node("more", lambda state: {"items": ["m"]})
+    g.add_edge(START, "work")
+    g.add_edge("work", "more")
+    g.add_edge("more", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("lost", ["blob", "cp_ns", "wr_ord", "meta"])
+def test_delta_channel_graph_never_rebuilds_a_wrong_state(client, lost):
+    """A LangGraph graph with a DeltaChannel on the saver: after a key of its thread is lost,
+    its state reads empty (never rebuilt from part of the history), and the next turn starts
+    the session afresh exactly as on a new thread. A key lost while a run goes on (a node
+    deletes it, as an eviction between two of the run's calls would): the run either raises
+    ThreadEvictedError at its next put (its values are gone: blob, meta) or finishes, and in
+    both cases the thread then reads empty, never partial."""
+    evict: dict[str, Any] = {}  # thread id -> the key its next "work" node deletes
+    saver = RedisSaver(client, prefix=f"dg{lost}", eviction_check="off")
+
+    def on_work(thread: str) -> None:
+        if evict.pop(thread, None):  # an eviction while the node runs
+            client.delete(saver.keys.thread_keys(thread)[THREAD_SUFFIXES.index(lost)])
+
+    def build(checkpointer: Any) -> Any:
+        return _delta_graph(checkpointer, on_work)
+
+    graph, ref = build(saver), build(InMemorySaver())
+    conf = {"configurable": {"thread_id": "g"}}
+    for t in range(5):
+        graph.invoke({"items": [f"in{t}"]}, conf)
+        ref.invoke({"items": [f"in{t}"]}, conf)
+    assert graph.get_state(conf).values == ref.get_state(conf).values
+    client.delete(saver.keys.thread_keys("g")[THREAD_SUFFIXES.index(lost)])
+    assert graph.get_state(conf).values == {}
+    # the next turn starts afresh: the state a new thread gets from the same turn
+    graph.invoke({"items": ["in5"]}, conf)
+    ref.invoke({"items": ["in5"]}, {"configurable": {"thread_id": "fresh"}})
+    assert graph.get_state(conf).values == ref.get_state({"configurable": {"thread_id": "fresh"}}).values
+
+    # a key lost in the middle of a run
+    conf2 = {"configurable": {"thread_id": "g2"}}
+    for t in range(4):
+        graph.invoke({"items": [f"in{t}"]}, conf2)
+    evict["g2"] = True
+    try:
+        graph.invoke({"items": ["in4"]}, conf2)
+        refused = False
+    except ThreadEvictedError:
+        refused = True
+    assert refused == (lost in ("blob", "meta")), refused
+    assert graph.get_state(conf2).values == {}
+    # no checkpoint or value of it is left (a refused run's error writes may be stored against
+    # its checkpoint id, as writes before a first checkpoint are: no read returns them)
+    left = {n for n, k in zip(THREAD_SUFFIXES, saver.keys.thread_keys("g2"), strict=False) if client.exists(k)}
+    assert not left & {"cp", "cp_ns", "cp_id", "blob", "runs", "chain"}, left
