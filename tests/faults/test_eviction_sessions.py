@@ -20,6 +20,10 @@ The counts are printed (``-s``).
 - ``hot-cold``: issue 31's second run: 8 hot threads written every round, 120 cold ones once.
 - ``zipf``: a hot set written every round, new tail threads every round, and revisits of
   older tail threads drawn with Zipf-like weights.
+
+The Zipf-like run also goes with ``history="latest"``, through ``AsyncRedisSaver``, and on a
+3-primary Redis Cluster. Under ``*-lru`` the rounds are spread over ~6 s: Redis keeps a key's
+LRU time in whole seconds.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def norm(t: Any) -> Any:
 class Sessions:
     """Plays an application's sessions on the saver and the reference, step by step."""
 
-    def __init__(self, saver: RedisSaver, doc_bytes: int, seed: int = 0, doc_every_step: bool = False) -> None:
+    def __init__(self, saver: Any, doc_bytes: int, seed: int = 0, doc_every_step: bool = False) -> None:
         self.saver, self.mem = saver, InMemorySaver()
         self.doc_bytes, self.doc_every_step = doc_bytes, doc_every_step
         self.rnd = random.Random(seed)
@@ -213,8 +217,12 @@ def _pace(policy: str) -> float:
     return 0.3 if policy.endswith("-lru") else 0.0
 
 
-def run_workload(r: Any, policy: str, workload: str, history: str = "full", hot_exact: bool = True) -> dict[str, Any]:
-    saver = _saver(r, policy, history)
+def run_workload(
+    r: Any, policy: str, workload: str, history: str = "full", hot_exact: bool = True, saver: Any = None
+) -> dict[str, Any]:
+    """``r``: a sync client of the server(s), for their settings; ``saver``: the saver under test
+    (default: a RedisSaver on ``r``)."""
+    saver = saver if saver is not None else _saver(r, policy, history)
     s = Sessions(saver, doc_bytes=6_000, seed=hash((policy, workload)) & 0xFFFF,
                  doc_every_step=workload == "round-robin")
     hot = [f"hot{i}" for i in range(8)]
@@ -361,6 +369,40 @@ def test_recent_sessions_survive(policy):
             assert kept >= 0.9 * len(recent)
         finally:
             r.close()
+
+
+def test_sessions_whole_or_gone_async():
+    """The same with AsyncRedisSaver (its automatic pipelining, the forgetting reads through
+    its lanes): its sync methods, run on its event loop in a thread of its own."""
+    import asyncio
+    import threading
+
+    import redis.asyncio as aredis
+
+    from devkit.servers import async_client_kwargs
+    from redis_saver import AsyncRedisSaver
+
+    policy = "volatile-ttl"
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
+        r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+
+        async def make() -> Any:
+            client = aredis.Redis(host=server.host, port=server.port, **async_client_kwargs())
+            saver = AsyncRedisSaver(client, prefix="ses", ttl={"default_ttl": 60}, eviction_check="off")
+            await saver.asetup()
+            return client, saver
+
+        client, saver = asyncio.run_coroutine_threadsafe(make(), loop).result()
+        try:
+            run_workload(r, policy, "zipf", saver=saver)
+        finally:
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop).result()
+            r.close()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
 
 
 @pytest.mark.cluster
