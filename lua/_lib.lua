@@ -262,7 +262,8 @@ end
 -- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
 -- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
 -- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
--- writable variant with ARGV[4] = "f" (REFRESH == 'f'), which forgets the thread in the same
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
 -- call that checks it again (so a thread written again meanwhile is judged as it is then). A
 -- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
 -- do). Reads notice a loss where something came back missing, and with O(1) counts

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
+--- @forget-variant
 --[[ get_tuple: one checkpoint (by id, or the latest of its namespace) with blobs and writes.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)

@@ -167,10 +167,10 @@ class Plans:
     @staticmethod
     def _forgetting(call: Call) -> Call:
         """A read call sent again after it raised RS_DAMAGED (a key of its thread was lost):
-        the writable variant with ARGV[4] = "f", which checks the thread again and forgets it
-        whole if it is still damaged, answering as if it did not exist ("Lost keys" in
-        lua/_lib.lua)."""
-        name = call.script.partition("+")[0] + "+rw"
+        the forgetting variant (writable, ``allow-oom``) with ARGV[4] = "f", which checks the
+        thread again and forgets it whole if it is still damaged, answering as if it did not
+        exist ("Lost keys" in lua/_lib.lua)."""
+        name = call.script.partition("+")[0] + "+forget"
         return Call(name, call.keys, [*call.args[:3], "f", *call.args[4:]])
 
     def _read(self, call: Call) -> Plan[Any]:

@@ -373,8 +373,28 @@ def test_damaged_thread_error_never_reaches_the_caller(client):
 
     saver._driver.engine.call = spy
     assert saver.get_tuple(cfg("t")) is None
-    assert sent == ["get_tuple", "get_tuple+rw"]
+    assert sent == ["get_tuple", "get_tuple+forget"]
     assert DamagedThreadError.__doc__ and "Applications do not see it" in DamagedThreadError.__doc__
+
+
+def test_a_damaged_thread_is_forgotten_on_a_full_server(client):
+    """Under noeviction at maxmemory, writes are refused, but the forgetting read (allow-oom: it
+    only deletes) still runs: the damaged thread reads as absent and its keys go."""
+    saver = RedisSaver(client, prefix="dmgoom", eviction_check="off")
+    ids = _build(saver, InMemorySaver(), "t")
+    keys = saver.keys.thread_keys("t")
+    client.delete(keys[THREAD_SUFFIXES.index("wr_ord")])
+    policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            saver.put_writes(cfg("t", "", ids[-1]), [("x", 1)], "task")
+        assert saver.get_tuple(cfg("t")) is None
+        assert not any(client.exists(k) for k in keys[:9])
+    finally:
+        client.config_set("maxmemory", "0")
+        client.config_set("maxmemory-policy", policy)
 
 
 # --------------------------------------------------------------------------- legit cases
