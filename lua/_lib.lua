@@ -40,7 +40,8 @@ local THREAD_E = enc(THREAD_ID)
 -- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
 -- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
 -- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
--- mark is kept, "dmg" = a key of the thread was lost (what); "nc" = "1": the thread keeps no
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
 -- and "n" counts its checkpoints instead (see "Lost keys")
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
