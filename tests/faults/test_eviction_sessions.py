@@ -313,7 +313,8 @@ def test_sessions_whole_or_gone(workload, policy):
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "volatile-lfu"])
 def test_sessions_whole_or_gone_latest_only(policy):
     """history="latest": whole or gone everywhere. Under *-lfu a busy latest-only thread may be
-    evicted too: its write index empties at every other put, and Redis gives the key it then
+    evicted too: it keeps only its latest and parent checkpoints' writes, so its write index
+    empties after a step without writes (every other one here), and Redis gives the key it then
     creates again a new key's frequency, the lowest (docs/deployment.md)."""
     with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
