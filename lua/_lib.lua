@@ -7,7 +7,8 @@
 --   KEYS[10] slot index: threads   KEYS[11] slot index: runs
 -- and one ARGV header:
 --   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
---   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl;
+--           "f" = a read's forgetting variant (see "Lost keys")
 -- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
 -- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
 -- right-hand sides free of effects, they may not run.
@@ -39,7 +40,8 @@ local THREAD_E = enc(THREAD_ID)
 -- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
 -- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
 -- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
--- mark is kept, "dmg" = a key of the thread was lost (what); "nc" = "1": the thread keeps no
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
 -- and "n" counts its checkpoints instead (see "Lost keys")
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
@@ -228,11 +230,45 @@ local function check_format()
   end
 end
 
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- remove the thread and its slot-index entries
+local function drop_thread()
+  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  end
+  redis.call('ZREM', K_IXT, THREAD_ID)
+  redis.call('UNLINK', unpack(THREAD_KEYS))
+end
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+local function fix_index_expiry()
+  local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  if top[2] == 'inf' then
+    redis.call('PERSIST', K_IXT)
+    redis.call('PERSIST', K_IXR)
+  else
+    redis.call('PEXPIREAT', K_IXT, top[2])
+    redis.call('PEXPIREAT', K_IXR, top[2])
+  end
+end
+
 -- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
 -- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
--- write may create it again holding only the new data. Reads raise RS_DAMAGED instead of
--- answering with channels or writes left out, or with None. They notice it where something
--- came back missing, and with O(1) counts (check_counts()), using these invariants:
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
 --   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
 --   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
 --   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
@@ -240,8 +276,9 @@ end
 --   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
 --   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
 --   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
---   records the loss in meta.dmg before writing;
---   meta exists while any other key of the thread does (init_meta() records its loss);
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
 --   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
 --   the first put that stores blobs and never deleted: a referenced blob that is missing was
 --   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
@@ -261,34 +298,48 @@ local function thread_expiring()
   return false
 end
 
--- raise RS_DAMAGED naming the thread and what is missing; returns true instead when the
--- thread is expiring (the caller then answers as if it were absent)
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+local function forget_thread()
+  drop_thread()
+  fix_index_expiry()
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+  META_NC, META_N = nil, nil
+end
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
 local function damaged(what)
   if thread_expiring() then return true end
+  if REFRESH == 'f' then
+    forget_thread()
+    return true
+  end
   local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
   fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
-    .. ' under an allkeys-* or volatile-* maxmemory-policy; delete_thread() removes the rest)')
+    .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
 end
 
--- a write script found a key lost: remember it in meta (reads raise), or, when the thread is
--- expiring, finish the expiry (the write then starts the thread afresh)
-local function record_loss(what)
-  if thread_expiring() then
-    redis.call('UNLINK', unpack(THREAD_KEYS))
-    META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-    META_NC, META_N = nil, nil
-  else
-    redis.call('HSET', K_META, 'dmg', what)
-    META_DMG = what
-  end
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+local function record_loss()
+  forget_thread()
 end
 
--- the O(1) checks of a read (get_tuple, list, delta_history): 5 counts, the checkpoint keys
--- the read uses (cp and `index`: cp_ns or cp_id) and chain, and the write keys; true = expiring
-local function check_counts(index)
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+local function check_counts()
   if not META_V then
     -- no meta: a thread that does not exist (one command), or one that lost its meta key
-    if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then return false end
+    if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then
+      -- no key at all: a thread that does not exist, or one evicted whole while its slot
+      -- index still lists it without expiry or as expiring later (forgetting drops the entry)
+      local score = redis.call('ZSCORE', K_IXT, THREAD_ID)
+      if score and (score == 'inf' or tonumber(score) > now_ms() + EXPIRY_SLACK_MS) then
+        return damaged('all its keys were lost')
+      end
+      return false
+    end
     return damaged('its meta key is missing')
   end
   if META_DMG then
@@ -296,10 +347,13 @@ local function check_counts(index)
       .. ' all its keys were lost (its first checkpoint names a parent that is not stored)'})[META_DMG]
     return damaged(text or META_DMG)
   end
-  local ncp, nix = redis.call('HLEN', K_CP), redis.call('ZCARD', index)
-  if ncp ~= nix then
-    local name = index == K_CPNS and 'cp_ns' or 'cp_id'
-    return damaged(ncp .. ' checkpoint records but ' .. nix .. ' in its index ' .. name)
+  -- the slot index key holding the thread's entry was lost (a write puts it back; a read
+  -- forgets the thread, so list(None) never misses a thread that reads back)
+  if META_IX and not redis.call('ZSCORE', K_IXT, THREAD_ID) then return damaged('its slot index entry was lost') end
+  -- both checkpoint indexes, whichever the read uses: a thread is whole or gone for every read
+  local ncp, nns, nid = redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)
+  if ncp ~= nns or ncp ~= nid then
+    return damaged(ncp .. ' checkpoint records but ' .. nns .. ' in index cp_ns and ' .. nid .. ' in cp_id')
   end
   if META_NC ~= '1' then
     local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
@@ -356,11 +410,6 @@ local function check_blob_missing(field)
   return false
 end
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
 local function purge_expired(now)
   local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
@@ -373,17 +422,6 @@ local function purge_expired(now)
   end
 end
 
-local function fix_index_expiry()
-  local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
-  if #top == 0 then return end
-  if top[2] == 'inf' then
-    redis.call('PERSIST', K_IXT)
-    redis.call('PERSIST', K_IXR)
-  else
-    redis.call('PEXPIREAT', K_IXT, top[2])
-    redis.call('PEXPIREAT', K_IXR, top[2])
-  end
-end
 
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
 -- it in the slot index. Called last by every script that writes or refreshes a thread
@@ -394,7 +432,11 @@ end
 local function touch()
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
-    return  -- already indexed without expiry: every key is persistent, nothing to do
+    -- already indexed without expiry: every key is persistent; only their access time moves
+    -- (and the slot index key is put back if it was evicted: ZADD answers 1)
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
+    return
   end
   local now = now_ms()
   local score = 'inf'
@@ -402,7 +444,12 @@ local function touch()
     for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
     local step = math.max(1, math.floor(TTL_MS / 64))
     score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
-    if META_IX == score then return end
+    if META_IX == score then
+      -- the thread's keys: the PEXPIREs accessed them; the slot index as above
+      redis.call('TOUCH', K_IXR)
+      if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
+      return
+    end
   else
     for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
   end
@@ -422,13 +469,27 @@ local function touch()
   fix_index_expiry()
 end
 
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+local function touch_read()
+  if REFRESH == '1' then
+    touch()
+  else
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
+  end
+end
+
 -- chain: a new thread keeps chain entries (put with compression off sends them), else none
 local function init_meta(chain)
   if META_V ~= FORMAT then  -- a new thread, or one an older release wrote: now FORMAT
-    -- the thread's first write, or its meta key was lost while others remain: remember that
-    -- (reads raise RS_DAMAGED); the keys an expiry under way left (see thread_expiring()) go now
+    -- the thread's first write, or its meta key was lost while others remain: the thread is
+    -- forgotten whole, as are the keys an expiry under way left (see thread_expiring())
     if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then
-      record_loss('meta')
+      record_loss()
     end
     if not META_V and not chain then
       -- a new thread keeps no chain entries (its records are small enough to walk)
@@ -877,14 +938,6 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
 end
 
--- remove the thread and its slot-index entries
-local function drop_thread()
-  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
-    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
-  end
-  redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('UNLINK', unpack(THREAD_KEYS))
-end
 
 -- a checkpoint record of any format, checked; returns its parts as cp_rec() does
 local function validate_record(raw)

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
+--- @forget-variant
 --[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
@@ -18,12 +19,13 @@ next = the id of the next ancestor to walk when the budget ran out with channels
 call is a continuation (the client checks them for a cycle across calls), else empty;
 streams = the streams the seeds name, as get_tuple's reply (absent on an empty reply).
 Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
-of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
+of the thread was lost: see "Lost keys" in _lib.lua; the client then sends the writable variant
+with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA
 ]]
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
 check_format()
-if check_counts(K_CPNS) then return {{}, {}, '', {}} end  -- O(1): lost keys (see _lib.lua)
+if check_counts() then return {{}, {}, '', {}} end  -- O(1): lost keys (see _lib.lua)
 local ns_e = enc(ns)
 local remaining, left = {}, 0
 for i = 9, #ARGV do
@@ -246,5 +248,5 @@ if next_id ~= '' or cont == '1' then
 end
 local streams = fetch_streams(seed_fields, seed_blobs)
 if not streams then return {{}, {}, '', {}} end
-if REFRESH == '1' and META_V then touch() end
+if META_V then touch_read() end
 return {ancestors, seeds, next_id, ids, streams}

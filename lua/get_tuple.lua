@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
+--- @forget-variant
 --[[ get_tuple: one checkpoint (by id, or the latest of its namespace) with blobs and writes.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
@@ -10,11 +11,13 @@ Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hol
          the position of its blob in blobs}, {write records in writes_sort_key order},
          {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
          values" in _lib.lua)}, blobs}
-Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
+        client then sends the writable variant with ARGV[4] = "f", which forgets the thread
+        and answers as if it did not exist), RS_SCHEMA
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
-if check_counts(K_CPNS) then return nil end
+if check_counts() then return nil end
 local ns_e = enc(ns)
 local cid_e
 if cid == '' then
@@ -36,5 +39,5 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false)
 if not reply then return nil end
 reply = reply[1]
-if REFRESH == '1' then touch() end
+touch_read()
 return {cid, reply[1], reply[2], reply[3], streams, blobs}

@@ -1,5 +1,6 @@
 #!lua flags=no-writes
 --- @include "_lib.lua"
+--- @forget-variant
 --[[ list: one page of a thread's checkpoints, newest first, filtered by metadata in Redis.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
@@ -15,7 +16,9 @@ Returns: {cursor, streams, blobs, item, item, ...} ({cursor} alone when no item)
          the streams the items' blobs name, as get_tuple's reply; blobs: each blob the items
          hold, once; item = {e(ns), e(cid), record, {channel, k, ...}, writes} (as get_tuple's
          reply: k = the position of the channel's blob in blobs)
-Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua), RS_SCHEMA, RS_BADARG
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
+        client then sends the writable variant with ARGV[4] = "f", which forgets the thread
+        and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local index, upper, lower = ARGV[5], ARGV[6], ARGV[7]
 local limit, budget, nf = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -26,7 +29,7 @@ end
 check_format()
 local key = K_CPNS
 if index == 'id' then key = K_CPID end
-if check_counts(key) then return {''} end  -- the thread is expiring: nothing to list
+if check_counts() then return {''} end  -- the thread is expiring: nothing to list
 
 -- the filters, split once: key, wanted value, and for a long value its full JSON
 local fkey, fwant, fjson = {}, {}, {}
@@ -106,5 +109,5 @@ if #page > 0 then
     out[i + 3] = {page[i][1], page[i][2], r[1], r[2], r[3]}
   end
 end
-if REFRESH == '1' and META_V then touch() end
+if META_V then touch_read() end
 return out

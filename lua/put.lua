@@ -21,7 +21,10 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
 Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
 in the thread and left them: the client then prunes the thread in bounded pages; 3 (nothing
 written) when a stream a new record names is gone or not at the length the client based its
-append on (another writer appended, or it was collected): the client resends with new streams
+append on (another writer appended, or it was collected): the client resends with new streams;
+4 (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
+checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
+this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
 ]]
 local ns, cid, parent, raw, mode, fence = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
@@ -48,6 +51,20 @@ for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
 check_format()
 local ns_e, cid_e = enc(ns), enc(cid)
+
+-- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
+-- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
+-- checkpoint would name values no longer stored), its meta gone, or a loss an earlier version
+-- recorded; the reads' counts catch the other losses (the next read then forgets the thread).
+-- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
+-- its unchanged channels and its delta channels' history would be gone.
+if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
+    or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+  record_loss()
+end
+if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
+  return 4
+end
 
 local blob_pairs = {}
 for i = 1, nblobs do
@@ -85,11 +102,7 @@ if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
 end
 
 -- validation done: writes start here
-local fresh = not META_V
 init_meta(entry ~= '')
--- a new thread whose first checkpoint names a parent: the keys of the thread were lost (or
--- expired) while a run went on; its checkpoints name blobs that are gone (see "Lost keys")
-if fresh and parent ~= '' then record_loss('parent') end
 mark_cps()
 apply_blobs(blobs)
 store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)

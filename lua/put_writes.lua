@@ -16,13 +16,13 @@ put_writes+lean (the same script with lua/_keys_lean.lua's layout): KEYS[1] wr [
 the same ARGV. It reads the lean mark (see _lib.lua: field "" of wr = FORMAT while the thread
 is indexed without expiry) with one HGET; when the saver has a ttl or the mark is missing, it
 writes nothing and returns nil, and the client sends the 11-key call (9 keys fewer per call,
-and no meta read). The full call (no ttl) sets the mark again if it was lost (e.g. wr evicted
-under maxmemory), after recording the loss in meta (see "Lost keys" in _lib.lua: reads of the
-thread then raise RS_DAMAGED). Lines marked @full-only are not in put_writes+lean: what they do has no work
+and no meta read). The full call that finds the thread lost a key (its wr mark or its meta
+gone, e.g. evicted under maxmemory) forgets the thread whole and stores nothing (see "Lost
+keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
 of fields per call.
-Returns: number of writes stored
+Returns: number of writes stored; -1 (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
 local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -45,7 +45,8 @@ if LEAN and (TTL_MS ~= 0 or redis.call('HGET', K_WR, WR_MARK) ~= FORMAT) then
   return false  -- touch() has work to do: the client sends the full call
 end
 check_format()  -- @full-only
-if (META_IX == 'inf' or META_WM == '1') and redis.call('HEXISTS', K_WR, WR_MARK) == 0 then record_loss('wr') end  -- @full-only: wr lost
+if META_DMG or ((META_IX == 'inf' or META_WM == '1') and redis.call('HEXISTS', K_WR, WR_MARK) == 0) then record_loss() return -1 end  -- @full-only: wr lost
+if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then record_loss() return -1 end  -- @full-only: meta lost
 init_meta()  -- @full-only
 local stored, members = 0, {}
 for i = 10, last, 2 do

@@ -19,6 +19,7 @@ from .errors import (
     RedisSaverError,
     ReplicationTimeoutError,
     SchemaMismatchError,
+    ThreadEvictedError,
     UnsupportedServerError,
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
@@ -45,5 +46,6 @@ __all__ = [
     "SchemaMismatchError",
     "TTLConfig",
     "Telemetry",
+    "ThreadEvictedError",
     "UnsupportedServerError",
 ]

@@ -65,7 +65,7 @@ class SaverAPI(RedisSaverBase):
             The checkpoint tuple (pending writes in ``writes_sort_key`` order), or ``None``.
 
         Raises:
-            DamagedThreadError: a key of the thread was lost (evicted).
+            (A thread that lost a key to eviction reads as absent: it is forgotten whole.)
 
         Example:
             >>> saver.get_tuple({"configurable": {"thread_id": "t-1"}}).checkpoint["id"]

@@ -134,7 +134,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         if not isinstance(functions, bool):
             raise TypeError("functions must be a bool")
         self._driver = self._driver_cls(client, self.keys, self.retries, telemetry or None, functions)
-        self._driver.set_eviction_check(eviction_check)
+        self._driver.set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
         self._set_auto_pipeline(auto_pipeline)
         self._bound()
 

@@ -82,8 +82,8 @@ class _Driver:
         )
         self.scripts = self.engine.scripts
 
-    def set_eviction_check(self, mode: str) -> None:
-        self.engine.set_eviction_check(mode)
+    def set_eviction_check(self, mode: str, ttl: bool = False) -> None:
+        self.engine.set_eviction_check(mode, ttl)
 
 
 # Script calls of a plain ``redis.Redis`` go straight to a pooled connection: what

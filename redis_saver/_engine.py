@@ -49,7 +49,13 @@ from ._plans import Call, IndexSlots, Out, Plan
 from ._policy import logger
 from ._scripts import Library, Script, library, load_all
 from ._telemetry import Recording, Telemetry
-from .errors import LUA_ERROR_CLASSES, ReplicationTimeoutError, SchemaMismatchError, UnsupportedServerError
+from .errors import (
+    LUA_ERROR_CLASSES,
+    DamagedThreadError,
+    ReplicationTimeoutError,
+    SchemaMismatchError,
+    UnsupportedServerError,
+)
 from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 
 T = TypeVar("T")
@@ -280,10 +286,12 @@ class Engine:
         # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
         self.eviction_check = "off"
         self.policy_pending = False
+        self.saver_ttl = False  # the saver has a ttl (its threads are a cache: see _policy.py)
 
-    def set_eviction_check(self, mode: str) -> None:
+    def set_eviction_check(self, mode: str, ttl: bool = False) -> None:
         self.eviction_check = _policy.check_mode(mode)
         self.policy_pending = mode != "off"
+        self.saver_ttl = ttl
 
     # a plan, run to its end: the caller gets Emit operations for its items; ``op`` names the
     # saver call for telemetry (None: an internal plan, not recorded)
@@ -303,13 +311,16 @@ class Engine:
         if self.policy_pending and self.eviction_check == "raise":
             yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
         reply: Any = None
+        lost: DamagedThreadError | None = None
         while True:
             try:
-                step = plan.send(reply)
+                # a read that found a thread damaged: the plan sends it again to forget the thread
+                step = plan.send(reply) if lost is None else plan.throw(lost)
             except StopIteration as stop:
                 if self.policy_pending:
                     yield from self.check_policy()
                 return stop.value  # type: ignore[no-any-return]
+            lost = None
             if rec is not None:
                 for c in step if isinstance(step, list) else [step] if isinstance(step, Call) else []:
                     thread = None if c.script.startswith(("ix_query", "store_")) else str(c.args[1])
@@ -319,10 +330,14 @@ class Engine:
                     yield from self.check_policy()
                 yield Emit(step.items)
                 reply = None
-            elif isinstance(step, Call) and not self.retries:
-                reply = yield from self.call(step)
             else:
-                reply = yield from self.step(step)
+                try:
+                    if isinstance(step, Call) and not self.retries:
+                        reply = yield from self.call(step)
+                    else:
+                        reply = yield from self.step(step)
+                except DamagedThreadError as exc:
+                    lost, reply = exc, None
             if rec is not None:
                 rec.reply(reply)
 
@@ -496,7 +511,7 @@ class Engine:
         asked again at the next call; pending is cleared first, so concurrent calls ask once."""
         self.policy_pending = False
         try:
-            _policy.report((yield from self._ask_policies()), self.eviction_check)
+            _policy.report((yield from self._ask_policies()), self.eviction_check, self.saver_ttl)
         except _policy.UNREACHABLE:
             self.policy_pending = True  # asked again on the next call, which reports the error
         except UnsupportedServerError:

@@ -30,7 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
 from . import _values as values_
-from .errors import MalformedReplyError, ParentCycleError
+from .errors import DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
 if TYPE_CHECKING:
@@ -163,6 +163,31 @@ class Plans:
     def _read_script(self, name: str) -> tuple[str, bool]:
         refresh = self.ttl.refresh_on_read and self.ttl.ttl_ms > 0
         return (name + "+rw" if refresh else name), refresh
+
+    @staticmethod
+    def _forgetting(call: Call) -> Call:
+        """A read call sent again after it raised RS_DAMAGED (a key of its thread was lost):
+        the forgetting variant (writable, ``allow-oom``) with ARGV[4] = "f", which checks the
+        thread again and forgets it whole if it is still damaged, answering as if it did not
+        exist ("Lost keys" in lua/_lib.lua)."""
+        name = call.script.partition("+")[0] + "+forget"
+        return Call(name, call.keys, [*call.args[:3], "f", *call.args[4:]])
+
+    def _read(self, call: Call) -> Plan[Any]:
+        """One read call; sent again as its forgetting variant when the thread is damaged."""
+        try:
+            return (yield call)
+        except DamagedThreadError:
+            return (yield self._forgetting(call))
+
+    @staticmethod
+    def _evicted(thread_id: str, what: str) -> ThreadEvictedError:
+        return ThreadEvictedError(
+            f"thread {thread_id[:200]!r}: {what}; nothing was stored and the thread now reads as absent "
+            "(evicted under memory pressure, expired or deleted while a run used it): start the "
+            "session again",
+            thread_id,
+        )
 
     def _load(self, type_: bytes, data: bytes) -> Any:
         return self.serde.loads_typed(self._typed(type_, data))
@@ -342,6 +367,11 @@ class Plans:
             # worker wrote the channel): nothing was written; new streams cannot conflict
             args, appends = self._blob_args(thread_id, ns, serialized, False)
             cleaned = yield Call("put", keys, head + args, self._wait)
+        if cleaned == 4:
+            self._streams.drop_thread(thread_id)
+            raise self._evicted(
+                thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
+            )
         for a, (ch, *_rest) in appends:
             self._streams.put((thread_id, ns, ch), a.known)
         if cleaned == 2:
@@ -423,7 +453,9 @@ class Plans:
             stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self._wait)
             if stored is not None:
                 return None
-        yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self._wait)
+        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self._wait)) == -1:
+            self._streams.drop_thread(thread_id)
+            raise self._evicted(thread_id, f"put_writes to checkpoint {cid!r}: the thread lost a key and was forgotten")
         return None
 
     # ---- get_tuple -----------------------------------------------------------------
@@ -434,7 +466,9 @@ class Plans:
         cid = get_checkpoint_id(config) or ""
         _str(cid, "checkpoint_id")
         name, refresh = self._read_script("get_tuple")
-        reply = yield Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
+        reply = yield from self._read(
+            Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
+        )
         if reply is None:
             return None
         cid_b, raw, values_at, writes, streams, blobs = reply
@@ -482,10 +516,12 @@ class Plans:
         index, upper, lower = bounds
         while True:
             page = PAGE_SIZE if remaining is None else min(remaining, PAGE_SIZE)
-            reply = yield Call(
-                name,
-                self.keys.thread_keys(thread_id),
-                self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
+            reply = yield from self._read(
+                Call(
+                    name,
+                    self.keys.thread_keys(thread_id),
+                    self._header(thread_id, refresh) + [index, upper, lower, page, SCAN_BUDGET, *fargs],
+                )
             )
             cursor, items = reply[0], reply[3:]
             blobs = self._reply_blobs(reply, thread_id)
@@ -545,7 +581,10 @@ class Plans:
                 )
                 for t, up, _ in pending
             ]
-            replies = yield calls
+            try:
+                replies = yield calls
+            except DamagedThreadError:  # a thread of the batch lost a key: forget the damaged ones
+                replies = yield [self._forgetting(c) for c in calls]
             nxt = []
             for (t, _, n), reply in zip(pending, replies, strict=True):
                 cursor, items = reply[0], reply[3:]
@@ -732,8 +771,13 @@ class Plans:
         walked: set[bytes] = set()
         wanted, cont = dict.fromkeys(chans), "0"
         while True:
-            reply = yield Call(name, keys, [*header, ns, cid, cont, WALK_BUDGET, *wanted])
+            reply = yield from self._read(Call(name, keys, [*header, ns, cid, cont, WALK_BUDGET, *wanted]))
             ancestors, seeds, nxt, ids = reply[:4]
+            if cont == "1" and not ancestors:
+                # the ancestor this continuation starts at is gone: the thread was forgotten (or
+                # deleted) between two calls of the walk; a history without its seed would
+                # rebuild a wrong state, so the answer is the absent thread's
+                return {c: {"writes": []} for c in chans}
             streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self._streams, thread_id)
             pages.append(ancestors)
             for ch, blob in codec.pairs(seeds):

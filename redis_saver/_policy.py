@@ -1,10 +1,21 @@
-"""The server's ``maxmemory-policy``: warn (or refuse) when it may evict single keys of a thread.
+"""The server's ``maxmemory-policy``: warn (or refuse) where eviction puts data at risk.
 
-Redis evicts whole keys. Under ``allkeys-*`` any key may go, under ``volatile-*`` any key
-with a ttl (the keys of threads saved with a ttl): one key of a thread can then vanish
-while the others remain, and reads of that thread raise ``DamagedThreadError``. The drivers
-ask once per saver (``setup()`` or the first call: one round trip per primary), with
-``CONFIG GET maxmemory-policy``, else ``INFO memory`` (managed services often disable
+Redis evicts whole keys: under ``allkeys-*`` any key may go, under ``volatile-*`` any key with
+a ttl (the keys of threads saved with a ttl). A thread that loses a key is forgotten whole
+(see "Lost keys" in lua/_lib.lua): reads answer as if it had expired, and a write that
+continues it raises ``ThreadEvictedError``; nothing is ever read back partial. So:
+
+- ``noeviction``: nothing to say (a full Redis refuses writes with an OOM error).
+- ``volatile-*``: nothing to say. Threads with a ttl are a cache and go whole, least
+  recently used (or least often, nearest expiry, random) first; threads without a ttl and
+  pinned threads have no ttl, so they are never evicted.
+- ``allkeys-*``, saver with a ttl: nothing to say (a session cache), but pinned threads are
+  evicted too (docs/deployment.md).
+- ``allkeys-*``, saver without a ttl: a warning. Its threads are meant to stay until deleted,
+  and Redis evicts them under memory pressure.
+
+The drivers ask once per saver (``setup()`` or the first call: one round trip per primary),
+with ``CONFIG GET maxmemory-policy``, else ``INFO memory`` (managed services often disable
 CONFIG); when neither answers, nothing is said.
 """
 
@@ -67,24 +78,27 @@ def from_info(reply: Any) -> str | None:
     return _find(reply, "maxmemory_policy")
 
 
-def evicts_keys(policy: str) -> bool:
-    return policy.startswith(("allkeys-", "volatile-"))
+def evicts_keys(policy: str, ttl: bool = False) -> bool:
+    """Whether ``policy`` evicts threads a saver (with a ttl or not) expects to keep."""
+    return policy.startswith("allkeys-") and not ttl
 
 
-def report(policies: dict[str, str | None], mode: str) -> None:
+def report(policies: dict[str, str | None], mode: str, ttl: bool = False) -> None:
     """Warn (mode "warn") or raise ``UnsupportedServerError`` (mode "raise") when a server's
-    policy may evict single keys of a thread; ``policies``: server name -> policy (None = unknown)."""
-    bad = {node: p for node, p in policies.items() if p is not None and evicts_keys(p)}
+    policy evicts threads a saver without a ttl keeps until deleted (``allkeys-*``);
+    ``policies``: server name -> policy (None = unknown); ``ttl``: the saver has a ttl."""
+    bad = {node: p for node, p in policies.items() if p is not None and evicts_keys(p, ttl)}
     if not bad:
         return
     where = ", ".join(f"{p} on {node}" if node else p for node, p in sorted(bad.items()))
-    volatile = all(p.startswith("volatile-") for p in bad.values())
     msg = (
-        f"redis_saver: maxmemory-policy {where} lets Redis evict single keys of a thread "
-        + ("that has a ttl " if volatile else "")
-        + "under memory pressure; the rest of the thread stays, and reads of it then raise "
-        "DamagedThreadError. Use maxmemory-policy noeviction (writes then fail with an OOM error "
-        "and nothing is lost) and size maxmemory for the data (a ttl or prune() bounds it)."
+        f"redis_saver: maxmemory-policy {where} lets Redis evict threads under memory pressure, "
+        "and this saver has no ttl: its threads (and pinned threads) are meant to stay until "
+        "deleted. An evicted thread is forgotten whole (reads answer as if it had expired; a put "
+        "that continues it raises ThreadEvictedError). For durable threads use maxmemory-policy "
+        "noeviction (writes then fail with an OOM error and nothing is lost) and size maxmemory "
+        "for the data; for a session cache give the saver a ttl (a volatile-* policy then "
+        "evicts only threads with a ttl)."
     )
     if mode == "raise":
         raise UnsupportedServerError(msg + " (eviction_check='raise')")

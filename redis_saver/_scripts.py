@@ -9,7 +9,9 @@ memory; none for writes, so Redis refuses them *before* their first write when i
 KEYS, ARGV and the reply (checked against the Python side by tests/scripts/test_scripts.py).
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
-shebang without ``no-writes``) named ``<name>+rw``. A script marked ``--- @lean-variant`` also
+shebang without ``no-writes``) named ``<name>+rw``; a read marked ``--- @forget-variant`` (it
+forgets a damaged thread when ``REFRESH == 'f'``: "Lost keys" in ``lua/_lib.lua``) a third,
+``<name>+forget``, flagged ``allow-oom`` (it only deletes). A script marked ``--- @lean-variant`` also
 gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
 and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (2 keys, ``LEAN = true``), and without the
 lines marked ``-- @full-only`` (nor the helpers only they use).
@@ -124,8 +126,12 @@ def load_all() -> dict[str, Script]:
         name = path.stem
         out[name] = _make(name, text)
         first, rest = text.split("\n", 1)
-        if "no-writes" in first and "REFRESH ==" in rest:
+        if "no-writes" in first and "REFRESH == '1'" in rest:
             out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
+        if "--- @forget-variant" in raw:
+            # the forgetting variant: it only deletes (a damaged thread), so it runs even when
+            # the server is out of memory, as delete_thread does
+            out[name + "+forget"] = _make(name + "+forget", "#!lua flags=allow-oom\n" + rest)
         if "--- @lean-variant" in raw:
             # without its @full-only lines, so the helpers only they use are shaken out too
             full_only_dropped = _expand(d, _FULL_ONLY.sub("", raw))
@@ -233,7 +239,7 @@ def library() -> Library:
         head = f"local function begin_{begin}(keys, argv)\n{read_builtins}\n  KEYS, ARGV = keys, argv"
         parts.append(f"{head}\n{init}\nend")
     # one function per script of load_all(), variants included (their rules live there): a
-    # "+rw" variant shares its script's body, a "+lean" one has its own (no @full-only lines)
+    # "+rw" / "+forget" variant shares its script's body, a "+lean" one has its own (no @full-only lines)
     registered: list[tuple[str, str, str, list[str]]] = []  # script name, body function, begin, flags
     for name, script in load_all().items():
         base, _, variant = name.partition("+")

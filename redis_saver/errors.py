@@ -45,17 +45,34 @@ class UnsupportedServerError(RedisSaverError):
 
 
 class DamagedThreadError(RedisSaverError):
-    """A read found that a key of the thread was lost while the rest of it remains (Redis
-    evicts whole keys: under an ``allkeys-*`` or ``volatile-*`` ``maxmemory-policy`` one key of
-    a thread can go while the others stay). The message names the thread and what is missing.
-    Rather than return a state with channels or writes dropped, or report the thread as
-    absent, the read fails; ``delete_thread`` removes what is left of the thread."""
+    """A read script found that a key of the thread was lost while the rest of it remains
+    (Redis evicts whole keys: under an ``allkeys-*`` or ``volatile-*`` ``maxmemory-policy`` one
+    key of a thread can go while the others stay). The saver handles it itself: it sends the
+    read again in a variant that forgets the thread whole, and the read answers as if the
+    thread had expired (``None``, no items). Applications do not see it; it stays exported for
+    code that caught it in earlier releases."""
+
+
+class ThreadEvictedError(RedisSaverError):
+    """A write continues a thread that is gone: the checkpoint ``put`` names as its parent is
+    not stored because the thread holds no checkpoint any more (evicted under memory pressure,
+    expired, or deleted while a run used it), or the thread lost a key and this call forgot it
+    whole (``put_writes``). Nothing was stored; the thread now reads as absent. Storing would
+    have left a checkpoint whose unchanged channels (or DeltaChannel history) are gone, so it
+    is refused: catch it to start the session again (a run from a config without
+    ``checkpoint_id`` starts the thread afresh)."""
+
+    def __init__(self, message: str, thread_id: str = "") -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
 
 
 class EvictionPolicyWarning(UserWarning):
-    """The server's ``maxmemory-policy`` may evict single keys of a thread (``allkeys-*``, or
-    ``volatile-*`` for threads with a ttl): reads of such a thread then raise
-    :class:`DamagedThreadError`. Use ``noeviction`` (and size ``maxmemory`` for the data)."""
+    """The server's ``maxmemory-policy`` may evict keys of threads that must stay: ``allkeys-*``
+    evicts pinned threads and threads saved without a ttl too, which are otherwise kept until
+    deleted. A thread that loses a key is forgotten whole (reads answer as if it had expired),
+    so nothing is read back wrong; but for durable use, choose ``noeviction`` (and size
+    ``maxmemory`` for the data), or a ``volatile-*`` policy with a ttl for a session cache."""
 
 
 # Error codes raised by the Lua scripts (``redis.error_reply('RS_<CODE> ...')``).

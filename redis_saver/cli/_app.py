@@ -487,9 +487,12 @@ def stats(st: State, no_count: bool, as_json: bool) -> None:
         n_threads, n_cps = 0, 0
         task2 = prog.add_task("threads", total=None, rate="")
         for tid in ops.iter_thread_ids(saver):
-            n_threads += 1
             if not no_count:
-                n_cps += ops.count_checkpoints(saver, tid)
+                n = ops.count_checkpoints(saver, tid)
+                if n == 0:
+                    continue  # deleted meanwhile, or evicted (the count's read forgot it)
+                n_cps += n
+            n_threads += 1
             prog.advance(task2)
     server = _server_info(client)
     doc: dict[str, Any] = {
@@ -518,12 +521,13 @@ def stats(st: State, no_count: bool, as_json: bool) -> None:
                       f"maxmemory-policy {node['maxmemory_policy']}")
     for node in server:
         policy = node["maxmemory_policy"]
-        if policy not in ("noeviction", "unknown") and not str(policy).startswith("volatile"):
+        if str(policy).startswith("allkeys-") and st.ttl is None:
             err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
-                      "eviction can remove one key of a thread and leave the others; use noeviction")
-        elif policy.startswith("volatile"):
-            err.print(f"[yellow]warning[/]: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: "
-                      "threads with a TTL may be evicted before they expire; noeviction is safest")
+                      "under memory pressure Redis evicts threads (each is forgotten whole), pinned ones and "
+                      "ones without a TTL too; use noeviction for durable threads")
+        elif str(policy).startswith(("volatile-", "allkeys-")):
+            err.print(f"note: {node['node']} uses maxmemory-policy {node['maxmemory_policy']}: threads with a "
+                      "TTL are a cache there (evicted whole under memory pressure, idle ones first)")
         elif policy == "unknown":
             err.print(f"[yellow]warning[/]: {node['node']}: CONFIG GET refused; "
                       "check that maxmemory-policy is noeviction")

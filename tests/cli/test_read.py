@@ -140,3 +140,14 @@ def test_postgres_helper_reports_missing_binaries(monkeypatch):
     monkeypatch.setattr(pg, "find_binaries", lambda: None)
     with pytest.raises(pg.Unavailable, match="binaries"):
         pg.start_postgres()
+
+
+def test_an_evicted_thread_is_skipped(cli, filled, sync_client):
+    """A thread that lost a key (evicted) is forgotten whole: threads, show and stats skip it."""
+    keys = filled.keys.thread_keys("t-2")
+    sync_client.delete(keys[5])  # its writes hash, as an eviction would
+    listed = json.loads(cli("threads", "--json").stdout)
+    assert sorted(t["thread_id"] for t in listed) == ["t-0", "t-1"]
+    assert not any(sync_client.exists(k) for k in keys[:9])  # forgotten by the read
+    cli("show", "t-2", code=1)
+    assert json.loads(cli("stats", "--json").stdout)["threads"] == 2

@@ -40,7 +40,7 @@ SAVER_ACL_COMMANDS = (
     "+dbsize +scan "  # cross-thread: find the slot-index keys
     "+wait "  # only with wait_for_replicas > 0
     # called from inside the Lua scripts (ACL applies to redis.call):
-    "+time +unlink +persist +pexpire +pexpireat +exists +pttl "
+    "+time +unlink +persist +pexpire +pexpireat +exists +pttl +touch "
     "+hget +hmget +hset +hsetnx +hdel +hexists +hlen +hscan +hstrlen +hincrby "
     "+zadd +zcard +zrange +zlexcount +zrem +zscore"
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from redis_saver import FORMAT_VERSION, DamagedThreadError, RedisSaver
+from redis_saver import FORMAT_VERSION, RedisSaver, ThreadEvictedError
 from redis_saver._plans import Call
 
 MARK = FORMAT_VERSION.encode()
@@ -32,9 +32,10 @@ def _state(client, saver, tid):
     return client.hget(keys[5], ""), client.hget(keys[0], "ix"), client.pttl(keys[0])
 
 
-def _scripts_sent(saver, cfg, writes, task):
-    """Run put_writes' plan by hand; the script names it sent."""
-    plan, sent, reply = saver._plan_put_writes(cfg, writes, task, "p"), [], None
+def _scripts_sent(saver, cfg, writes, task, sent=None):
+    """Run put_writes' plan by hand; the script names it sent (also into ``sent``)."""
+    plan, reply = saver._plan_put_writes(cfg, writes, task, "p"), None
+    sent = [] if sent is None else sent
     try:
         while True:
             call = plan.send(reply)
@@ -79,15 +80,21 @@ def test_a_ttl_saver_never_takes_the_lean_path(sync_client, prefix):
     assert _state(sync_client, ttl, "t")[0] == EXPIRING
 
 
-def test_a_lost_mark_costs_one_more_call_once(sync_client, prefix):
+def test_a_lost_mark_forgets_the_thread_and_refuses_the_write(sync_client, prefix):
     saver = RedisSaver(sync_client, prefix=prefix)
     cfg = _put(saver, "t")
     sync_client.hdel(saver.keys.thread_keys("t")[5], "")  # as if wr had been evicted
-    assert _scripts_sent(saver, cfg, [("x", 1)], "k1") == ["put_writes+lean", "put_writes"]
-    assert _state(saver._driver.client, saver, "t")[0] == MARK
+    sent: list[str] = []
+    with pytest.raises(ThreadEvictedError, match="lost a key"):  # the full call forgot the thread
+        _scripts_sent(saver, cfg, [("x", 1)], "k1", sent)
+    assert sent == ["put_writes+lean", "put_writes"]
+    assert saver.get_tuple(cfg) is None
+    assert not any(sync_client.exists(k) for k in saver.keys.thread_keys("t")[:9])
+    # the session starts again: a put without a parent, then the lean path as before
+    cfg = _put(saver, "t")
+    assert _state(sync_client, saver, "t")[0] == MARK
     assert _scripts_sent(saver, cfg, [("x", 2)], "k2") == ["put_writes+lean"]
-    with pytest.raises(DamagedThreadError, match="key wr was lost"):  # the full call recorded it
-        saver.get_tuple(cfg)
+    assert saver.get_tuple(cfg).pending_writes == [("k2", "x", 2)]
 
 
 def test_the_mark_is_never_a_write_and_is_not_copied(sync_client, prefix):
