@@ -9,6 +9,7 @@ from ._telemetry import Telemetry
 from .aio import AsyncRedisSaver
 from .errors import (
     ConflictError,
+    CopyConflictError,
     DamagedThreadError,
     EvictionPolicyWarning,
     MalformedReplyError,
@@ -16,6 +17,7 @@ from .errors import (
     RedisSaverError,
     ReplicationTimeoutError,
     SchemaMismatchError,
+    ThreadExistsError,
     UnsupportedServerError,
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
@@ -26,6 +28,7 @@ __all__ = [
     "READ_FORMATS",
     "AsyncRedisSaver",
     "ConflictError",
+    "CopyConflictError",
     "DamagedThreadError",
     "EvictionPolicyWarning",
     "KeySchema",
@@ -36,6 +39,7 @@ __all__ = [
     "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",
+    "ThreadExistsError",
     "Telemetry",
     "UnsupportedServerError",
 ]

@@ -1,5 +1,5 @@
 """Every lifecycle test runs twice: with the default work budgets, and with budgets of 1-2 so
-that every multi-call path (paged prune, paged delete_for_runs, the blob collection, delta
+that every multi-call path (paged prune, paged delete_for_runs, paged copy_thread, the blob collection, delta
 history continuations and their cycle checks) runs on small threads too. Tests that count
 round trips (the ``wire`` fixture) run with the defaults only."""
 
@@ -9,7 +9,7 @@ import pytest
 
 import redis_saver._plans as plans
 
-BUDGETS = {"default": None, "tiny": {"WALK_BUDGET": 1, "WORK_BUDGET": 2}}
+BUDGETS = {"default": None, "tiny": {"WALK_BUDGET": 1, "WORK_BUDGET": 2, "COPY_FIELDS": 3}}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
