@@ -14,11 +14,12 @@ page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] 
       cp_id member exported ("" = from the oldest)   ARGV[8] upto: the greatest cp_id member of
       the copy ("" = the thread's greatest now)   ARGV[9..11] the most checkpoints, fields and
       bytes of one page (at least one checkpoint is returned)   ARGV[12..] the streams the
-      client holds: directory field, raw length, ...
+      client holds: directory field, the directory record it holds, ...
       The next checkpoints in cp_id order (oldest id first), each with its record, the blob
       records its versions name (once per page), its writes, and the streams those records
-      name (directory and all its frames, read together) unless the client holds them at their
-      current length.
+      name (directory and frames, read together) unless the client holds that directory: then
+      the directory and only the frames the client's does not list (frames never change under
+      their number).
       Returns {"ok", next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
       ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed"} when meta
       "g" is not the guard: the thread went, or changed destructively (see bump_guard()).
@@ -63,66 +64,132 @@ if upto == '' then
 end
 local members = redis.call('ZRANGE', K_CPID, after == '' and '-' or '(' .. after, '[' .. upto, 'BYLEX', 'LIMIT', 0, max_cp)
 local held = {}
-for i = 12, #ARGV - 1, 2 do held[ARGV[i]] = tonumber(ARGV[i + 1]) end
-local cps, blobs, streams, writes = {}, {}, {}, {}
-local seen, seen_dir = {}, {}
-local nfields, nbytes, last = 0, 0, nil
-local function add(out, f, v)
-  out[#out + 1] = f
-  out[#out + 1] = v
-  nfields = nfields + 1
-  nbytes = nbytes + #f + #v
-end
-for _, m in ipairs(members) do
-  local p = skip(m, 1)
-  local ns_e = string.sub(m, p)
-  local field = ns_e .. string.sub(m, 1, p - 1)
-  local raw = redis.call('HGET', K_CP, field)
-  if raw then
-    add(cps, field, raw)
-    local want = {}
-    for _, f in ipairs((blob_fields(ns_e, cp_field(raw, CP_VERSIONS)))) do
-      if not seen[f] then
-        seen[f] = true
-        want[#want + 1] = f
-      end
-    end
-    local got = hmget(K_BLOB, want)
-    for i, f in ipairs(want) do
-      local b = got[i]
-      if b then
-        add(blobs, f, b)
-        local sid = #b <= STREAM_REC_MAX and stream_id(b)
-        local d = sid and blob_prefix_of(f) .. '\0' .. sid
-        if d and not seen_dir[d] then
-          seen_dir[d] = true
-          local dir = redis.call('HGET', K_BLOB, d)
-          if dir then
-            local parts = unpack_rec(dir)
-            if held[d] ~= tonumber(parts[1]) then
-              local names = {}
-              for k = 4, #parts - 1, 2 do names[#names + 1] = d .. '\0' .. parts[k] end
-              local frames = hmget(K_BLOB, names)
-              add(streams, d, dir)
-              for k = 1, #names do
-                if frames[k] then add(streams, names[k], frames[k]) end
-              end
-            end
-          end
+for i = 12, #ARGV - 1, 2 do held[ARGV[i]] = ARGV[i + 1] end
+-- read 16 checkpoints at a time in a few commands (their records, the blobs they name, each
+-- once, their writes) until the budget runs out: the page ends after that chunk's checkpoint
+-- that reached it (at least one)
+local cfields, raws = {}, {}
+local bfields, bvals, bowner, seen = {}, {}, {}, {}
+local wfields, wvals, wowner = {}, {}, {}
+local last, nfields, nbytes = 0, 0, 0
+local size, count = {}, {}
+local from = 1
+while from <= #members and last == 0 do
+  local to = math.min(from + 15, #members)
+  local chunk = {}
+  for i = from, to do
+    local m = members[i]
+    local p = skip(m, 1)
+    cfields[i] = string.sub(m, p) .. string.sub(m, 1, p - 1)
+    chunk[#chunk + 1] = cfields[i]
+  end
+  local got = hmget(K_CP, chunk)
+  local b0, w0 = #bfields, #wfields
+  for i = from, to do
+    local raw, field = got[i - from + 1], cfields[i]
+    raws[i] = raw
+    size[i], count[i] = raw and #field + #raw or 0, raw and 1 or 0
+    if raw then
+      local ns_e = string.sub(field, 1, skip(field, 1) - 1)
+      for _, f in ipairs((blob_fields(ns_e, cp_field(raw, CP_VERSIONS)))) do
+        if not seen[f] then
+          seen[f] = true
+          bfields[#bfields + 1] = f
+          bowner[#bfields] = i
         end
       end
-    end
-    local wfields = {}
-    for _, w in ipairs(redis.call('ZRANGE', K_WORD, lo(field), hi(field), 'BYLEX')) do
-      wfields[#wfields + 1] = wfield(field, w)
-    end
-    local ws = hmget(K_WR, wfields)
-    for i = 1, #wfields do
-      if ws[i] then add(writes, wfields[i], ws[i]) end
+      for _, w in ipairs(redis.call('ZRANGE', K_WORD, lo(field), hi(field), 'BYLEX')) do
+        wfields[#wfields + 1] = wfield(field, w)
+        wowner[#wfields] = i
+      end
     end
   end
-  last = m
-  if nfields >= max_fields or nbytes >= max_bytes then break end
+  local bf, wf = {}, {}
+  for k = b0 + 1, #bfields do bf[#bf + 1] = bfields[k] end
+  for k = w0 + 1, #wfields do wf[#wf + 1] = wfields[k] end
+  local bv, wv = hmget(K_BLOB, bf), hmget(K_WR, wf)
+  for k = 1, #bf do
+    local v = bv[k]
+    bvals[b0 + k] = v
+    if v then
+      local i = bowner[b0 + k]
+      size[i], count[i] = size[i] + #bf[k] + #v, count[i] + 1
+    end
+  end
+  for k = 1, #wf do
+    local v = wv[k]
+    wvals[w0 + k] = v
+    if v then
+      local i = wowner[w0 + k]
+      size[i], count[i] = size[i] + #wf[k] + #v, count[i] + 1
+    end
+  end
+  for i = from, to do
+    nfields, nbytes = nfields + count[i], nbytes + size[i]
+    if nfields >= max_fields or nbytes >= max_bytes then
+      last = i
+      break
+    end
+  end
+  from = to + 1
 end
-local done = last == nil or last == upto or (#members < max_cp and last == members[#members])
-return {'ok', done and '' or last, upto, cps, blobs, streams, writes}
+if last == 0 then last = #members end
+local cps, blobs, streams, writes = {}, {}, {}, {}
+for i = 1, last do
+  if raws[i] then
+    cps[#cps + 1] = cfields[i]
+    cps[#cps + 1] = raws[i]
+  end
+end
+-- the streams the page's records name, unless the client holds them at their length:
+-- directories in one HMGET, their frames in another
+local dfields, dseen = {}, {}
+for k = 1, #bfields do
+  local b = bvals[k]
+  if b and bowner[k] <= last then
+    blobs[#blobs + 1] = bfields[k]
+    blobs[#blobs + 1] = b
+    local sid = #b <= STREAM_REC_MAX and stream_id(b)
+    local d = sid and blob_prefix_of(bfields[k]) .. '\0' .. sid
+    if d and not dseen[d] then
+      dseen[d] = true
+      dfields[#dfields + 1] = d
+    end
+  end
+end
+local dirs, ffields = hmget(K_BLOB, dfields), {}
+for j, d in ipairs(dfields) do
+  local dir = dirs[j]
+  if dir then
+    local h = held[d]
+    if h ~= dir then
+      -- frames never change under their number (a merge writes a new one): only those the
+      -- client does not hold
+      local have, parts = {}, unpack_rec(dir)
+      if h then
+        local hp = unpack_rec(h)
+        for k = 4, #hp - 1, 2 do have[hp[k]] = true end
+      end
+      streams[#streams + 1] = d
+      streams[#streams + 1] = dir
+      for k = 4, #parts - 1, 2 do
+        if not have[parts[k]] then ffields[#ffields + 1] = d .. '\0' .. parts[k] end
+      end
+    end
+  end
+end
+local frames = hmget(K_BLOB, ffields)
+for k = 1, #ffields do
+  if frames[k] then
+    streams[#streams + 1] = ffields[k]
+    streams[#streams + 1] = frames[k]
+  end
+end
+for k = 1, #wfields do
+  if wvals[k] and wowner[k] <= last then
+    writes[#writes + 1] = wfields[k]
+    writes[#writes + 1] = wvals[k]
+  end
+end
+local done = #members == 0 or (last == #members and (#members < max_cp or members[last] == upto))
+return {'ok', done and '' or members[last], upto, cps, blobs, streams, writes}

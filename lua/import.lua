@@ -18,8 +18,8 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
       writes, then checkpoints are written, so a reader of the target never sees a checkpoint
       without its data. A stream's references count the records of the target that name it:
       a record counts when it changes its field (a retried call counts nothing twice); a
-      stream sent again (it grew in the source) keeps the target's count and drops the frames
-      its new directory does not list.
+      stream sent again (it grew in the source) comes with its new frames only, keeps the
+      target's count and drops the frames its new directory does not list.
       Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
       the token (deleted, expired or started over by another writer since the first call).
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
@@ -123,37 +123,65 @@ init_meta()
 if first then redis.call('HSET', K_META, 'xk', token) end
 if last then redis.call('HDEL', K_META, 'xp') elseif first then redis.call('HSET', K_META, 'xp', '1') end
 
+-- HSET / ZADD of many pairs, at most 1000 per command (Lua's unpack has a limit)
+local function hset_all(key, flat)
+  for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
+end
+local function zadd_all(key, members)
+  for i = 1, #members, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #members) do
+      args[#args + 1] = 0
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+-- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
+local function stored(key, from, to)
+  local fields = {}
+  for i = from, to - 1, 2 do fields[#fields + 1] = ARGV[i] end
+  return hmget(key, fields)
+end
+
 -- streams: a directory keeps the target's reference count; frames it no longer lists go
 if counts[1] > 0 then mark_blobs() end
-for d, dir in pairs(sdirs) do
-  local old = redis.call('HGET', K_BLOB, d)
+local dfields = {}
+for d, _ in pairs(sdirs) do dfields[#dfields + 1] = d end
+local olds, out, del = hmget(K_BLOB, dfields), {}, {}
+for j, d in ipairs(dfields) do
+  local dir, old = sdirs[d], olds[j]
   dir[2] = '0'
   if old then
     local o, listed = unpack_rec(old), {}
     dir[2] = o[2]
     for k = 4, #dir - 1, 2 do listed[dir[k]] = true end
     for k = 4, #o - 1, 2 do
-      if not listed[o[k]] then redis.call('HDEL', K_BLOB, d .. '\0' .. o[k]) end
+      if not listed[o[k]] then del[#del + 1] = d .. '\0' .. o[k] end
     end
   end
-  redis.call('HSET', K_BLOB, d, pack_rec(dir))
+  out[#out + 1] = d
+  out[#out + 1] = pack_rec(dir)
 end
-if #sframes > 0 then redis.call('HSET', K_BLOB, unpack(sframes)) end
+if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+for i = 1, #sframes do out[#out + 1] = sframes[i] end
+hset_all(K_BLOB, out)
 
 -- values: a record counts a reference when it changes its field (and takes one from the
 -- stream of the record it replaces)
-if counts[2] > 0 then mark_blobs() end
-local refs = {}
+local refs, cur, n = {}, stored(K_BLOB, bstart, wstart), 0
+out = {}
 for i = bstart, wstart - 1, 2 do
-  local f, b = ARGV[i], ARGV[i + 1]
-  local cur = redis.call('HGET', K_BLOB, f)
-  if cur ~= b then
-    local od = cur and #cur <= STREAM_REC_MAX and stream_id(cur)
+  n = n + 1
+  local f, b, c = ARGV[i], ARGV[i + 1], cur[n]
+  if c ~= b then
+    local od = c and #c <= STREAM_REC_MAX and stream_id(c)
     if od then
       od = blob_prefix_of(f) .. '\0' .. od
       refs[od] = (refs[od] or 0) - 1
     end
-    redis.call('HSET', K_BLOB, f, b)
+    out[#out + 1] = f
+    out[#out + 1] = b
     local sid = #b <= STREAM_REC_MAX and stream_id(b)
     if sid then
       local d = blob_prefix_of(f) .. '\0' .. sid
@@ -161,36 +189,72 @@ for i = bstart, wstart - 1, 2 do
     end
   end
 end
-for d, n in pairs(refs) do
-  if n ~= 0 then stream_ref(d, n) end
+if #out > 0 then
+  mark_blobs()
+  hset_all(K_BLOB, out)
+end
+for d, k in pairs(refs) do
+  if k ~= 0 then stream_ref(d, k) end
 end
 
 -- writes: field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
 -- e(task_id) and e(channel) at the end (put_writes.lua)
-local n = 0
+local function member(field, r)
+  local p = skip(field, skip(field, 1))
+  return string.sub(field, 1, p - 1) .. enc(r[W_TASK_PATH]) .. string.sub(field, p) .. enc(r[W_CHANNEL])
+end
+local gone, members = {}, {}
+cur, n, out = stored(K_WR, wstart, cstart), 0, {}
 for i = wstart, cstart - 1, 2 do
   n = n + 1
-  local field, value, r = ARGV[i], ARGV[i + 1], wrecs[n]
-  local p = skip(field, skip(field, 1))
-  local old = redis.call('HGET', K_WR, field)
-  if old ~= value then
-    if old then
-      local o = unpack_rec(old)
-      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(o[W_TASK_PATH]) .. string.sub(field, p) .. enc(o[W_CHANNEL]))
-    end
-    redis.call('HSET', K_WR, field, value)
-    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[W_TASK_PATH]) .. string.sub(field, p) .. enc(r[W_CHANNEL]))
+  local field, value, c = ARGV[i], ARGV[i + 1], cur[n]
+  if c ~= value then
+    if c then gone[#gone + 1] = member(field, unpack_rec(c)) end
+    out[#out + 1] = field
+    out[#out + 1] = value
+    members[#members + 1] = member(field, wrecs[n])
   end
 end
+if #gone > 0 then redis.call('ZREM', K_WORD, unpack(gone)) end
+hset_all(K_WR, out)
+zadd_all(K_WORD, members)
 
--- checkpoints last
+-- checkpoints last: the new ones in a few commands, one stored with other bytes by store_cp
 if counts[4] > 0 then mark_cps() end
-n = 0
+cur, n, out = stored(K_CP, cstart, #ARGV + 1), 0, {}
+local by_ns, by_id, chain, runs, linked = {}, {}, {}, {}, {}
 for i = cstart, #ARGV - 1, 2 do
   n = n + 1
-  local field = ARGV[i]
+  local field, raw, c = ARGV[i], ARGV[i + 1], cur[n]
   local p = skip(field, 1)
-  store_cp(string.sub(field, 1, p - 1), string.sub(field, p), ARGV[i + 1], recs[n])
+  local ns_e, cid_e = string.sub(field, 1, p - 1), string.sub(field, p)
+  if c and c ~= raw then
+    store_cp(ns_e, cid_e, raw, recs[n])
+  elseif not c then
+    local rec = recs[n]
+    out[#out + 1] = field
+    out[#out + 1] = raw
+    by_ns[#by_ns + 1] = field
+    by_id[#by_id + 1] = cid_e .. ns_e
+    if META_NC ~= '1' then
+      chain[#chain + 1] = field
+      chain[#chain + 1] = chain_entry(rec)
+    end
+    if rec[CP_RUN_ID] ~= '' then
+      local run_e = enc(rec[CP_RUN_ID])
+      runs[#runs + 1] = run_e .. ns_e .. cid_e
+      if not linked[run_e] then
+        linked[run_e] = true
+        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+      end
+    end
+  end
 end
+hset_all(K_CP, out)
+if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns) end
+hset_all(K_CHAIN, chain)
+zadd_all(K_CPNS, by_ns)
+zadd_all(K_CPID, by_id)
+zadd_all(K_RUNS, runs)
 touch()
 return 1

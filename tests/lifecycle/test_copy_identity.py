@@ -139,3 +139,186 @@ def test_a_copy_counts_its_own_stream_references(sync_client, prefix):
     check_stream_hash(_blobs(sync_client, s, "U"))
     assert _texts(_read(fresh, "U")) == [*_texts(_msgs(11)), "A" * 80]
     assert _texts(_read(fresh, "T")) == [*_texts(_msgs(11)), "B" * 80]
+
+
+# ---- a paged copy under a guard ----------------------------------------------------------------
+def _hooked(saver: RedisSaver, plan: Any, hook: Any) -> Any:
+    """Run ``plan`` on the saver's driver, calling ``hook(step)`` before each step is sent; the
+    hook may return "twice" to send a step again (a retried call) or raise to stop the copy."""
+
+    def wrapped() -> Any:
+        step = next(plan)
+        while True:
+            again = hook(step)
+            reply = yield step
+            if again == "twice":
+                reply = yield step
+            try:
+                step = plan.send(reply)
+            except StopIteration as stop:
+                return stop.value
+
+    return saver._driver.run(wrapped())
+
+
+def _pages(step: Any) -> bool:
+    return getattr(step, "script", "") == "export" and step.args[4] == "page"
+
+
+@pytest.fixture
+def paged(monkeypatch):
+    import redis_saver._plans as plans
+
+    monkeypatch.setattr(plans, "WORK_BUDGET", 3)
+    monkeypatch.setattr(plans, "COPY_FIELDS", 4)
+    return plans
+
+
+def _history(saver: RedisSaver, thread: str) -> list:
+    return [(t.checkpoint["id"], t.parent_config and t.parent_config["configurable"]["checkpoint_id"],
+             _texts(t.checkpoint["channel_values"]["messages"]), t.pending_writes) for t in saver.list(_cfg(thread))]
+
+
+def _fill(saver: RedisSaver, thread: str, n: int) -> None:
+    for k in range(3, 3 + n):
+        cfg = _put(saver, thread, _msgs(k))
+        saver.put_writes(cfg, [("messages", [AIMessage(f"w{k}", id=f"w{k}")])], f"task{k:03d}")
+
+
+def test_a_destructive_change_mid_copy_starts_the_copy_again(sync_client, prefix, paged):
+    s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    seen = []
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            seen.append(step)
+            if len(seen) == 3:  # the copy has written two pages by now
+                other.prune(["T"])
+
+    _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    assert len(seen) > 3  # started again
+    assert _history(s, "U") == _history(s, "T") and len(_history(s, "U")) == 1
+    check_stream_hash(_blobs(sync_client, s, "U"))
+
+
+def test_a_source_changed_on_every_attempt_copies_nothing(sync_client, prefix, paged):
+    from redis_saver import CopyConflictError
+
+    s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 30)
+    n = [0]
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            n[0] += 1
+            if n[0] % 3 == 0:  # a checkpoint put again with other bytes moves the guard too
+                t = s.get_tuple(_cfg("T"))
+                cp = dict(t.checkpoint)
+                cp["channel_values"] = {"messages": [*t.checkpoint["channel_values"]["messages"], HumanMessage("x")]}
+                other.put(t.parent_config, cp, {"step": n[0]}, {})
+
+    with pytest.raises(CopyConflictError, match="changed destructively"):
+        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    assert not sync_client.exists(*s.keys.thread_keys("U")[:9])
+    s.copy_thread("T", "U")  # undisturbed, it copies
+    assert _history(s, "U") == _history(s, "T")
+
+
+def test_a_source_deleted_mid_copy_leaves_no_target(sync_client, prefix, paged):
+    s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    n = [0]
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            n[0] += 1
+            if n[0] == 2:
+                other.delete_thread("T")
+
+    _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    assert not sync_client.exists(*s.keys.thread_keys("U")[:9])
+
+
+def test_new_checkpoints_and_writes_during_a_paged_copy_leave_it_whole(sync_client, prefix, paged):
+    s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    moment: list = []
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            _fill(other, "T", 1)  # puts and writes do not move the guard: no restart
+            if not moment:
+                moment.append(_history(s, "T"))  # what the first page reads
+
+    _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    assert len(_history(s, "T")) > len(moment[0]) + 2
+    assert _history(s, "U") == moment[0]  # the source as the first page read it, writes included
+    check_stream_hash(_blobs(sync_client, s, "U"))
+
+
+def test_a_target_deleted_mid_copy_raises(sync_client, prefix, paged):
+    from redis_saver import CopyConflictError
+
+    s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    n = [0]
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            n[0] += 1
+            if n[0] == 3:
+                other.delete_thread("U")
+
+    with pytest.raises(CopyConflictError, match="target"):
+        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+
+
+def test_an_unfinished_copy_is_named_and_deleted_before_copying_again(sync_client, prefix, paged):
+    s = RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    n = [0]
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            n[0] += 1
+            if n[0] == 3:
+                raise ConnectionError("the client went away")
+
+    with pytest.raises(ConnectionError):
+        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    partial = _history(s, "U")
+    assert 0 < len(partial) < 12 and partial == _history(s, "T")[-len(partial):]  # its oldest, each whole
+    with pytest.raises(ThreadExistsError, match="unfinished copy"):
+        s.copy_thread("T", "U")
+    s.delete_thread("U")
+    s.copy_thread("T", "U")
+    assert _history(s, "U") == _history(s, "T")
+    assert sync_client.hget(s.keys.thread_keys("U")[0], "xp") is None
+
+
+@pytest.mark.parametrize("pages", [False, True])
+def test_retried_import_calls_count_nothing_twice(sync_client, prefix, pages, monkeypatch):
+    """Every call may be sent again after a connection error (``retries``): a copy whose
+    import calls all arrive twice is the same copy."""
+    import redis_saver._plans as plans
+
+    if pages:
+        monkeypatch.setattr(plans, "WORK_BUDGET", 3)
+        monkeypatch.setattr(plans, "COPY_FIELDS", 4)
+    s = RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 12)
+    _hooked(s, s._plan_copy_thread("T", "U"), lambda step: "twice" if step.script == "import" else None)
+    assert _history(s, "U") == _history(s, "T")
+    assert check_stream_hash(_blobs(sync_client, s, "U")) == check_stream_hash(_blobs(sync_client, s, "T"))
+
+
+def test_a_target_whose_expiry_is_under_way_is_new(sync_client, prefix):
+    s = RedisSaver(sync_client, prefix=prefix)
+    _fill(s, "T", 3)
+    _fill(s, "U", 2)
+    for k in s.keys.thread_keys("U")[:9]:
+        sync_client.pexpire(k, 1500)
+    s.copy_thread("T", "U")
+    assert _history(s, "U") == _history(s, "T")
+    assert sync_client.pttl(s.keys.thread_keys("U")[1]) == -1  # the copy's own keys: no expiry
