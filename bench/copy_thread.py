@@ -1,6 +1,6 @@
 """copy_thread's cost: a chat-like thread of N checkpoints (default 1,000) copied to fresh targets.
 
-    .venv/bin/python bench/copy_thread.py [--checkpoints 1000] [--copies 5] [--json]
+    .venv/bin/python bench/copy_thread.py [--checkpoints 1000] [--copies 11] [--json]
 
 The thread is what a LangGraph chat graph stores, made directly (no graph run): per turn three
 checkpoints (the user's message, the assistant's reply, bookkeeping), a ``messages`` list that
@@ -98,9 +98,11 @@ def measure(checkpoints: int, copies: int) -> dict[str, Any]:
             "source_bytes": sum(client.memory_usage(k, samples=0) or 0 for k in saver.keys.thread_keys("src")[:9]),
             "copies": copies,
             "total_ms_median": round(statistics.median(totals) * 1000, 1),
+            "total_ms_min": round(min(totals) * 1000, 1),
             "total_ms_all": [round(t * 1000, 1) for t in totals],
             "script_calls": calls[0],
             "longest_script_ms_median": round(statistics.median(longest), 2),
+            "longest_script_ms_min": round(min(longest), 2),
             "longest_script_ms_max": round(max(longest), 2),
         }
     finally:
@@ -110,7 +112,7 @@ def measure(checkpoints: int, copies: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--checkpoints", type=int, default=1000)
-    ap.add_argument("--copies", type=int, default=5)
+    ap.add_argument("--copies", type=int, default=11)
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
     a = ap.parse_args(argv)
     r = measure(a.checkpoints, a.copies)
