@@ -39,17 +39,26 @@ if step == 'all' then
   end
   local out, nbytes = {'all'}, 0
   for _, key in ipairs({K_CP, K_BLOB, K_WR}) do
-    -- the blob mark and the lean / wr mark (field "" of blob, of wr: see _lib.lua) are the
-    -- target thread's own state (import.lua sets them)
-    local flat, kept = redis.call('HGETALL', key), {}
-    for i = 1, #flat, 2 do
-      if flat[i] ~= '' then
-        kept[#kept + 1] = flat[i]
-        kept[#kept + 1] = flat[i + 1]
-        nbytes = nbytes + #flat[i] + #flat[i + 1]
+    -- the whole hash (HSCAN to its end, not HGETALL: the ACL rule of docs/deployment.md lists
+    -- the commands the scripts use; a field HSCAN returns twice is kept once). The blob mark
+    -- and the lean / wr mark (field "" of blob, of wr: see _lib.lua) are the target thread's
+    -- own state (import.lua sets them)
+    local kept, seen, cursor = {}, {}, '0'
+    repeat
+      local page = redis.call('HSCAN', key, cursor, 'COUNT', 1000)
+      local flat = page[2]
+      cursor = page[1]
+      for i = 1, #flat, 2 do
+        local f = flat[i]
+        if f ~= '' and not seen[f] then
+          seen[f] = true
+          kept[#kept + 1] = f
+          kept[#kept + 1] = flat[i + 1]
+          nbytes = nbytes + #f + #flat[i + 1]
+        end
       end
-    end
-    if nbytes > max_bytes then return {'paged'} end
+      if nbytes > max_bytes then return {'paged'} end
+    until cursor == '0'
     out[#out + 1] = kept
   end
   return out
