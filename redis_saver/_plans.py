@@ -721,7 +721,14 @@ class Plans:
         reply = yield Call("export", src_keys, [*self._header(src), "all", *budget])
         if reply[0] == b"all":
             streams, records = _split_blobs(reply[2])
-            yield from self._plan_import(dst, _CopyIds(), streams, records, reply[3], reply[1], True, True)
+            # only the streams some record names (a stream a replaced record left counted
+            # stays in the source until the thread goes; the copy need not carry it), and the
+            # checkpoints oldest first, as the pages give them
+            named = {_stream_dir(f, b) for f, b in codec.pairs(records)}
+            streams = {d: p for d, p in streams.items() if d in named}
+            cps = sorted(codec.pairs(reply[1]), key=lambda fr: fr[0][_after_ns(fr[0]) :] + fr[0])
+            flat = [x for pair in cps for x in pair]
+            yield from self._plan_import(dst, _CopyIds(), streams, records, reply[3], flat, True, True)
             return None
         for _ in range(COPY_ATTEMPTS):
             if (yield from self._plan_copy_paged(src, dst)):
@@ -1006,6 +1013,14 @@ def _batches(items: list[tuple[bytes, bytes, int]], limit: int) -> list[list[tup
         out[-1].append(it)
         total += it[2]
     return [b for b in out if b]
+
+
+def _after_ns(field: bytes) -> int:
+    """The position after e(ns) in a checkpoint or blob field."""
+    i = field.find(b"\0")
+    if i >= 0 and field[i + 1 : i + 2] != b"\xff":
+        return i + 1
+    return dec_first(field)[1]
 
 
 def _after_channel(field: bytes) -> int:
