@@ -322,3 +322,36 @@ def test_a_target_whose_expiry_is_under_way_is_new(sync_client, prefix):
     s.copy_thread("T", "U")
     assert _history(s, "U") == _history(s, "T")
     assert sync_client.pttl(s.keys.thread_keys("U")[1]) == -1  # the copy's own keys: no expiry
+
+
+def test_a_real_graph_keeps_each_threads_own_turns(sync_client, prefix):
+    """The issue's second reproduction with a StateGraph(add_messages): U's own turn stays in
+    get_state_history(U), for this saver and a fresh one."""
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def chat(state: MessagesState) -> dict:
+        return {"messages": [AIMessage("echo " + state["messages"][-1].content)]}
+
+    def app(saver: RedisSaver) -> Any:
+        g = StateGraph(MessagesState)
+        g.add_node("chat", chat)
+        g.add_edge(START, "chat")
+        return g.compile(checkpointer=saver)
+
+    s = RedisSaver(sync_client, prefix=prefix)
+    a = app(s)
+    conf = {"configurable": {"thread_id": "T"}}
+    for i in range(5):
+        a.invoke({"messages": [HumanMessage(TEXT[i * 200 : i * 200 + 200])]}, conf)
+    s.copy_thread("T", "U")
+    a.invoke({"messages": [HumanMessage("A" * 80)]}, {"configurable": {"thread_id": "U"}})
+    a.invoke({"messages": [HumanMessage("B" * 80)]}, conf)
+    with pytest.raises(ThreadExistsError):
+        s.copy_thread("T", "U")
+    for saver in (s, RedisSaver(sync_client, prefix=prefix)):
+        texts = [
+            [m.content for m in st.values.get("messages", [])]
+            for st in app(saver).get_state_history({"configurable": {"thread_id": "U"}})
+        ]
+        assert texts[0][-2:] == ["A" * 80, "echo " + "A" * 80]
+        assert not any("B" * 80 in t for ts in texts for t in ts)
