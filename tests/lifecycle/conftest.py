@@ -18,8 +18,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("work_budget", list(BUDGETS), indirect=True)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def work_budget(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name, value in (BUDGETS[request.param] or {}).items():
+    # autouse: a fixture name appended in pytest_generate_tests is parametrized but, unless a
+    # test asks for it, never set up (the tiny budgets silently did not apply)
+    param = getattr(request, "param", "default")
+    for name, value in (BUDGETS[param] or {}).items():
         monkeypatch.setattr(plans, name, value)
-    return request.param
+    return str(param)
