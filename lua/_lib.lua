@@ -876,11 +876,20 @@ local function drop_writes(ns_e, cid_e)
   end
 end
 
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+local function bump_guard()
+  if redis.call('HEXISTS', K_META, 'g') == 1 then redis.call('HINCRBY', K_META, 'g', 1) end
+end
+
 -- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
 local function drop_cp(ns_e, cid_e, keep_writes)
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
+  bump_guard()
   local rec = cp_rec(raw, CP_RUN_ID)
   redis.call('HDEL', K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
@@ -924,6 +933,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     if old == raw then
       return  -- an idempotent retry of the same put: nothing changes
     end
+    bump_guard()
     local old_run = cp_field(old, CP_RUN_ID)
     if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
       local run_e = enc(old_run)

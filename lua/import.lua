@@ -1,64 +1,260 @@
 #!lua
 --- @include "_lib.lua"
---[[ import: write exported data into this (target) thread, for copy_thread.
+--[[ import: write exported data into a new (target) thread, for copy_thread; and the copy's
+guard on its source.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
-Blobs and writes are imported before the checkpoints that reference them, so a reader of
-the target never sees a checkpoint without its data. Streams (directories, frames) are copied
-as they are, their reference counts with them.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-ARGV[5] what: "cp" | "blob" | "wr"   ARGV[6..] field, value pairs (as export.lua returns them)
-Returns: number of entries written
+ARGV[5] step: "import" | "guard" | "abort"
+import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8] "1" = its last
+      ARGV[9..12] the numbers of stream part, blob, write and checkpoint pairs, then the pairs
+      (field, value) in that order: stream parts (directories and frames, under the copy's own
+      stream ids: the client gives every copied stream a fresh one), blob records, write
+      records, checkpoint records (export.lua's, in cp_id order).
+      The first call is refused (RS_EXISTS, nothing written) when any key of the target exists,
+      unless its meta holds this token (a retried call) or the thread is expiring (see
+      thread_expiring(): the expiry is finished first); it sets meta "xk" to the token and "xp"
+      (a copy under way) until the last call; a first call without pairs only checks. Within a call, streams, then values, then
+      writes, then checkpoints are written, so a reader of the target never sees a checkpoint
+      without its data. A stream's references count the records of the target that name it:
+      a record counts when it changes its field (a retried call counts nothing twice); a
+      stream sent again (it grew in the source) comes with its new frames only, keeps the
+      target's count and drops the frames its new directory does not list.
+      Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
+      the token (deleted, expired or started over by another writer since the first call).
+guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
+      Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
+      see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
+abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
+      Returns 1 when it did, else 0.
+Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
-local what = ARGV[5]
-if what ~= 'cp' and what ~= 'blob' and what ~= 'wr' then fail('RS_BADARG', 'bad import kind') end
-if (#ARGV - 5) % 2 ~= 0 then fail('RS_BADARG', 'odd field/value list') end
-local recs = {}
-for i = 6, #ARGV - 1, 2 do
-  local r
-  if what == 'blob' and is_stream_part(ARGV[i]) then
-    r = {'', ''}  -- copied as it is: the directories' reference counts count the copied records
-  elseif what == 'cp' then
-    r = validate_record(ARGV[i + 1])  -- any format's: copied as it is
-  else
-    r = unpack_rec(ARGV[i + 1])
-  end
-  if what == 'wr' and #r ~= W_PARTS then fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts') end
-  if what == 'blob' and #r ~= 2 then fail('RS_BADARG', 'blob record must have 2 parts') end
-  recs[#recs + 1] = r
+local step, token = ARGV[5], ARGV[6]
+if (step ~= 'import' and step ~= 'guard' and step ~= 'abort') or not token or token == '' then
+  fail('RS_BADARG', 'bad import arguments')
 end
-check_format()
-init_meta()
-if what == 'blob' and #recs > 0 then mark_blobs() end
-if what == 'cp' and #recs > 0 then mark_cps() end
-local n = 0
-for i = 6, #ARGV - 1, 2 do
-  n = n + 1
-  local field, value, r = ARGV[i], ARGV[i + 1], recs[n]
-  if what == 'blob' then
-    local old = nil
-    if not is_stream_part(field) then old = stored_stream(field) end
-    redis.call('HSET', K_BLOB, field, value)
-    -- a record of the target's own that the copy replaces no longer names its stream
-    local sid = stream_id(value)
-    if old and (not sid or old ~= blob_prefix_of(field) .. '\0' .. sid) then stream_ref(old, -1) end
-  elseif what == 'wr' then
-    -- field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
-    -- e(task_id) and e(channel) at the end (put_writes.lua)
-    local p = skip(field, skip(field, 1))
-    local old = redis.call('HGET', K_WR, field)
-    if old then
-      local o = unpack_rec(old)
-      redis.call('ZREM', K_WORD, string.sub(field, 1, p - 1) .. enc(o[W_TASK_PATH]) .. string.sub(field, p) .. enc(o[W_CHANNEL]))
+if step == 'guard' then
+  if not tonumber(token) then fail('RS_BADARG', 'bad copy guard') end
+  check_format()
+  if not META_V then return nil end
+  redis.call('HSETNX', K_META, 'g', token)
+  return redis.call('HGET', K_META, 'g')
+end
+if step == 'abort' then
+  if redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  drop_thread()
+  return 1
+end
+
+local first, last = ARGV[7] == '1', ARGV[8] == '1'
+local counts = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
+for i = 1, 4 do
+  if not counts[i] then fail('RS_BADARG', 'bad import counts') end
+end
+if #ARGV ~= 12 + 2 * (counts[1] + counts[2] + counts[3] + counts[4]) then fail('RS_BADARG', 'bad import counts') end
+-- validated in full before anything is written
+local sdirs, sframes = {}, {}  -- directory field -> its parts; frame field, value, ...
+local at = 13
+for _ = 1, counts[1] do
+  local f, v = ARGV[at], ARGV[at + 1]
+  at = at + 2
+  if not is_stream_part(f) then fail('RS_BADARG', 'not a stream part') end
+  local p = skip(f, skip(f, 1)) + 1
+  if string.find(f, '\0', p, true) then
+    sframes[#sframes + 1] = f
+    sframes[#sframes + 1] = v
+  else
+    local dir = unpack_rec(v)
+    if #dir < 5 or #dir % 2 ~= 1 or not tonumber(dir[1]) or not tonumber(dir[2]) then
+      fail('RS_BADARG', 'malformed stream directory')
     end
-    redis.call('HSET', K_WR, field, value)
-    redis.call('ZADD', K_WORD, 0, string.sub(field, 1, p - 1) .. enc(r[W_TASK_PATH]) .. string.sub(field, p) .. enc(r[W_CHANNEL]))
-  else
-    local p = skip(field, 1)
-    store_cp(string.sub(field, 1, p - 1), string.sub(field, p), value, r)
-    -- like an unfenced put: the namespace's head is its greatest id again (put.lua)
-    if META_FH == '1' then redis.call('HDEL', K_META, 'h' .. string.sub(field, 1, p - 1)) end
+    sdirs[f] = dir
   end
 end
+for i = 1, #sframes - 1, 2 do
+  local f = sframes[i]
+  local p = skip(f, skip(f, 1)) + 1
+  if not sdirs[string.sub(f, 1, string.find(f, '\0', p, true) - 1)] then
+    fail('RS_BADARG', 'a stream frame without its directory')
+  end
+end
+local wrecs, bstart = {}, at
+for _ = 1, counts[2] do
+  local f, b = ARGV[at], ARGV[at + 1]
+  at = at + 2
+  if is_stream_part(f) or not is_blob_record(b) then fail('RS_BADARG', 'bad blob record') end
+  if #b <= STREAM_REC_MAX then stream_id(b) end  -- a malformed stream record fails here
+end
+local wstart = at
+for _ = 1, counts[3] do
+  local r = unpack_rec(ARGV[at + 1])
+  if #r ~= W_PARTS then fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts') end
+  wrecs[#wrecs + 1] = r
+  skip(ARGV[at], skip(ARGV[at], 1))
+  at = at + 2
+end
+local cstart, recs = at, {}
+for _ = 1, counts[4] do
+  skip(ARGV[at], 1)
+  recs[#recs + 1] = validate_record(ARGV[at + 1])  -- any format's: copied as it is
+  at = at + 2
+end
+local npairs = counts[1] + counts[2] + counts[3] + counts[4]
+
+check_format()
+if first then
+  if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 and redis.call('HGET', K_META, 'xk') ~= token then
+    if not thread_expiring() then
+      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local why = redis.call('HEXISTS', K_META, 'xp') == 1 and ' (it holds an unfinished copy: an earlier'
+        .. ' copy_thread into it stopped midway)' or ''
+      fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
+        .. ' only; delete_thread() it first')
+    end
+    drop_thread()  -- an expiry under way: finished first, the copy starts the thread afresh
+    check_format()
+  end
+  if npairs == 0 then return 1 end  -- only the check (an empty source: the target stays absent)
+elseif redis.call('HGET', K_META, 'xk') ~= token then
+  return 0
+end
+
+init_meta()
+if first then redis.call('HSET', K_META, 'xk', token) end
+if last then redis.call('HDEL', K_META, 'xp') elseif first then redis.call('HSET', K_META, 'xp', '1') end
+
+-- HSET / ZADD of many pairs, at most 1000 per command (Lua's unpack has a limit)
+local function hset_all(key, flat)
+  for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
+end
+local function zadd_all(key, members)
+  for i = 1, #members, 1000 do
+    local args = {}
+    for j = i, math.min(i + 999, #members) do
+      args[#args + 1] = 0
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+-- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
+local function stored(key, from, to)
+  local fields = {}
+  for i = from, to - 1, 2 do fields[#fields + 1] = ARGV[i] end
+  return hmget(key, fields)
+end
+
+-- streams: a directory keeps the target's reference count; frames it no longer lists go
+if counts[1] > 0 then mark_blobs() end
+local dfields = {}
+for d, _ in pairs(sdirs) do dfields[#dfields + 1] = d end
+local olds, out, del = hmget(K_BLOB, dfields), {}, {}
+for j, d in ipairs(dfields) do
+  local dir, old = sdirs[d], olds[j]
+  dir[2] = '0'
+  if old then
+    local o, listed = unpack_rec(old), {}
+    dir[2] = o[2]
+    for k = 4, #dir - 1, 2 do listed[dir[k]] = true end
+    for k = 4, #o - 1, 2 do
+      if not listed[o[k]] then del[#del + 1] = d .. '\0' .. o[k] end
+    end
+  end
+  out[#out + 1] = d
+  out[#out + 1] = pack_rec(dir)
+end
+if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+for i = 1, #sframes do out[#out + 1] = sframes[i] end
+hset_all(K_BLOB, out)
+
+-- values: a record counts a reference when it changes its field (and takes one from the
+-- stream of the record it replaces)
+local refs, cur, n = {}, stored(K_BLOB, bstart, wstart), 0
+out = {}
+for i = bstart, wstart - 1, 2 do
+  n = n + 1
+  local f, b, c = ARGV[i], ARGV[i + 1], cur[n]
+  if c ~= b then
+    local od = c and #c <= STREAM_REC_MAX and stream_id(c)
+    if od then
+      od = blob_prefix_of(f) .. '\0' .. od
+      refs[od] = (refs[od] or 0) - 1
+    end
+    out[#out + 1] = f
+    out[#out + 1] = b
+    local sid = #b <= STREAM_REC_MAX and stream_id(b)
+    if sid then
+      local d = blob_prefix_of(f) .. '\0' .. sid
+      refs[d] = (refs[d] or 0) + 1
+    end
+  end
+end
+if #out > 0 then
+  mark_blobs()
+  hset_all(K_BLOB, out)
+end
+for d, k in pairs(refs) do
+  if k ~= 0 then stream_ref(d, k) end
+end
+
+-- writes: field = e(ns)e(cid) .. e(task_id)idx; the sort member adds e(task_path) before
+-- e(task_id) and e(channel) at the end (put_writes.lua)
+local function member(field, r)
+  local p = skip(field, skip(field, 1))
+  return string.sub(field, 1, p - 1) .. enc(r[W_TASK_PATH]) .. string.sub(field, p) .. enc(r[W_CHANNEL])
+end
+local gone, members = {}, {}
+cur, n, out = stored(K_WR, wstart, cstart), 0, {}
+for i = wstart, cstart - 1, 2 do
+  n = n + 1
+  local field, value, c = ARGV[i], ARGV[i + 1], cur[n]
+  if c ~= value then
+    if c then gone[#gone + 1] = member(field, unpack_rec(c)) end
+    out[#out + 1] = field
+    out[#out + 1] = value
+    members[#members + 1] = member(field, wrecs[n])
+  end
+end
+if #gone > 0 then redis.call('ZREM', K_WORD, unpack(gone)) end
+hset_all(K_WR, out)
+zadd_all(K_WORD, members)
+
+-- checkpoints last: the new ones in a few commands, one stored with other bytes by store_cp
+if counts[4] > 0 then mark_cps() end
+cur, n, out = stored(K_CP, cstart, #ARGV + 1), 0, {}
+local by_ns, by_id, chain, runs, linked = {}, {}, {}, {}, {}
+for i = cstart, #ARGV - 1, 2 do
+  n = n + 1
+  local field, raw, c = ARGV[i], ARGV[i + 1], cur[n]
+  local p = skip(field, 1)
+  local ns_e, cid_e = string.sub(field, 1, p - 1), string.sub(field, p)
+  if c and c ~= raw then
+    store_cp(ns_e, cid_e, raw, recs[n])
+  elseif not c then
+    local rec = recs[n]
+    out[#out + 1] = field
+    out[#out + 1] = raw
+    by_ns[#by_ns + 1] = field
+    by_id[#by_id + 1] = cid_e .. ns_e
+    if META_NC ~= '1' then
+      chain[#chain + 1] = field
+      chain[#chain + 1] = chain_entry(rec)
+    end
+    if rec[CP_RUN_ID] ~= '' then
+      local run_e = enc(rec[CP_RUN_ID])
+      runs[#runs + 1] = run_e .. ns_e .. cid_e
+      if not linked[run_e] then
+        linked[run_e] = true
+        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+      end
+    end
+  end
+end
+hset_all(K_CP, out)
+if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns) end
+hset_all(K_CHAIN, chain)
+zadd_all(K_CPNS, by_ns)
+zadd_all(K_CPID, by_id)
+zadd_all(K_RUNS, runs)
 touch()
-return n
+return 1

@@ -114,6 +114,7 @@ local function detach(ns_e, cid_e)
     versions = unpack_rec(rec[CP_VERSIONS])
   end
   if rec[CP_PARENT] == '' then return end
+  bump_guard()
   rec[CP_PARENT] = ''
   if cp_is_mp(raw) then
     redis.call('HSET', K_CP, ns_e .. cid_e, cmsgpack.pack(rec))

@@ -12,6 +12,7 @@ from .aio import AsyncRedisSaver
 from .cache import AsyncRedisCache, RedisCache
 from .errors import (
     ConflictError,
+    CopyConflictError,
     DamagedThreadError,
     EvictionPolicyWarning,
     MalformedReplyError,
@@ -20,6 +21,7 @@ from .errors import (
     ReplicationTimeoutError,
     SchemaMismatchError,
     ThreadEvictedError,
+    ThreadExistsError,
     UnsupportedServerError,
 )
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
@@ -33,6 +35,7 @@ __all__ = [
     "AsyncRedisSaver",
     "AsyncRedisStore",
     "ConflictError",
+    "CopyConflictError",
     "DamagedThreadError",
     "EvictionPolicyWarning",
     "KeySchema",
@@ -45,6 +48,7 @@ __all__ = [
     "ReplicationTimeoutError",
     "SchemaMismatchError",
     "TTLConfig",
+    "ThreadExistsError",
     "Telemetry",
     "ThreadEvictedError",
     "UnsupportedServerError",

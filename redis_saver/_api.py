@@ -147,8 +147,16 @@ class SaverAPI(RedisSaverBase):
         self._call(self._plan_delete_for_runs(run_ids), "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every namespace, checkpoint, write and value of one thread into another, in
-        pages (values and writes before the checkpoints that reference them)."""
+        """Copy every namespace, checkpoint, write and value of one thread into a new thread:
+        a snapshot of the source (one read when it holds up to 256 checkpoints; a larger one
+        in pages, started again if the source changes destructively meanwhile), written
+        values and writes before the checkpoints that reference them.
+
+        Raises:
+            ThreadExistsError: the target exists (nothing is written); delete it first.
+            CopyConflictError: a large source kept changing destructively (prune, delete...)
+                during every attempt; nothing is left in the target.
+        """
         self._call(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

@@ -10,6 +10,7 @@ in ``_drivers.py`` run the same plans, so no logic is written twice.
 from __future__ import annotations
 
 import bisect
+import secrets
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import _codec as codec
 from . import _values as values_
-from .errors import DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
+from .errors import CopyConflictError, DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
 from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
 
 if TYPE_CHECKING:
@@ -38,7 +39,16 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 512  # records one list call may examine while filtering (~10 ms of server time)
-EXPORT_COUNT = 200  # HSCAN COUNT per copy_thread page
+EXPORT_COUNT = 200  # HSCAN COUNT per rewrite_values scan page
+# copy_thread: the most fields (records, stream parts) and bytes one export page or import
+# call carries (a page: at most WORK_BUDGET checkpoints, at least one); a thread of at most
+# WORK_BUDGET checkpoints, SNAPSHOT x COPY_FIELDS fields and 2 x COPY_BYTES bytes is read
+# by one export call, a snapshot (HGETALL: ~1 us a field). A single larger record goes alone.
+# ~5 us of import script time a field here: an import call takes ~2.5 ms, an export page less.
+COPY_FIELDS = 512
+COPY_BYTES = 4 << 20
+SNAPSHOT = 8
+COPY_ATTEMPTS = 4  # paged copies started again after a destructive change of the source
 # The most ancestors one delta_history call walks, and the most checkpoints one prune or
 # delete_for_runs call examines: a script blocks every client of its server while it runs, so
 # each call's work is bounded on any stored data (a longer walk or a larger thread takes more
@@ -733,21 +743,125 @@ class Plans:
         return deleted
 
     def _plan_copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Plan[None]:
+        """Copy a thread into a new one (see docs/lifecycle.md "Copying a thread").
+
+        A source within WORK_BUDGET checkpoints, SNAPSHOT x COPY_FIELDS fields and 2 x
+        COPY_BYTES bytes is read by one export call (a snapshot); a larger one in pages of
+        checkpoints, oldest first, each with its values, streams and writes, under a guard in
+        the source's meta that every destructive change moves (the copy then starts again,
+        COPY_ATTEMPTS times at most). Every copied stream gets a fresh id, so no stream id of
+        the target ever held other bytes."""
         src = normalize_thread_id(source_thread_id)
         dst = normalize_thread_id(target_thread_id)
         if src == dst:
             return None
-        src_keys, dst_keys = self.keys.thread_keys(src), self.keys.thread_keys(dst)
-        # blobs and writes first, checkpoints last: readers of the target never see a
-        # checkpoint whose data has not arrived yet
-        for what in ("blob", "wr", "cp"):
-            cursor = b"0"
-            while True:
-                cursor, flat = yield Call("export", src_keys, self._header(src) + [what, cursor, EXPORT_COUNT])
-                if flat:
-                    yield Call("import", dst_keys, self._header(dst) + [what, *flat])
-                if cursor in (b"0", 0, "0"):
-                    break
+        src_keys = self.keys.thread_keys(src)
+        budget = [WORK_BUDGET, SNAPSHOT * COPY_FIELDS, 2 * COPY_BYTES]
+        reply = yield Call("export", src_keys, [*self._header(src), "all", *budget])
+        if reply[0] == b"all":
+            streams, records = _split_blobs(reply[2])
+            # only the streams some record names (a stream a replaced record left counted
+            # stays in the source until the thread goes; the copy need not carry it), and the
+            # checkpoints oldest first, as the pages give them
+            named = {_stream_dir(f, b) for f, b in codec.pairs(records)}
+            streams = {d: p for d, p in streams.items() if d in named}
+            cps = sorted(codec.pairs(reply[1]), key=lambda fr: fr[0][_after_ns(fr[0]) :] + fr[0])
+            flat = [x for pair in cps for x in pair]
+            yield from self._plan_import(dst, _CopyIds(), streams, records, reply[3], flat, True, True)
+            return None
+        for _ in range(COPY_ATTEMPTS):
+            if (yield from self._plan_copy_paged(src, dst)):
+                return None
+        raise CopyConflictError(
+            f"copy_thread({src!r}, {dst!r}): the source changed destructively (prune, delete_for_runs, "
+            f"delete, expiry, a re-put) during each of {COPY_ATTEMPTS} attempts; nothing was copied"
+        )
+
+    def _plan_copy_paged(self, src: str, dst: str) -> Plan[bool]:
+        """One attempt at a paged copy; False (the target removed again) when the source
+        changed destructively meanwhile."""
+        src_keys, ids = self.keys.thread_keys(src), _CopyIds()
+        # the target is checked first: a refused copy writes nothing, not even the guard
+        yield from self._plan_import(dst, ids, {}, [], [], [], True, False)
+        guard = yield Call("import", src_keys, [*self._header(src), "guard", secrets.randbelow(9 * 10**15) + 10**15])
+        if guard is None:  # the source is gone: nothing to copy
+            return True
+        held: dict[bytes, bytes] = {}  # source stream directory field -> the directory the target holds
+        imported: set[bytes] = set()  # source blob fields the target holds
+        after, upto, first = b"", b"", True
+        while True:
+            args: list[Any] = [*self._header(src), "page", guard, after, upto, WORK_BUDGET, COPY_FIELDS, COPY_BYTES]
+            for d, n in held.items():
+                args += [d, n]
+            reply = yield Call("export", src_keys, args)
+            if reply[0] != b"ok":
+                if not first:
+                    yield Call("import", self.keys.thread_keys(dst), [*self._header(dst), "abort", ids.token])
+                return False
+            nxt, upto, cps, blobs, parts, writes = reply[1:]
+            # the records the target lacks, the streams they name, and the streams it holds that grew
+            records: list[bytes] = []
+            named: set[bytes] = set()
+            for f, b in codec.pairs(blobs):
+                if f not in imported:
+                    imported.add(f)
+                    records += (f, b)
+                    named_dir = _stream_dir(f, b)
+                    if named_dir is not None:
+                        named.add(named_dir)
+            streams = {d: p for d, p in _split_blobs(parts)[0].items() if d in named or d in held}
+            for d, p in streams.items():
+                held[d] = dict(codec.pairs(p))[d]
+            yield from self._plan_import(dst, ids, streams, records, writes, cps, first, not nxt)
+            if not nxt:
+                return True
+            after, first = nxt, False
+
+    def _plan_import(
+        self,
+        dst: str,
+        ids: _CopyIds,
+        streams: dict[bytes, list[bytes]],
+        records: list[bytes],
+        writes: list[bytes],
+        cps: list[bytes],
+        first: bool,
+        last: bool,
+    ) -> Plan[None]:
+        """import.lua calls of bounded size: streams (each whole in one call), values, writes,
+        then checkpoints, so the target never holds a checkpoint without its data. Stream ids
+        are the copy's own (``ids``)."""
+        units: list[tuple[int, list[bytes]]] = []
+        for p in streams.values():
+            units.append((0, [ids.field(x) if i % 2 == 0 else x for i, x in enumerate(p)]))
+        for f, b in codec.pairs(records):
+            units.append((1, [f, ids.record(f, b)]))
+        for section, flat in ((2, writes), (3, cps)):
+            units += [(section, list(pair)) for pair in codec.pairs(flat)]
+        calls: list[list[list[bytes]]] = []
+        size = fields = 0
+        for section, flat in units:
+            n, nbytes = len(flat) // 2, sum(map(len, flat))
+            if not calls or (fields and (fields + n > COPY_FIELDS or size + nbytes > COPY_BYTES)):
+                calls.append([[], [], [], []])
+                size = fields = 0
+            calls[-1][section] += flat
+            size, fields = size + nbytes, fields + n
+        if not calls:
+            if not (first or last):
+                return None
+            calls.append([[], [], [], []])
+        keys, head = self.keys.thread_keys(dst), self._header(dst)
+        for i, c in enumerate(calls):
+            flags = ["1" if first and i == 0 else "0", "1" if last and i == len(calls) - 1 else "0"]
+            args: list[Any] = [*head, "import", ids.token, *flags, *(len(x) // 2 for x in c)]
+            for x in c:
+                args += x
+            if not (yield Call("import", keys, args)):
+                raise CopyConflictError(
+                    f"copy_thread into {dst!r}: the target was deleted, expired or written by another "
+                    "writer while the copy ran"
+                )
         return None
 
     # ---- DeltaChannel history ------------------------------------------------------
@@ -943,3 +1057,84 @@ def _batches(items: list[tuple[bytes, bytes, int]], limit: int) -> list[list[tup
         out[-1].append(it)
         total += it[2]
     return [b for b in out if b]
+
+
+def _after_ns(field: bytes) -> int:
+    """The position after e(ns) in a checkpoint or blob field."""
+    i = field.find(b"\0")
+    if i >= 0 and field[i + 1 : i + 2] != b"\xff":
+        return i + 1
+    return dec_first(field)[1]
+
+
+def _after_channel(field: bytes) -> int:
+    """The position after e(ns)e(channel) in a blob field."""
+    i = field.find(b"\0")
+    j = field.find(b"\0", i + 1)
+    if i >= 0 and j >= 0 and field[i + 1 : i + 2] != b"\xff" and field[j + 1 : j + 2] != b"\xff":
+        return j + 1  # no escaped NUL (UTF-8 text never holds 0xff): the second NUL ends e(channel)
+    return dec_first(field, dec_first(field)[1])[1]
+
+
+def _split_blobs(flat: Sequence[bytes]) -> tuple[dict[bytes, list[bytes]], list[bytes]]:
+    """A blob hash's (field, value) list: the stream parts (directory and frames) grouped by
+    directory field, and the value records."""
+    streams: dict[bytes, list[bytes]] = {}
+    records: list[bytes] = []
+    for f, v in codec.pairs(flat):
+        p = _after_channel(f)
+        if f[p : p + 1] == b"\0":
+            q = f.find(b"\0", p + 1)
+            streams.setdefault(f if q < 0 else f[:q], []).extend((f, v))
+        else:
+            records += (f, v)
+    return streams, records
+
+
+def _stream_dir(field: bytes, rec: bytes) -> bytes | None:
+    """The directory field of the stream the value record ``rec`` at ``field`` names, or None."""
+    if len(rec) > values_.STREAM_REC_MAX:
+        return None
+    type_, data = codec.unpack_blob(rec)
+    if not type_.endswith(values_.STREAM_MARK):
+        return None
+    return field[: _after_channel(field)] + b"\0" + codec.unpack(data)[0]
+
+
+class _CopyIds:
+    """One copy's token (import.lua) and fresh stream ids: each source stream (its directory
+    field) gets a new random id in the target, for the stream's parts and every record naming it."""
+
+    __slots__ = ("token", "sids", "used")
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.sids: dict[bytes, bytes] = {}  # source directory field -> the copy's sid
+        self.used: set[bytes] = set()
+
+    def _sid(self, dir_field: bytes, old: bytes) -> bytes:
+        new = self.sids.get(dir_field)
+        if new is None:
+            new = values_.new_sid()
+            while new == old or new in self.used:
+                new = values_.new_sid()
+            self.sids[dir_field] = new
+            self.used.add(new)
+        return new
+
+    def field(self, f: bytes) -> bytes:
+        """A stream part's field (directory or frame) under the copy's id."""
+        p = _after_channel(f)
+        q = f.find(b"\0", p + 1)
+        d = f if q < 0 else f[:q]
+        return f[: p + 1] + self._sid(d, d[p + 1 :]) + (b"" if q < 0 else f[q:])
+
+    def record(self, f: bytes, rec: bytes) -> bytes:
+        """A value record, naming the copy's id of its stream if it is a stream record."""
+        d = _stream_dir(f, rec)
+        if d is None:
+            return rec
+        type_, data = codec.unpack_blob(rec)
+        parts = codec.unpack(data)
+        parts[0] = self._sid(d, parts[0])
+        return codec.blob_record(type_, codec.pack(parts))

@@ -320,8 +320,8 @@ class StreamCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._d: OrderedDict[tuple[str, str, str], Known] = OrderedDict()
-        # the cached streams by (thread, id), for reads: copy_thread copies stream ids verbatim,
-        # so an id is unique within a thread only
+        # the cached streams by (thread, id), for reads: a (thread, id) never comes back with
+        # other bytes (copy_thread gives the streams it copies fresh ids: docs/lifecycle.md)
         self._sids: dict[tuple[str, bytes], Stream] = {}
         self._bytes = 0
         self._lock = threading.Lock()

@@ -24,6 +24,19 @@ class ConflictError(RedisSaverError):
     """``put`` with fencing found that another writer already moved the thread on."""
 
 
+class ThreadExistsError(RedisSaverError, ValueError):
+    """``copy_thread`` into a thread that already exists (any of its keys is present) is refused
+    before anything is written: a copy never merges into another thread (a target that was
+    deleted, or expired, is a fresh thread). It is a ``ValueError`` too, as other misuse is."""
+
+
+class CopyConflictError(RedisSaverError):
+    """``copy_thread`` of a thread too large for one snapshot call saw its source changed
+    destructively (prune, delete_for_runs, delete, expiry, a checkpoint re-put with other
+    content...) on every attempt, or its target deleted or written by another while it copied:
+    nothing of the copy is left in the target."""
+
+
 class ParentCycleError(RedisSaverError):
     """The stored parent links of a thread form a cycle (data written by a buggy or hostile
     client): a walk of the chain stops with this error instead of running forever."""
@@ -82,4 +95,5 @@ LUA_ERROR_CLASSES: dict[str, type[Exception]] = {
     "RS_BADARG": ValueError,
     "RS_CYCLE": ParentCycleError,
     "RS_DAMAGED": DamagedThreadError,
+    "RS_EXISTS": ThreadExistsError,
 }

@@ -55,7 +55,7 @@ async def _history_by_ns(graph, saver, tuples, thread_id) -> dict:
     return out
 
 
-async def test_copy_thread_then_diverge(saver, sync_client, prefix):
+async def test_copy_thread_then_diverge(saver, sync_client, prefix, work_budget):
     src, dst = f"src-{uuid.uuid4().hex[:6]}", f"dst-{uuid.uuid4().hex[:6]}"
     g = build(saver)
     mem_a, mem_b = InMemorySaver(), InMemorySaver()
@@ -66,10 +66,16 @@ async def test_copy_thread_then_diverge(saver, sync_client, prefix):
         gb.invoke(turn_input(t), cfg("x"))
 
     src_tuples = await alist(saver, cfg(src))
+    meta = thread_key_prefix(prefix, src) + b"meta"
+    src_meta = sync_client.hgetall(meta)
     src_dump = dump_prefix(sync_client, prefix, only=thread_key_prefix(prefix, src))
     await call(saver, "copy_thread", src, dst)
-    # the source is unchanged, byte for byte
-    assert dump_prefix(sync_client, prefix, only=thread_key_prefix(prefix, src)) == src_dump
+    # the source is unchanged, byte for byte, but a paged copy's guard in its meta (field "g")
+    after = dump_prefix(sync_client, prefix, only=thread_key_prefix(prefix, src))
+    assert {k: v for k, v in after.items() if k != meta} == {k: v for k, v in src_dump.items() if k != meta}
+    got_meta = sync_client.hgetall(meta)
+    assert b"g" in got_meta if work_budget == "tiny" else got_meta == src_meta
+    assert {k: v for k, v in got_meta.items() if k != b"g"} == src_meta
     assert [_tuple_view(t) for t in await alist(saver, cfg(src))] == [_tuple_view(t) for t in src_tuples]
     # the target has every checkpoint (all namespaces), with the same data
     dst_tuples = await alist(saver, cfg(dst))

@@ -137,14 +137,15 @@ async def test_latest_only_mode_keeps_the_fenced_head(make_saver, kind):
 async def test_copy_thread_target_fences_on_its_greatest_id(make_saver, kind):
     s = make_saver(kind, fencing=True)
     await _put(s, None, P, tid="src")
-    await _put(s, P, EARLY_1, tid="src")
-    await _put(s, None, LATE_1, tid="dst")  # the target had a head of its own
+    await _put(s, P, EARLY_1, tid="src")  # the source's head (EARLY_1) is not its greatest id (P)
     await _call(s, "copy_thread", "src", "dst")
     # copy_thread does not carry heads: the target's head is its greatest id
     with pytest.raises(ConflictError):
         await _put(s, EARLY_1, EARLY_2, tid="dst")
-    await _put(s, LATE_1, LATE_2, tid="dst")
+    await _put(s, P, LATE_1, tid="dst")
     # the source keeps its head
+    with pytest.raises(ConflictError):
+        await _put(s, P, LATE_2, tid="src")
     await _put(s, EARLY_1, EARLY_2, tid="src")
 
 

@@ -6,7 +6,7 @@ its uncompressed record); a thread a compressing saver starts keeps none (it rea
 which compression made small). These tests start their threads as each, and check that all
 give the same answers.
 
-put, copy_thread and prune build an entry inside Lua from the checkpoint record (lua/_lib.lua
+put and prune build an entry inside Lua from the checkpoint record (lua/_lib.lua
 chain_entry); ``entry()`` below spells the layout independently, and the two must agree. Delta
 history must give InMemorySaver's answer (when the chain key was lost, e.g. evicted, the thread
 is forgotten whole: tests/faults/test_eviction.py).
@@ -14,11 +14,12 @@ is forgotten whole: tests/faults/test_eviction.py).
 
 from __future__ import annotations
 
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 
-from redis_saver import RedisSaver
+from redis_saver import RedisSaver, ThreadExistsError
 from redis_saver import _codec as codec
 from redis_saver.keys import enc
 
@@ -43,6 +44,10 @@ def _fill(saver, tid: str, n: int = 12, names: list = AWKWARD, seed_every: int =
         cfg = saver.put(cfg, cp, {"step": i}, dict(cp["channel_versions"]))
         saver.put_writes(cfg, [(ch, f"w{i}:{ch}") for ch in names], f"task{i}", "p")
     return cfg
+
+
+def _last(saver, tid: str) -> dict:
+    return saver.get_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}}).config
 
 
 def entry(parent: str, versions: dict) -> bytes:
@@ -79,10 +84,15 @@ def test_client_and_script_build_the_same_entries(sync_client, prefix):
         mine = _checked_chain(sync_client, saver, src, 12)
         first = min(mine)
         assert mine[first].startswith(enc("") + b"\x01")  # the root has no parent
-        # import.lua builds every entry from its record (into a target an earlier format started)
-        sync_client.hset(saver.keys.thread_keys(src + "-copy")[0], mapping={"tid": src + "-copy", "v": "4"})
+        # copy_thread copies into a new thread only, which keeps no chain: its records serve
+        # (a target an earlier format started is a thread that exists: refused)
+        sync_client.hset(saver.keys.thread_keys(src + "-old")[0], mapping={"tid": src + "-old", "v": "4"})
+        with pytest.raises(ThreadExistsError):
+            saver.copy_thread(src, src + "-old")
         saver.copy_thread(src, src + "-copy")
-        assert _chain(sync_client, saver, src + "-copy") == mine
+        assert _chain(sync_client, saver, src + "-copy") == {}
+        got = saver.get_delta_channel_history(config=_last(saver, src + "-copy"), channels=names)
+        assert got == saver.get_delta_channel_history(config=_last(saver, src), channels=names)
 
 
 def test_delta_history_matches_in_memory_and_a_lost_chain_is_reported(sync_client, prefix):

@@ -176,8 +176,9 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
         _thread_call_checks(c, name)
         assert len(c.args) == 4 + extra
     c = first_call(s._plan_copy_thread("a", "b"))
-    _thread_call_checks(c, "export")
-    assert len(c.args) == fixed_argv("export")
+    assert c.script == "export" and len(c.keys) == 11
+    assert c.args[4] == "all" and len(c.args) == 8  # ARGV[5] step, ARGV[6..8] its budgets
+    assert fixed_argv("export") == 12  # the "page" step's ARGV[12..]
     c = first_call(s._plan_delete_for_runs(["r1", "r2"]))
     assert c.script == "ix_query" and len(c.keys) == 2 and c.args == ["runs", "r1", "r2"]
 

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from redis_saver import ThreadExistsError
 from tests.sessions._util import (
     assert_refreshed,
     assert_uniform_ttl,
@@ -65,10 +66,11 @@ async def test_every_write_kind_sets_one_ttl_on_all_keys(kind, make_saver, sync_
     await call(s, "copy_thread", t, dst)
     check(dst)
     assert scan_thread(r, prefix, dst) == {k for k in thread_keys(prefix, dst)[0] if not k.endswith(b":chain")}
-    # copying again into an existing (aged) target refreshes all of it
+    # copying again into an existing (aged) target is refused and writes nothing: its expiry stays
     b = await age(r, prefix, dst)
-    await call(s, "copy_thread", t, dst)
-    check(dst, b)
+    with pytest.raises(ThreadExistsError):
+        await call(s, "copy_thread", t, dst)
+    assert max_expiry(r, prefix, dst) == b[dst]
 
     # prune keep_latest
     b = await age(r, prefix, t)
