@@ -22,18 +22,10 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
-from ._base import SAVER_OPTIONS, RedisSaverBase
+from ._base import RedisSaverBase
 from ._plans import Plan, RewriteStats
 
 T = TypeVar("T")
-
-
-def saver_options(options: dict[str, Any]) -> dict[str, Any]:
-    """``from_conn_string``'s options split: the saver's are taken out of ``options`` (the rest
-    go to the client), with ``retries`` 3 unless given."""
-    saver_opts = {k: options.pop(k) for k in SAVER_OPTIONS if k in options}
-    saver_opts.setdefault("retries", 3)
-    return saver_opts
 
 
 class SaverAPI(RedisSaverBase):

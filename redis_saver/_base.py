@@ -10,6 +10,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._plans import Plans
+from ._shell import check_options
 from ._telemetry import Telemetry
 from ._ttl import TTLConfig
 from ._values import StreamCache
@@ -105,8 +106,7 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
         functions: bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError("retries must be an int >= 0")
+        tel = check_options(retries, telemetry, compress, functions)
         self.retries = retries
         if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
             raise ValueError("wait_for_replicas must be an int >= 0")
@@ -119,21 +119,13 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
         self.history = history
         self.fencing = bool(fencing)
-        if not isinstance(compress, bool):
-            raise TypeError("compress must be a bool")
         self.compress = compress
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
         self._streams = StreamCache(cache_bytes)
         check_client(client)
         self.client = client
-        if telemetry is True:
-            telemetry = Telemetry()
-        elif telemetry is not False and not isinstance(telemetry, Telemetry):
-            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
-        if not isinstance(functions, bool):
-            raise TypeError("functions must be a bool")
-        self._driver = self._driver_cls(client, self.keys, self.retries, telemetry or None, functions)
+        self._driver = self._driver_cls(client, self.keys, self.retries, tel, functions)
         self._driver.set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
         self._set_auto_pipeline(auto_pipeline)
         self._bound()

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from ._api import SaverAPI, saver_options
-from ._clients import make_async_client
+from ._api import SaverAPI
+from ._base import SAVER_OPTIONS
 from ._drivers import AsyncDriver
 from ._plans import Plan
+from ._shell import LoopBound, async_owner
 
 T = TypeVar("T")
 
@@ -19,7 +19,7 @@ T = TypeVar("T")
 AUTO_PIPELINE = True
 
 
-class AsyncRedisSaver(SaverAPI):
+class AsyncRedisSaver(LoopBound, SaverAPI):
     """Asyncio twin of :class:`redis_saver.RedisSaver` over ``redis.asyncio`` clients.
 
     It can be constructed outside a running event loop; it binds to the running loop at
@@ -35,56 +35,14 @@ class AsyncRedisSaver(SaverAPI):
 
     _driver_cls = AsyncDriver
     _driver: AsyncDriver
-    loop: asyncio.AbstractEventLoop | None
-
-    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
-        if auto_pipeline is None:
-            auto_pipeline = AUTO_PIPELINE
-        if not isinstance(auto_pipeline, bool):
-            raise TypeError("auto_pipeline must be True or False")
-        self.auto_pipeline = auto_pipeline
-        self._driver.set_auto_pipeline(auto_pipeline)
-
-    def _bound(self) -> None:
-        try:  # bound now when built inside a running loop (as AsyncPostgresSaver), else lazily
-            self.loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+    _async_hint = "the async interface (`await saver.aget_tuple(...)`, `await graph.ainvoke(...)`)"
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
         """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        saver_opts = saver_options(options)
-        client = await make_async_client(url, **options)
-        try:
-            yield cls(client, **saver_opts)
-        finally:
-            await client.aclose()
-
-    def _bind(self) -> None:
-        if self.loop is None or self.loop.is_closed():
-            self.loop = asyncio.get_running_loop()
-
-    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None and running is self.loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "Synchronous calls to AsyncRedisSaver are only allowed from a different thread. "
-                "From the main thread, use the async interface (e.g. `await saver.aget_tuple(...)`, "
-                "`await graph.ainvoke(...)`)."
-            )
-        if self.loop is None or self.loop.is_closed() or not self.loop.is_running():
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "AsyncRedisSaver's sync methods run on the saver's event loop from another thread; "
-                "that loop is not running. Use RedisSaver for synchronous code."
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        async with async_owner(cls, url, options, SAVER_OPTIONS) as saver:
+            yield saver
 
     async def asetup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""

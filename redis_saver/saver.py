@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ._api import SaverAPI, saver_options
-from ._clients import make_sync_client
+from ._api import SaverAPI
+from ._base import SAVER_OPTIONS
 from ._drivers import SyncDriver
 from ._plans import Plan
+from ._shell import sync_owner
 
 T = TypeVar("T")
 
@@ -42,12 +43,8 @@ class RedisSaver(SaverAPI):
         Saver options (``prefix``, ``serde``, ``ttl``, ``history``, ``fencing``) are taken
         from ``options``; the rest go to the client.
         """
-        saver_opts = saver_options(options)
-        client = make_sync_client(url, **options)
-        try:
-            yield cls(client, **saver_opts)
-        finally:
-            client.close()
+        with sync_owner(cls, url, options, SAVER_OPTIONS) as saver:
+            yield saver
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""

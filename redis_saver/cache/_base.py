@@ -10,6 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._base import check_client
 from .._engine import Io
+from .._shell import check_options
 from .._telemetry import Telemetry
 from ..keys import KeySchema
 from . import _core as core
@@ -51,14 +52,7 @@ class RedisCacheBase(BaseCache[ValueT]):
         telemetry: Telemetry | bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError("retries must be an int >= 0")
-        if not isinstance(compress, bool):
-            raise TypeError("compress must be a bool")
-        if telemetry is True:
-            telemetry = Telemetry()
-        elif telemetry is not False and not isinstance(telemetry, Telemetry):
-            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
+        tel = check_options(retries, telemetry, compress)
         self.keys = CacheKeys(prefix)
         self.compress = compress
         self.retries = retries
@@ -66,7 +60,7 @@ class RedisCacheBase(BaseCache[ValueT]):
         self.client = client
         # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
         # after NOSCRIPT), given the cache's scripts; its key schema is not used
-        self._driver = self._driver_cls(client, KeySchema(), retries, telemetry or None, False)
+        self._driver = self._driver_cls(client, KeySchema(), retries, tel, False)
         self._engine = self._driver.engine
         self._engine.scripts.update(core.scripts(type(client).__module__.startswith("fakeredis")))
 

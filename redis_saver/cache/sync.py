@@ -10,8 +10,8 @@ from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace, ValueT
 
-from .._clients import make_sync_client
 from .._drivers import SyncDriver
+from .._shell import sync_owner
 from ._base import CACHE_OPTIONS, RedisCacheBase
 
 
@@ -44,13 +44,8 @@ class RedisCache(RedisCacheBase[ValueT]):
         ``redis+cluster://`` / ``cluster=True``, ``redis+sentinel://``), closed on exit. Cache
         options (``prefix``, ``serde``, ``compress``, ``retries``, ``telemetry``) are taken from
         ``options``, the rest go to the client."""
-        cache_opts = {k: options.pop(k) for k in CACHE_OPTIONS if k in options}
-        cache_opts.setdefault("retries", 3)
-        client = make_sync_client(url, **options)
-        try:
-            yield cls(client, **cache_opts)
-        finally:
-            client.close()
+        with sync_owner(cls, url, options, CACHE_OPTIONS) as cache:
+            yield cache
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """The cached values of ``keys`` (``(namespace, key)`` pairs); missing or expired keys

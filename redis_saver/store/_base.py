@@ -12,6 +12,7 @@ from langgraph.store.base.embed import ensure_embeddings
 
 from .._base import check_client
 from .._engine import Cmd, Engine
+from .._shell import check_options
 from .._telemetry import Telemetry
 from ..errors import SchemaMismatchError
 from ..keys import KeySchema
@@ -124,22 +125,13 @@ class RedisStoreBase(BaseStore):
             self.embeddings = ensure_embeddings(cfg.get("embed"))
             cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
             self.index_config = cfg
-        if not isinstance(compress, bool):
-            raise TypeError("compress must be a bool")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError("retries must be an int >= 0")
-        if telemetry is True:
-            telemetry = Telemetry()
-        elif telemetry is not False and not isinstance(telemetry, Telemetry):
-            raise TypeError("telemetry must be True, False or a redis_saver.Telemetry")
-        if not isinstance(functions, bool):
-            raise TypeError("functions must be a bool")
+        tel = check_options(retries, telemetry, compress, functions)
         self.serde: SerializerProtocol = serde or JsonPlusSerializer()
         default_ttl = bool(ttl and ttl.get("default_ttl"))
         self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config)
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
-        self._driver = self._driver_cls(client, KeySchema(), retries, telemetry or None, functions)
+        self._driver = self._driver_cls(client, KeySchema(), retries, tel, functions)
         self._set_auto_pipeline(auto_pipeline)
         self._bound()
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from langgraph.store.base import Op, Result
 
-from .._clients import make_async_client
 from .._drivers import AsyncDriver
+from .._shell import LoopBound, async_owner
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan
@@ -18,7 +18,7 @@ from ._transfer import StoredItem, export_plan, import_plan
 T = TypeVar("T")
 
 
-class AsyncRedisStore(RedisStoreBase):
+class AsyncRedisStore(LoopBound, RedisStoreBase):
     """Asyncio twin of :class:`RedisStore` over ``redis.asyncio`` clients.
 
     It binds to the running loop at construction, else to the loop of its first async call;
@@ -28,39 +28,14 @@ class AsyncRedisStore(RedisStoreBase):
 
     _driver_cls = AsyncDriver
     _driver: AsyncDriver
-    loop: asyncio.AbstractEventLoop | None
-
-    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
-        from .. import aio
-
-        if auto_pipeline is None:
-            auto_pipeline = aio.AUTO_PIPELINE
-        if not isinstance(auto_pipeline, bool):
-            raise TypeError("auto_pipeline must be True or False")
-        self.auto_pipeline = auto_pipeline
-        self._driver.set_auto_pipeline(auto_pipeline)
-
-    def _bound(self) -> None:
-        try:
-            self.loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
-
-    def _bind(self) -> None:
-        if self.loop is None or self.loop.is_closed():
-            self.loop = asyncio.get_running_loop()
+    _async_hint = "the async interface (`await store.aget(...)`)"
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisStore]:
         """Async twin of :meth:`RedisStore.from_conn_string`; the client is closed on exit."""
-        opts = {k: options.pop(k) for k in STORE_OPTIONS if k in options}
-        opts.setdefault("retries", 3)
-        client = await make_async_client(url, **options)
-        try:
-            yield cls(client, **opts)
-        finally:
-            await client.aclose()
+        async with async_owner(cls, url, options, STORE_OPTIONS) as store:
+            yield store
 
     async def setup(self) -> None:
         """Async :meth:`RedisStore.setup`."""
@@ -95,21 +70,3 @@ class AsyncRedisStore(RedisStoreBase):
         self._bind()
         return await self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
-    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None and running is self.loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "Synchronous calls to AsyncRedisStore are only allowed from a different thread; "
-                "on the event loop, use the async interface (await store.aget(...))."
-            )
-        if self.loop is None or self.loop.is_closed() or not self.loop.is_running():
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "AsyncRedisStore's sync methods run on the store's event loop from another thread; "
-                "that loop is not running. Use RedisStore for synchronous code."
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()

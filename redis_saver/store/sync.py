@@ -9,8 +9,8 @@ from typing import Any
 
 from langgraph.store.base import Op, Result
 
-from .._clients import make_sync_client
 from .._drivers import SyncDriver
+from .._shell import sync_owner
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan
@@ -36,13 +36,8 @@ class RedisStore(RedisStoreBase):
         """A store that owns its client (``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://``, ``redis+sentinel://``), closed on exit; store options are taken
         from ``options``, the rest go to the client."""
-        opts = {k: options.pop(k) for k in STORE_OPTIONS if k in options}
-        opts.setdefault("retries", 3)
-        client = make_sync_client(url, **options)
-        try:
-            yield cls(client, **opts)
-        finally:
-            client.close()
+        with sync_owner(cls, url, options, STORE_OPTIONS) as store:
+            yield store
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts; record the store's layout (shards) under its
