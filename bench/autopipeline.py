@@ -1,4 +1,4 @@
-"""AsyncRedisSaver with ``auto_pipeline`` on and off, side by side (``redis_saver/_autopipe.py``).
+"""AsyncRedisSaver with ``auto_pipeline`` on and off, side by side (``redis_saver/transport/autopipe.py``).
 
 One step = ``aput`` of a new checkpoint (two channels, ~1 KB) + ``aput_writes`` of two writes
 for it, each task on a thread of its own. Per repetition: a fresh ``redis-server`` (``--cluster``:

@@ -678,7 +678,7 @@ def hash_memory(r, key: str, items: list[tuple[bytes, bytes]]) -> int:
 
 def scheme_blob_items(s: Scheme, others: list[Version], vmap=lambda v: v) -> list[tuple[bytes, bytes]]:
     """The blob hash a scheme stores: its messages fields plus the other channels' blobs as today."""
-    from redis_saver._codec import blob_record
+    from redis_saver.core.codec import blob_record
 
     items = []
     for f, mark, payload in s.stored_items():
@@ -759,7 +759,7 @@ def measure_redis(chat: Chat, url: str, half: int, turns: int, reps: int = 3, tr
 
 def compressed_writes_memory(r, items, key) -> tuple[int, int]:
     """(memory of the writes hash as stored, memory with each write's serde bytes zstd-3 when >= MIN_COMPRESS)."""
-    from redis_saver._codec import pack, unpack
+    from redis_saver.core.codec import pack, unpack
 
     c = _zc(3)
     new = []
@@ -779,7 +779,7 @@ def compressed_writes_memory(r, items, key) -> tuple[int, int]:
 def compressed_cp_memory(r, items, key) -> tuple[int, int, int]:
     """(memory of the cp hash, with the serde parts (checkpoint, metadata) zstd-3 alone, and zstd-3 with the
     parent checkpoint's serde bytes as a raw prefix). The other parts are read by Lua and stay plain."""
-    from redis_saver._codec import pack, unpack
+    from redis_saver.core.codec import pack, unpack
 
     recs = {f: unpack(v) for f, v in items}
     by_id = {p_f[1:-1]: parts for p_f, parts in recs.items()}

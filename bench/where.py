@@ -61,7 +61,8 @@ from devkit.script_cuts import (  # noqa: E402
     script_calls,
 )
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
-from redis_saver import RedisSaver, _scripts  # noqa: E402
+from redis_saver import RedisSaver  # noqa: E402
+from redis_saver.core import scripts as _scripts  # noqa: E402
 
 
 def _timed(r: redis.Redis, fn: Callable[[], Any]) -> int:

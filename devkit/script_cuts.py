@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from redis_saver import RedisSaver, _scripts
+from redis_saver import RedisSaver
+from redis_saver.core import scripts as _scripts
 
 # the first line of put_writes+lean's own body (after the included helpers), and the lines
 # before which the script is cut, in order (tests/scripts/test_scripts.py checks they exist)

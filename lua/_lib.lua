@@ -1,4 +1,4 @@
--- _lib.lua: helpers prepended to every per-thread script by redis_saver/_scripts.py
+-- _lib.lua: helpers prepended to every per-thread script by redis_saver/core/scripts.py
 -- (after the script's #!lua line). Not a script of its own.
 --
 -- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
@@ -17,7 +17,7 @@ local function fail(code, msg)
 end
 
 -- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
--- only wr and wr_ord: see put_writes.lua and redis_saver/_scripts.py)
+-- only wr and wr_ord: see put_writes.lua and redis_saver/core/scripts.py)
 local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN}
@@ -32,7 +32,7 @@ local function enc(s)
 end
 
 -- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
--- run on every call where they stand; in the function library (redis_saver/_scripts.py
+-- run on every call where they stand; in the function library (redis_saver/core/scripts.py
 -- library()) their names are declared once and these lines run at the start of every call.
 local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
@@ -65,14 +65,14 @@ local function dec(s, pos)
   return x, e
 end
 
--- record layouts, 1-based (redis_saver/_codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
+-- record layouts, 1-based (redis_saver/core/codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
 -- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
 -- parts of a write record they read, and the whole blob record of a channel without a value
 local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
 local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
 local EMPTY_BLOB = '5,0;empty'
 
--- records: "<len>,<len>,...;" .. parts (redis_saver/_codec.py)
+-- records: "<len>,<len>,...;" .. parts (redis_saver/core/codec.py)
 local function unpack_rec(s)
   if not s then fail('RS_BADARG', 'missing record') end
   local semi = string.find(s, ';', 1, true)
@@ -137,7 +137,7 @@ local function pack_rec(parts)
   return table.concat(lens, ',') .. ';' .. table.concat(parts)
 end
 
--- Checkpoint records (redis_saver/_codec.py). Format 6 writes a MessagePack array of 10 (first
+-- Checkpoint records (redis_saver/core/codec.py). Format 6 writes a MessagePack array of 10 (first
 -- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
 -- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
 -- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
@@ -557,7 +557,7 @@ local function blob_field_map(ns_e, v)
   return by_ch
 end
 
--- Encoded values (redis_saver/_values.py). A blob record whose type part ends with "\31s" is a
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
 -- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
 -- to the bytes of that stream, which lives in the same blob hash as
 --   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
@@ -976,7 +976,7 @@ local function validate_record(raw)
 end
 
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
--- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/_codec.py
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
 -- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
 -- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
 -- Third result: each blob the items hold once, in order of first use (consecutive checkpoints

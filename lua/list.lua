@@ -10,7 +10,7 @@ ARGV[6] upper lex bound   ARGV[7] lower lex bound   (ZRANGE BYLEX REV syntax, bu
 ARGV[8] max items to return   ARGV[9] max members to examine in this call
 ARGV[10] n filters, then n pairs: metadata key, canonical JSON ("null" also matches a missing key);
          a long JSON comes as "\1" .. sha256 (33 bytes) .. the JSON: records keep such a value
-         as its 33-byte digest, records of earlier releases as the JSON (redis_saver/_codec.py)
+         as its 33-byte digest, records of earlier releases as the JSON (redis_saver/core/codec.py)
 Returns: {cursor, streams, blobs, item, item, ...} ({cursor} alone when no item); cursor = last
          member examined when the page stopped early ("" when the range is exhausted); streams:
          the streams the items' blobs name, as get_tuple's reply; blobs: each blob the items

@@ -11,7 +11,7 @@ it does not store itself); delete the rest; drop blobs no kept checkpoint refere
 checkpoint whose parent was deleted loses its parent.
 A thread of at most `budget` checkpoints (and 8 x budget writes) is pruned atomically in one
 call ("all"). A larger one answers "paged" and the client goes on step by step, each call
-bounded by `budget` (redis_saver/_plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
+bounded by `budget` (redis_saver/core/plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
 the checkpoints to keep, "drop" deletes the others a page at a time, "detach" clears the
 oldest kept checkpoint's parent, "orphans" drops writes whose checkpoint does not exist; the
 blobs go last (gc.lua). Readers see every intermediate state consistent: a checkpoint goes

@@ -6,10 +6,9 @@ proxies), whole-thread TTL with refresh-on-read and pinning, and a latest-only m
 Redis (docs/store.md).
 """
 
-from ._telemetry import Telemetry
-from ._ttl import TTLConfig
 from .aio import AsyncRedisSaver
 from .cache import AsyncRedisCache, RedisCache
+from .core.ttl import TTLConfig
 from .errors import (
     ConflictError,
     CopyConflictError,
@@ -27,6 +26,7 @@ from .errors import (
 from .keys import FORMAT_VERSION, READ_FORMATS, KeySchema
 from .saver import RedisSaver
 from .store import AsyncRedisStore, RedisStore
+from .telemetry import Telemetry
 
 __all__ = [
     "FORMAT_VERSION",

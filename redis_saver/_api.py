@@ -1,6 +1,6 @@
 """The public methods of both savers, written once.
 
-Each method builds its operation's plan (``_plans.py``) and hands it to one of four hooks,
+Each method builds its operation's plan (``core/plans.py``) and hands it to one of four hooks,
 the saver class's I/O shell: ``_call`` / ``_iter`` from sync code, ``_acall`` / ``_aiter``
 from async code. ``RedisSaver`` performs plans with its sync driver (its ``a*`` methods in a
 worker thread); ``AsyncRedisSaver`` with its asyncio driver (its sync methods bridged onto the
@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ._base import RedisSaverBase
-from ._plans import Plan, RewriteStats
+from .core.plans import Plan, RewriteStats
 
 T = TypeVar("T")
 

@@ -9,12 +9,12 @@ from typing import Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._plans import Plans
 from ._shell import check_options
-from ._telemetry import Telemetry
-from ._ttl import TTLConfig
-from ._values import StreamCache
+from .core.plans import Plans
+from .core.ttl import TTLConfig
+from .core.values import StreamCache
 from .keys import KeySchema
+from .telemetry import Telemetry
 
 SAVER_OPTIONS = (
     "prefix",
@@ -71,9 +71,9 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             its new bytes). ``False`` stores serde bytes as they are; both read everything.
         auto_pipeline: ``AsyncRedisSaver`` only: script calls that concurrent tasks issue in the
             same event-loop iteration leave in one write on one connection per server (per
-            cluster node), each reply going back to its own call (``_autopipe.py``); ``False``:
+            cluster node), each reply going back to its own call (``transport/autopipe.py``); ``False``:
             each call takes a pooled connection of its own, as redis-py does; ``None``
-            (default): on (``redis_saver.aio.AUTO_PIPELINE``).
+            (default): on (``redis_saver._shell.AUTO_PIPELINE``).
         functions: run the Lua scripts as one Redis function library (default): loaded once
             per server with ``FUNCTION LOAD`` (by ``setup()`` or the first call that finds it
             missing), each call one ``FCALL``, which spares the server re-creating the scripts'

@@ -8,15 +8,12 @@ from typing import Any, TypeVar
 
 from ._api import SaverAPI
 from ._base import SAVER_OPTIONS
-from ._drivers import AsyncDriver
-from ._plans import Plan
 from ._shell import LoopBound, async_owner
+from .core.plans import Plan
+from .transport.drivers import AsyncDriver
 
 T = TypeVar("T")
 
-# the default of AsyncRedisSaver(auto_pipeline=...): on, as it measured faster at concurrency 1 too
-# (docs/architecture.md#automatic-pipelining-asyncredissaver)
-AUTO_PIPELINE = True
 
 
 class AsyncRedisSaver(LoopBound, SaverAPI):

@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 from ._api import SaverAPI
 from ._base import SAVER_OPTIONS
-from ._drivers import SyncDriver
-from ._plans import Plan
 from ._shell import sync_owner
+from .core.plans import Plan
+from .transport.drivers import SyncDriver
 
 T = TypeVar("T")
 

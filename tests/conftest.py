@@ -41,9 +41,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # auto_pipeline= gets it on / off (to run the whole suite both ways); unset: the library's default
     flag = os.environ.get("REDIS_SAVER_AUTO_PIPELINE")
     if flag is not None:
-        import redis_saver.aio
+        import redis_saver._shell
 
-        redis_saver.aio.AUTO_PIPELINE = flag not in ("", "0", "false", "off")
+        redis_saver._shell.AUTO_PIPELINE = flag not in ("", "0", "false", "off")
 
 
 # --------------------------------------------------------------------------- servers

@@ -9,10 +9,10 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._base import check_client
-from .._engine import Io
 from .._shell import check_options
-from .._telemetry import Telemetry
+from ..core.engine import Io
 from ..keys import KeySchema
+from ..telemetry import Telemetry
 from . import _core as core
 from .keys import CacheKeys
 

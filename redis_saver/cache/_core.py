@@ -1,11 +1,11 @@
 """The cache's operations as pure plans, and the loop that runs them on the saver's engine.
 
-A plan is a generator, as the saver's (``redis_saver/_plans.py``): it yields a script
-:class:`~redis_saver._plans.Call` or a list of them (run by the saver's engine: EVALSHA, EVAL
+A plan is a generator, as the saver's (``redis_saver/core/plans.py``): it yields a script
+:class:`~redis_saver.core.plans.Call` or a list of them (run by the saver's engine: EVALSHA, EVAL
 after NOSCRIPT, one pipeline for a list, retries on ``ConnectionError``), or a plain command
-(``Cmd``, ``Pipe``, ``Scan`` of ``redis_saver._engine``: the reads, which need no script), is
+(``Cmd``, ``Pipe``, ``Scan`` of ``redis_saver.core.engine``: the reads, which need no script), is
 sent the reply, and returns the operation's result. :func:`run` wraps a plan in the span and
-metrics of one call; the saver's drivers (``_drivers.py``) perform what it yields, so the sync
+metrics of one call; the saver's drivers (``transport/drivers.py``) perform what it yields, so the sync
 and async caches share every line of logic.
 
 Slots: all keys of one namespace share its hash tag (``keys.py``). A batch is one ``MGET``
@@ -27,12 +27,12 @@ from typing import Any, TypeVar, Union
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.exceptions import ConnectionError
 
-from .. import _values as values_
-from .._engine import Cmd, Engine, Io, Pipe, Scan, Sleep
-from .._plans import Call
-from .._scripts import Script, lua_dir
-from .._telemetry import Recording
+from ..core import values as values_
+from ..core.engine import Cmd, Engine, Io, Pipe, Scan, Sleep
+from ..core.plans import Call
+from ..core.scripts import Script, lua_dir
 from ..keys import dec_first, enc
+from ..telemetry import Recording
 from .keys import CacheKeys
 
 T = TypeVar("T")

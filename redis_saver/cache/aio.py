@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from langgraph.cache.base import FullKey, Namespace, ValueT
 
-from .._drivers import AsyncDriver
 from .._shell import LoopBound, async_owner
+from ..transport.drivers import AsyncDriver
 from ._base import CACHE_OPTIONS, RedisCacheBase
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ class AsyncRedisCache(LoopBound, RedisCacheBase[ValueT]):
 
     def __init__(self, client: Any, *, auto_pipeline: bool | None = None, **options: Any) -> None:
         """``auto_pipeline``: as ``AsyncRedisSaver``'s (on by default): the calls concurrent tasks
-        issue in one event-loop iteration leave in one write per server (``_autopipe.py``); it
+        issue in one event-loop iteration leave in one write per server (``transport/autopipe.py``); it
         shares the client's lanes with the savers on that client. Other options:
         :class:`RedisCacheBase`."""
         super().__init__(client, **options)

@@ -10,8 +10,8 @@ from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace, ValueT
 
-from .._drivers import SyncDriver
 from .._shell import sync_owner
+from ..transport.drivers import SyncDriver
 from ._base import CACHE_OPTIONS, RedisCacheBase
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ._app import Group, State, _confirm, _fail, err, jsonable, out
+from ._common import Group, State, _confirm, _fail, err, jsonable, out
 
 FORMAT = 1  # the export stream's version
 pass_state = click.make_pass_decorator(State)

@@ -11,11 +11,11 @@ from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp
 from langgraph.store.base.embed import ensure_embeddings
 
 from .._base import check_client
-from .._engine import Cmd, Engine
 from .._shell import check_options
-from .._telemetry import Telemetry
+from ..core.engine import Cmd, Engine
 from ..errors import SchemaMismatchError
 from ..keys import KeySchema
+from ..telemetry import Telemetry
 from . import _semantics as sem
 from ._keys import STORE_FORMAT, StoreKeys
 from ._plans import Config, Embedding

@@ -38,8 +38,8 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from .. import _values
-from .._plans import Call, Plan
+from ..core import values as _values
+from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _semantics as sem

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import _values
-from .._plans import Call, Out, Plan
+from ..core import values as _values
+from ..core.plans import Call, Out, Plan
 from ..keys import enc
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
 from ._plans import CALL_OPS, VECTOR_PAGE, Config, _base_sequence

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from langgraph.store.base import Op, Result
 
-from .._drivers import AsyncDriver
 from .._shell import LoopBound, async_owner
+from ..transport.drivers import AsyncDriver
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan

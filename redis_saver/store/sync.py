@@ -9,8 +9,8 @@ from typing import Any
 
 from langgraph.store.base import Op, Result
 
-from .._drivers import SyncDriver
 from .._shell import sync_owner
+from ..transport.drivers import SyncDriver
 from ._base import STORE_OPTIONS, RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan

@@ -61,7 +61,7 @@ async def make_cache(request, deployment, prefix):
 @pytest.fixture
 def raw(deployment):
     """A plain sync client on the test's server, to look at the keys."""
-    from redis_saver._clients import make_sync_client
+    from redis_saver.transport.clients import make_sync_client
 
     client = make_sync_client(deployment)
     yield client

@@ -12,9 +12,9 @@ import redis
 import redis.exceptions
 
 from redis_saver import RedisCache
-from redis_saver._scripts import lua_dir
 from redis_saver.cache import _core as core
 from redis_saver.cache.keys import CacheKeys
+from redis_saver.core.scripts import lua_dir
 from tests.cache.conftest import keys_under
 
 # EVALSHA runs the scripts, EVAL answers NOSCRIPT, MGET is get, SCAN finds the namespaces for

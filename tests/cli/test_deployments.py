@@ -46,7 +46,7 @@ def test_cluster(cluster, prefix, tmp_path):
         assert 0 < json.loads(_run(url, prefix, "threads", "--json", "--match", "c-1").stdout)[0]["expires_in_ms"]
         _run(url, prefix, "prune", "--all", "--yes")
         # the function library: on every primary (the saver's calls loaded it where they ran)
-        from redis_saver._scripts import library
+        from redis_saver.core.scripts import library
 
         _run(url, prefix, "functions", "--load")
         libs = json.loads(_run(url, prefix, "functions", "--json").stdout)["libraries"]

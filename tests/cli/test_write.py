@@ -107,7 +107,7 @@ def test_rewrite_compresses_raw_threads_in_place(cli, redis_url, prefix, sync_cl
 def test_functions_lists_loads_and_deletes_stale_libraries(cli, redis_url, prefix):
     import redis as _redis
 
-    from redis_saver._scripts import library
+    from redis_saver.core.scripts import library
 
     client = _redis.Redis.from_url(redis_url)
     try:

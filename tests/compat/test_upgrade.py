@@ -27,7 +27,7 @@ from langgraph.types import Command
 
 from devkit.servers import client_kwargs
 from redis_saver import FORMAT_VERSION, RedisSaver
-from redis_saver._codec import unpack_blob
+from redis_saver.core.codec import unpack_blob
 from redis_saver.errors import MalformedReplyError
 from tests.compat._shared import BIG, build, dump_threads
 

@@ -278,8 +278,8 @@ def test_differential_small_pages(
     budget exhaustion, paged prune and blob collection, chunked fan-out) is exercised."""
     if contract_kind == "memory":
         return
-    import redis_saver._engine as engine
-    import redis_saver._plans as plans
+    import redis_saver.core.engine as engine
+    import redis_saver.core.plans as plans
 
     for mod, name, value in [
         (plans, "PAGE_SIZE", 2),

@@ -30,7 +30,7 @@ import redis
 import redis.asyncio
 
 import redis_saver
-import redis_saver._scripts
+import redis_saver.core.scripts
 from devkit.servers import async_client_kwargs, client_kwargs
 from tests.deploy.helpers import aput_chain, cfg, put_chain, tcfg
 
@@ -51,7 +51,7 @@ CLIENT_SIDE_COMMANDS = {"evalsha", "eval", "script|load", "get", "set", "dbsize"
 
 def test_rule_lists_exactly_the_commands_the_scripts_call():
     """Keeps SAVER_ACL_COMMANDS in step with lua/: every redis.call in a script, nothing more."""
-    lua = Path(redis_saver._scripts.lua_dir())
+    lua = Path(redis_saver.core.scripts.lua_dir())
     called = set()
     for f in lua.glob("*.lua"):
         if f.name.startswith(("store_", "_store")):  # the store's: its own rule (tests/store/test_acl.py)

@@ -296,7 +296,7 @@ def test_hostile_thread_ids_keep_every_key_in_one_slot(cluster, cluster_client, 
 
 def _flush_scripts(cluster) -> None:
     """SCRIPT FLUSH on every node (primaries and replicas), checked with SCRIPT EXISTS."""
-    shas = [sc.sha for sc in redis_saver._scripts.load_all().values()]
+    shas = [sc.sha for sc in redis_saver.core.scripts.load_all().values()]
     for node in cluster.live_nodes():
         assert node.command("SCRIPT", "FLUSH") in ("OK", b"OK")
         assert node.command("SCRIPT", "EXISTS", *shas) == [0] * len(shas)
@@ -375,7 +375,7 @@ def _ran(before: dict[str, int], after: dict[str, int], name: str) -> int:
 @pytest.mark.parametrize("mode", ["sync", "async", "async unpiped"])
 async def test_each_call_is_one_fcall_and_nothing_else_on_the_wire(cluster, cprefix, mode):
     # redis-py asks a server for an FCALL's keys (COMMAND GETKEYS, two round trips per call) unless
-    # told its node: every saver call must stay one FCALL (redis_saver/_cluster.py), also for a call over
+    # told its node: every saver call must stay one FCALL (redis_saver/transport/cluster.py), also for a call over
     # the lanes' 16 KB (an uncompressed large value) and without automatic pipelining
     big = "x" * (40 * 1024)
     if mode == "sync":

@@ -22,7 +22,7 @@ import redis.asyncio
 
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
-from redis_saver._clients import DEFAULTS
+from redis_saver.transport.clients import DEFAULTS
 from tests.faults._proxy import FaultProxy
 from tests.faults._util import call, cfg, checkpoint, is_async, listed, version
 

@@ -11,7 +11,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-import redis_saver._plans as plans
+import redis_saver.core.plans as plans
 from redis_saver import ParentCycleError
 from tests.lifecycle._util import call
 
@@ -53,7 +53,7 @@ def test_self_parent_record_is_refused_by_the_script(sync_client, prefix, framed
     """A client that skips the Python validation (an older or hand-written one) is refused by
     put.lua itself before its first write, whichever encoding its record has."""
     from redis_saver import RedisSaver
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
 
     saver = RedisSaver(sync_client, prefix=prefix)
     cp = empty_checkpoint()

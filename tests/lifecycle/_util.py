@@ -129,8 +129,8 @@ def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
     """The stream invariants of one thread's blob hash (see "Encoded values" in lua/_lib.lua):
     every stream record names a directory, each directory counts exactly the records naming it and
     lists frames that exist, and nothing else is left. Returns counts of what it holds."""
-    from redis_saver import _values as values
-    from redis_saver._codec import unpack, unpack_blob
+    from redis_saver.core import values
+    from redis_saver.core.codec import unpack, unpack_blob
 
     dirs, frames, refs = {}, set(), {}
     records = 0
@@ -164,7 +164,7 @@ def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
 def referenced_blob_fields(client: Any, tp: bytes) -> set[bytes]:
     """Blob fields named by the channel versions of the thread's stored checkpoints
     (``tp`` = the thread's key prefix); decodes the records as the scripts do."""
-    from redis_saver._codec import checkpoint_head, unpack
+    from redis_saver.core.codec import checkpoint_head, unpack
     from redis_saver.keys import dec_first, enc
 
     out: set[bytes] = set()

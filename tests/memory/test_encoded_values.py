@@ -18,8 +18,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from redis_saver import FORMAT_VERSION
-from redis_saver import _values as values
-from redis_saver._codec import unpack_blob
+from redis_saver.core import values
+from redis_saver.core.codec import unpack_blob
 from tests.lifecycle._util import alist, call, check_stream_hash, is_async
 
 TEXT = " ".join(pydoc_data.topics.topics.values())

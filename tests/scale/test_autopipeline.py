@@ -1,4 +1,5 @@
-"""Automatic pipelining (``AsyncRedisSaver(auto_pipeline=True)``, ``redis_saver/_autopipe.py``) on real servers.
+"""Automatic pipelining (``AsyncRedisSaver(auto_pipeline=True)``, ``redis_saver/transport/autopipe.py``)
+on real servers.
 
 What must hold: script calls of concurrent tasks issued in one event-loop iteration leave in one
 write on each of the server's two lanes (``_autopipe.LANES``: two connections per server, per
@@ -28,7 +29,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
-from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver, _autopipe
+from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver
+from redis_saver.transport import autopipe as _autopipe
 from tests.faults._util import cfg
 
 ECHO = "return ARGV[1]"

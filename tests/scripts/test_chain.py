@@ -20,7 +20,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 
 from redis_saver import RedisSaver, ThreadExistsError
-from redis_saver import _codec as codec
+from redis_saver.core import codec
 from redis_saver.keys import enc
 
 AWKWARD = ["messages", "a\x00b", "\x01x\x02", "", "ünï"]  # NUL, \x01, \x02, empty, unicode

@@ -13,7 +13,7 @@ from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6
 
-from redis_saver import _codec as codec
+from redis_saver.core import codec
 from redis_saver.keys import enc
 from tests.lifecycle._util import op
 

@@ -13,7 +13,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from redis_saver import FORMAT_VERSION, RedisSaver, ThreadEvictedError
-from redis_saver._plans import Call
+from redis_saver.core.plans import Call
 
 MARK = FORMAT_VERSION.encode()
 EXPIRING = b"t"  # the wr mark of a thread with an expiry: not the lean mark

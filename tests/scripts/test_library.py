@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from redis_saver import RedisSaver
-from redis_saver._scripts import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, library, load_all, lua_dir
+from redis_saver.core.scripts import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, library, load_all, lua_dir
 
 _LITERAL = r"(?:-?\d+|'[^']*'|\{[^}]*\})"
 CONSTANT = re.compile(rf"^local [A-Z_][A-Z0-9_]*(?:, [A-Z_][A-Z0-9_]*)* = {_LITERAL}(?:, {_LITERAL})*(?:\s+--.*)?$")

@@ -123,7 +123,7 @@ def test_a_page_of_more_than_1000_blobs_and_writes(sync_client, prefix):
 
 def _list_replies(saver, config, **kw):
     """Run list()'s plan by hand: the tuples, and each raw script reply."""
-    from redis_saver._plans import Call, Out
+    from redis_saver.core.plans import Call, Out
 
     plan, replies, out, reply = saver._plan_list(config, **kw), [], [], None
     try:

@@ -13,7 +13,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from redis_saver import FORMAT_VERSION, RedisSaver
-from redis_saver._plans import Call
+from redis_saver.core.plans import Call
 
 
 def _snapshot(client, saver) -> dict:
@@ -48,7 +48,7 @@ def _send_bad(saver, client, call: Call, args: list, match: str) -> None:
 def _odd_versions(record: bytes, framed: bool = False) -> bytes:
     """The checkpoint record with a channel name but no version at the end of its versions part
     (``framed``: as formats 3-5 framed records, which import.lua still takes)."""
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
 
     parts = codec.checkpoint_head(record)
     parts[5] = [*parts[5], b"lonely"]
@@ -59,7 +59,7 @@ def _odd_versions(record: bytes, framed: bool = False) -> bytes:
 
 def _mp_part(record: bytes, i: int, value: object) -> bytes:
     """The format-6 checkpoint record with part ``i`` (0-based) replaced by ``value``."""
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
 
     parts = codec.checkpoint_head(record)
     parts[i] = value

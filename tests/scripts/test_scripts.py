@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
 from redis_saver import FORMAT_VERSION, READ_FORMATS, RedisSaver
-from redis_saver._plans import Call, IndexSlots, Out
-from redis_saver._scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir
+from redis_saver.core.plans import Call, IndexSlots, Out
+from redis_saver.core.scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -96,8 +96,8 @@ def _thread_call_checks(call: Call, name: str) -> None:
 
 
 def test_lua_names_the_record_parts_python_names():
-    """lua/_lib.lua's CP_* / W_* (1-based) are redis_saver/_codec.py's CP / WR (0-based)."""
-    from redis_saver._codec import CP, EMPTY_BLOB, EMPTY_TYPE, WR, pack
+    """lua/_lib.lua's CP_* / W_* (1-based) are redis_saver/core/codec.py's CP / WR (0-based)."""
+    from redis_saver.core.codec import CP, EMPTY_BLOB, EMPTY_TYPE, WR, pack
 
     lib = (lua_dir() / "_lib.lua").read_text()
     consts = {}
@@ -184,7 +184,7 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
 
 
 def test_included_library_keeps_only_the_helpers_a_script_uses():
-    from redis_saver._scripts import shake
+    from redis_saver.core.scripts import shake
 
     lib = (
         "local X = 1\n"
@@ -217,7 +217,7 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
 
 
 def test_write_record_is_the_generic_framing():
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
 
     parts = ["tâsk".encode(), b"ch", b"msgpack", b"\x00;,\xff" * 50, b"", b"-3"]
     assert codec.write_record(*parts) == codec.pack(parts)
@@ -297,7 +297,7 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
 
 
 def _reference_pack(parts) -> bytes:
-    """The record format as documented in _codec.py, written the plain way."""
+    """The record format as documented in core/codec.py, written the plain way."""
     bs = [p.encode() if isinstance(p, str) else bytes(p) for p in parts]
     return ",".join(str(len(b)) for b in bs).encode() + b";" + b"".join(bs)
 
@@ -305,7 +305,7 @@ def _reference_pack(parts) -> bytes:
 @given(st.lists(st.one_of(st.binary(max_size=40), st.text(max_size=20)), max_size=12))
 @settings(max_examples=300, deadline=None)
 def test_fast_framing_matches_the_record_format(parts):
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
 
     assert codec.pack(parts) == _reference_pack(parts)
     t = parts[0] if parts and isinstance(parts[0], str) else "msgpack"
@@ -319,7 +319,7 @@ def test_fast_framing_matches_the_record_format(parts):
 def test_partial_and_blob_parsers_match_unpack(parts, data):
     # the read path's unpack_head / unpack_blob return what unpack() does, and refuse what it
     # refuses: a wrong part count, a length that does not add up
-    from redis_saver import _codec as codec
+    from redis_saver.core import codec
     from redis_saver.errors import MalformedReplyError
 
     rec = codec.pack(parts)

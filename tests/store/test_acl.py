@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-import redis_saver._scripts
+import redis_saver.core.scripts
 from devkit.servers import client_kwargs
 from redis_saver import RedisSaver, RedisStore
 from tests.deploy.test_acl import _user_url
@@ -34,7 +34,7 @@ STORE_ACL_COMMANDS = (
 
 
 def test_rule_lists_exactly_the_commands_the_store_scripts_call():
-    lua = Path(redis_saver._scripts.lua_dir())
+    lua = Path(redis_saver.core.scripts.lua_dir())
     called = set()
     for f in [*lua.glob("store_*.lua"), lua / "_store_lib.lua"]:
         called |= {c.lower() for c in re.findall(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]", f.read_text())}

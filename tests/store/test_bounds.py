@@ -9,7 +9,7 @@ from langgraph.store.base import GetOp, PutOp
 
 from devkit.servers import client_kwargs
 from redis_saver import RedisStore
-from redis_saver._engine import Cmd, Pipe
+from redis_saver.core.engine import Cmd, Pipe
 from tests.store.test_store import count_round_trips
 
 N = 3000

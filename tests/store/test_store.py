@@ -370,7 +370,7 @@ def test_cluster_fanout_survives_a_node_connection_error(cluster_client, cprefix
 def test_script_headers_name_what_the_plans_send(store):
     """Each read and write code the plans send is documented in its script's header, with the
     number of arguments the script takes for it."""
-    from redis_saver._scripts import lua_dir
+    from redis_saver.core.scripts import lua_dir
     from redis_saver.store._plans import Config, batch_plan, prepare
     from redis_saver.store._transfer import StoredItem, import_plan
 

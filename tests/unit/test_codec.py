@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from redis_saver import _codec
+from redis_saver.core import codec as _codec
 
 
 def _same(a: Any, b: Any) -> bool:

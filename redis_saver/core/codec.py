@@ -40,7 +40,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import MalformedReplyError
+from ..errors import MalformedReplyError
 
 _local = threading.local()
 

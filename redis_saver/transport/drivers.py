@@ -2,7 +2,7 @@
 
 ``SyncDriver`` serves ``redis.Redis`` and ``redis.cluster.RedisCluster`` (and Sentinel
 ``master_for`` clients); ``AsyncDriver`` serves their asyncio twins. Each runs an engine
-generator (``_engine.py``, where every decision lives) and performs the operations it yields:
+generator (``core/engine.py``, where every decision lives) and performs the operations it yields:
 a client method call, a pipeline (on the client, or on one connection to a cluster node), a
 pause, a slot-map refresh, a key scan. An exception from the I/O is thrown back into the
 generator, which decides what follows (EVAL after NOSCRIPT, a retry, or the caller's error).
@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
-from . import _autopipe, _policy
-from ._cluster import acluster_fcall, cluster_fcall
-from ._engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
-from ._plans import Call, Plan
-from ._telemetry import Telemetry
-from .keys import KeySchema
+from ..core import policy as _policy
+from ..core.engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
+from ..core.plans import Call, Plan
+from ..keys import KeySchema
+from ..telemetry import Telemetry
+from . import autopipe as _autopipe
+from .cluster import acluster_fcall, cluster_fcall
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -233,7 +234,7 @@ class SyncDriver(_Driver):
 
 
 class AsyncDriver(_Driver):
-    router: _autopipe.Router | None = None  # auto-pipelining of script calls (_autopipe.py), when on
+    router: _autopipe.Router | None = None  # auto-pipelining of script calls (autopipe.py), when on
 
     def set_auto_pipeline(self, on: bool) -> None:
         self.router = _autopipe.router_for(self.client) if on and _autopipe.supported(self.client) else None

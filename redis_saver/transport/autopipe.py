@@ -76,8 +76,8 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._cluster import acluster_fcall
-from ._engine import SCRIPT_COMMANDS
+from ..core.engine import SCRIPT_COMMANDS
+from .cluster import acluster_fcall
 
 # the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
 LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
@@ -578,7 +578,7 @@ class Router:
 
     async def _unpiped(self, command: tuple[Any, ...]) -> Any:
         """A call through redis-py's own path (in a cluster, an FCALL to its key's node: see
-        ``_cluster.py``)."""
+        ``cluster.py``)."""
         if self.cluster and command[0] == "FCALL":
             return await acluster_fcall(self.client, command[1:])
         return await self.client.execute_command(*command)

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple, Union
 
 import zstandard
 
-from ._codec import blob_record, unpack
-from .errors import MalformedReplyError
+from ..errors import MalformedReplyError
+from .codec import blob_record, unpack
 
 ZSTD_MARK = b"\x1fz"  # type + mark: the bytes are one zstd frame of the serde bytes
 # a checkpoint's type + mark (before ZSTD_MARK): its serde bytes leave out channel_versions, which

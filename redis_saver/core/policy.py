@@ -30,7 +30,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError, TimeoutError
 
-from .errors import EvictionPolicyWarning, UnsupportedServerError
+from ..errors import EvictionPolicyWarning, UnsupportedServerError
 
 logger = logging.getLogger("redis_saver")
 
@@ -109,7 +109,7 @@ def report(policies: dict[str, str | None], mode: str, ttl: bool = False) -> Non
 def _caller_level() -> int:
     """The stacklevel of the first frame outside this package: the warning points at the
     application's call, however deep the saver's own frames are."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # redis_saver/, not core/
     frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):

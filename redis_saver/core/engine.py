@@ -1,13 +1,13 @@
 """Every decision about talking to Redis, without doing any I/O (sans-IO).
 
-The engine runs a plan (``_plans.py``) and turns its steps into *operations*: a client method
+The engine runs a plan (``plans.py``) and turns its steps into *operations*: a client method
 call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
 (``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
 or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
 cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
-maxmemory-policy check runs. ``_drivers.py`` has the two drivers (sync and asyncio) that only
+maxmemory-policy check runs. ``transport/drivers.py`` has the two drivers (sync and asyncio) that only
 perform operations, so nothing here is written twice.
 
 A NOSCRIPT reply (the server lost its script cache: restart, failover to a replica that never
@@ -44,19 +44,19 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from . import _policy
-from ._plans import Call, IndexSlots, Out, Plan
-from ._policy import logger
-from ._scripts import Library, Script, library, load_all
-from ._telemetry import Recording, Telemetry
-from .errors import (
+from ..errors import (
     LUA_ERROR_CLASSES,
     DamagedThreadError,
     ReplicationTimeoutError,
     SchemaMismatchError,
     UnsupportedServerError,
 )
-from .keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
+from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
+from ..telemetry import Recording, Telemetry
+from . import policy as _policy
+from .plans import Call, IndexSlots, Out, Plan
+from .policy import logger
+from .scripts import Library, Script, library, load_all
 
 T = TypeVar("T")
 
@@ -258,7 +258,7 @@ class Engine:
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
         plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
-        telemetry: spans and metrics of the saver's calls (``_telemetry.py``), or None.
+        telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
         functions: run the scripts as the function library (FCALL); else EVALSHA.
     """
 
@@ -283,10 +283,10 @@ class Engine:
         # the function library, while the engine uses it (None: EVALSHA)
         self.library: Library | None = library() if functions and not plain_scripts else None
         self._loading = False  # a FUNCTION LOAD of this engine is under way
-        # the maxmemory-policy check (_policy.py): the saver sets the mode; pending until it ran
+        # the maxmemory-policy check (policy.py): the saver sets the mode; pending until it ran
         self.eviction_check = "off"
         self.policy_pending = False
-        self.saver_ttl = False  # the saver has a ttl (its threads are a cache: see _policy.py)
+        self.saver_ttl = False  # the saver has a ttl (its threads are a cache: see policy.py)
 
     def set_eviction_check(self, mode: str, ttl: bool = False) -> None:
         self.eviction_check = _policy.check_mode(mode)

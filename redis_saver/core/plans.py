@@ -4,7 +4,7 @@ A plan never does I/O. It yields a :class:`Call` (one EVALSHA) and receives its 
 yields a ``list`` of calls (sent in one pipeline: fan-out over threads or slots) and
 receives the list of replies, or yields :class:`Out` to hand finished results to the
 caller (``list``). Its return value is the operation's result. The sync and async drivers
-in ``_drivers.py`` run the same plans, so no logic is written twice.
+in ``transport/drivers.py`` run the same plans, so no logic is written twice.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import _codec as codec
-from . import _values as values_
-from .errors import CopyConflictError, DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
-from .keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
+from ..errors import CopyConflictError, DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
+from ..keys import FORMAT_VERSION, KeySchema, dec_first, dec_str, enc
+from . import codec
+from . import values as values_
 
 if TYPE_CHECKING:
-    from ._ttl import TTLConfig
+    from .ttl import TTLConfig
 
 PAGE_SIZE = 100  # list() items per call when no limit (or a larger one) is given
 SCAN_BUDGET = 512  # records one list call may examine while filtering (~10 ms of server time)

@@ -1,0 +1,231 @@
+"""What the command-line tool's command groups share: the consoles, the global State (client and
+savers made on first use), the error-mapping Group, and the formatting and prompting helpers."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import _ops as ops
+from . import _stream as stream
+
+PAGE = 50  # rows per table while streaming threads
+# piped output (scripts, files) gets wide lines rather than truncated ids
+out = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200))
+err = Console(stderr=True, width=None if sys.stderr.isatty() else int(os.environ.get("COLUMNS") or 200))
+ID_WIDTH = 36  # a uuid6 checkpoint id: never truncated in tables
+
+
+# --------------------------------------------------------------------------- state
+
+
+class State:
+    """Global options; the client and savers are made on first use and closed at exit."""
+
+    def __init__(self, url: str | None, prefix: str, ttl: float | None, serde: Any = None) -> None:
+        self.url, self.prefix, self.ttl, self.serde = url, prefix, ttl, serde
+        self._client: Any = None
+        self._saver: Any = None
+
+    def require_url(self) -> str:
+        if not self.url:
+            raise click.UsageError("no Redis URL: pass --url redis://host:port or set REDIS_URL")
+        return self.url
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from redis_saver.transport.clients import make_sync_client
+
+            self._client = make_sync_client(self.require_url())
+        return self._client
+
+    def saver(self, ttl_minutes: float | None = None) -> Any:
+        """The reading saver (no TTL, so reads never touch expiry), or a writer with a TTL.
+        (No maxmemory-policy warning from the tool's savers: ``stats`` reports the policy.)"""
+        from redis_saver import RedisSaver
+
+        opts: dict[str, Any] = {"prefix": self.prefix, "retries": 3, "serde": self.serde, "eviction_check": "off"}
+        if ttl_minutes is None:
+            if self._saver is None:
+                self._saver = RedisSaver(self.client, **opts)
+            return self._saver
+        return RedisSaver(self.client, ttl={"default_ttl": ttl_minutes}, **opts)
+
+    def writer_for(self, thread_id: str) -> Any:
+        """A saver whose writes keep the thread's expiry: ``--ttl`` if given, else the
+        thread's remaining time to live (so a prune never makes an expiring thread
+        persistent, nor a persistent one expire)."""
+        if self.ttl is not None:
+            return self.saver(self.ttl)
+        left = ops.expiry_ms(self.saver(), thread_id)
+        if left is None or left < 0:
+            return self.saver()
+        return self.saver(max(left, 1000) / 60_000)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _fail(msg: str) -> click.ClickException:
+    return click.ClickException(msg)
+
+
+class Group(click.Group):
+    """Turns library and server errors into one clear line and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import redis
+
+        from redis_saver.errors import RedisSaverError
+
+        from ._sources import SourceError
+
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except redis.exceptions.ConnectionError as exc:
+            raise _fail(f"cannot reach Redis at {_safe_url(ctx)}: {exc}") from None
+        except (redis.exceptions.RedisError, RedisSaverError, SourceError, stream.StreamError, OSError) as exc:
+            raise _fail(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # e.g. stored bytes this serializer cannot read (see --serde)
+            raise _fail(f"unexpected {type(exc).__name__}: {exc}") from exc
+
+
+def _safe_url(ctx: click.Context) -> str:
+    st = ctx.find_object(State)
+    url = (st.url if st else None) or "?"
+    from urllib.parse import urlsplit
+
+    p = urlsplit(url)
+    if p.password:
+        url = url.replace(":" + p.password + "@", ":***@")
+    return url
+
+
+pass_state = click.make_pass_decorator(State)
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+dry_option = click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+
+
+def _load_serde(spec: str) -> Any:
+    import importlib
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise click.BadParameter("use MODULE:NAME, e.g. myapp.checkpointing:serde", param_hint="--serde")
+    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot import {spec}: {exc}", param_hint="--serde") from None
+    if isinstance(obj, type) or (not hasattr(obj, "dumps_typed") and callable(obj)):
+        obj = obj()  # a class or a factory
+    if not (hasattr(obj, "dumps_typed") and hasattr(obj, "loads_typed")):
+        raise click.BadParameter(f"{spec} is not a serializer (no dumps_typed/loads_typed)", param_hint="--serde")
+    return obj
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ts(ts: str | None) -> str:
+    return (ts or "")[:19].replace("T", " ")
+
+
+def _ttl_text(s: ops.ThreadSummary, app_ttl: float | None = None) -> str:
+    if s.expires_in_ms is None:
+        # with --ttl, threads expire; one that does not is pinned (the API cannot say it)
+        return "pinned" if app_ttl is not None else "none"
+    return _duration(s.expires_in_ms / 1000)
+
+
+def _duration(sec: float) -> str:
+    sec = int(round(sec))
+    if sec < 60:
+        return f"{sec}s"
+    if sec < 3600:
+        return f"{sec // 60}m{sec % 60:02d}s"
+    if sec < 86400:
+        return f"{sec // 3600}h{sec % 3600 // 60:02d}m"
+    return f"{sec // 86400}d{sec % 86400 // 3600:02d}h"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _ns_text(ns: dict[str, int]) -> str:
+    return ", ".join(repr(k) if k == "" else k for k in ns) if len(ns) <= 3 else f"{len(ns)} namespaces"
+
+
+def _progress(transient: bool = True) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=transient,
+    )
+
+
+def jsonable(v: Any, depth: int = 0) -> Any:
+    """A JSON-safe view of a deserialized value (for --json output, not for round trips)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if depth > 50:
+        return repr(v)
+    if isinstance(v, dict):
+        return {str(k): jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [jsonable(x, depth + 1) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return {"base64": base64.b64encode(bytes(v)).decode()}
+    dump = getattr(v, "model_dump", None)
+    if callable(dump):
+        try:
+            return jsonable(dump(), depth + 1)
+        except Exception:  # noqa: BLE001 - a view, best effort
+            pass
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {"__type__": type(v).__name__, **jsonable(dataclasses.asdict(v), depth + 1)}
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return repr(v)
+
+
+def _short(v: Any, width: int = 80) -> str:
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _confirm(what: str, yes: bool) -> None:
+    if yes:
+        return
+    try:
+        ok = click.confirm(what, default=False, err=True)
+    except click.exceptions.Abort:  # end of input, Ctrl-C
+        ok = False
+        err.print()
+    if not ok:
+        err.print("aborted: nothing changed (pass --yes to skip this question)")
+        raise click.exceptions.Exit(1)
