@@ -279,7 +279,7 @@ def test_differential_small_pages(
     if contract_kind == "memory":
         return
     import redis_saver.core.engine as engine
-    import redis_saver.core.plans as plans
+    import redis_saver.core.plans.budgets as plans
 
     for mod, name, value in [
         (plans, "PAGE_SIZE", 2),

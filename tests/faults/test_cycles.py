@@ -11,7 +11,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-import redis_saver.core.plans as plans
+import redis_saver.core.plans.budgets as plans
 from redis_saver import ParentCycleError
 from tests.lifecycle._util import call
 

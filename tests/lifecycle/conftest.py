@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import redis_saver.core.plans as plans
+import redis_saver.core.plans.budgets as plans
 
 BUDGETS = {"default": None, "tiny": {"WALK_BUDGET": 1, "WORK_BUDGET": 2, "COPY_FIELDS": 3}}
 

@@ -167,7 +167,7 @@ def _pages(step: Any) -> bool:
 
 @pytest.fixture
 def paged(monkeypatch):
-    import redis_saver.core.plans as plans
+    import redis_saver.core.plans.budgets as plans
 
     monkeypatch.setattr(plans, "WORK_BUDGET", 3)
     monkeypatch.setattr(plans, "COPY_FIELDS", 4)
@@ -301,7 +301,7 @@ def test_an_unfinished_copy_is_named_and_deleted_before_copying_again(sync_clien
 def test_retried_import_calls_count_nothing_twice(sync_client, prefix, pages, monkeypatch):
     """Every call may be sent again after a connection error (``retries``): a copy whose
     import calls all arrive twice is the same copy."""
-    import redis_saver.core.plans as plans
+    import redis_saver.core.plans.budgets as plans
 
     if pages:
         monkeypatch.setattr(plans, "WORK_BUDGET", 3)

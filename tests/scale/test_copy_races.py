@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base.id import uuid6
 
-import redis_saver.core.plans as plans
+import redis_saver.core.plans.budgets as plans
 from devkit import copyrace
 from redis_saver import RedisSaver
 from tests.lifecycle._util import check_stream_hash

@@ -1,0 +1,38 @@
+"""The plans read their work budgets from ``redis_saver.core.plans.budgets`` at call time, so a
+test (or an operator's tuning) that sets one there changes it for every plan: no module of the
+package may hold a budget under its own name (a copy that ``monkeypatch.setattr(budgets, ...)``
+would not reach, and tiny-budget tests would then run with the defaults, silently), and the
+package does not re-export them (setting ``plans.WORK_BUDGET`` raises instead of doing nothing)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+import redis_saver.core.plans as plans
+from redis_saver.core.plans import budgets, common, lifecycle, read, write
+
+BUDGETS = {n for n in vars(budgets) if n.isupper() and isinstance(getattr(budgets, n), int)}
+
+
+def test_budgets_live_in_one_module_only():
+    assert {"WORK_BUDGET", "WALK_BUDGET", "COPY_FIELDS", "PAGE_SIZE", "SCAN_BUDGET"} <= BUDGETS
+    assert not BUDGETS & set(vars(plans)), "the package re-exports a budget: setting it there would do nothing"
+
+
+def test_no_plan_module_reads_a_budget_by_its_bare_name():
+    for mod in (common, lifecycle, read, write):
+        tree = ast.parse(inspect.getsource(mod))
+        bare = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in BUDGETS})
+        assert bare == [], f"{mod.__name__} reads {bare} by name: read them as B.<NAME>"
+        assert not any(n in vars(mod) for n in BUDGETS), f"{mod.__name__} holds its own copy of a budget"
+
+
+def test_a_budget_set_in_its_module_reaches_the_plans(monkeypatch):
+    monkeypatch.setattr(budgets, "WORK_BUDGET", 3)
+    assert lifecycle.B is budgets and read.B is budgets
+    assert lifecycle.B.WORK_BUDGET == 3
+    with pytest.raises(AttributeError):
+        monkeypatch.setattr(plans, "WORK_BUDGET", 2)  # the old place: refused, never silently ignored
