@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -34,6 +33,7 @@ from ._common import (
     json_option,
     jsonable,
     out,
+    output_file,
     pass_state,
     yes_option,
 )
@@ -667,11 +667,9 @@ def export_cmd(st: State, thread_ids: tuple[str, ...], path: str) -> None:
         ids: Iterable[str] = found
     else:
         ids = ops.iter_thread_ids(saver)
-    tmp = None if path == "-" else f"{path}.part"
-    f = sys.stdout if tmp is None else open(tmp, "w", encoding="utf-8")
     n_t = n_c = n_w = 0
     t0 = time.monotonic()
-    try:
+    with output_file(path) as f:
         stream.write_line(f, stream.header(st.prefix, saver.serde))
         with _progress() as prog:
             task = prog.add_task("export", total=len(thread_ids) or None, rate="")
@@ -684,14 +682,6 @@ def export_cmd(st: State, thread_ids: tuple[str, ...], path: str) -> None:
                 n_c += len(items)
                 prog.update(task, advance=1, rate=_rate(n_c, t0))
         stream.write_line(f, {"type": "end", "threads": n_t, "checkpoints": n_c, "writes": n_w})
-    except BaseException:
-        if tmp is not None:
-            f.close()
-            os.unlink(tmp)
-        raise
-    if tmp is not None:
-        f.close()
-        os.replace(tmp, path)
     err.print(f"exported {n_t} thread(s), {n_c} checkpoint(s), {n_w} pending write(s) to {path}")
 
 

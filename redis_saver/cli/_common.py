@@ -7,6 +7,8 @@ import base64
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -229,3 +231,22 @@ def _confirm(what: str, yes: bool) -> None:
     if not ok:
         err.print("aborted: nothing changed (pass --yes to skip this question)")
         raise click.exceptions.Exit(1)
+
+
+@contextmanager
+def output_file(path: str) -> Iterator[Any]:
+    """A text file to export into: ``-`` is stdout; a path is written as ``<path>.part`` and
+    renamed to ``path`` once complete, so a failed export never leaves a truncated file."""
+    if path == "-":
+        yield sys.stdout
+        return
+    tmp = f"{path}.part"
+    f = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed below on every path
+    try:
+        yield f
+    except BaseException:
+        f.close()
+        os.unlink(tmp)
+        raise
+    f.close()
+    os.replace(tmp, path)

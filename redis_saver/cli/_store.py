@@ -5,15 +5,13 @@ form: labels hold no dot) or as a JSON array (``'["users", "u1"]'``)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import click
 
-from ._common import Group, State, _confirm, _fail, err, jsonable, out
+from ._common import Group, State, _confirm, _fail, err, jsonable, out, output_file
 
 FORMAT = 1  # the export stream's version
 pass_state = click.make_pass_decorator(State)
@@ -118,23 +116,13 @@ def export_cmd(st: State, prefix: str | None, path: str) -> None:
     """Export the items (under NAMESPACE) as JSON lines: values as the serializer's bytes,
     created/updated times, ttl and vectors, as stored."""
     s = _store(st)
-    tmp = None if path == "-" else f"{path}.part"
-    f = sys.stdout if tmp is None else open(tmp, "w", encoding="utf-8")
     n = 0
-    try:
+    with output_file(path) as f:
         f.write(json.dumps({"type": "store-header", "format": FORMAT, "prefix": st.prefix}) + "\n")
         for item in s.export_items(parse_ns(prefix)):
             f.write(json.dumps(item.to_json(), ensure_ascii=False) + "\n")
             n += 1
         f.write(json.dumps({"type": "end", "items": n}) + "\n")
-    except BaseException:
-        if tmp is not None:
-            f.close()
-            os.unlink(tmp)
-        raise
-    if tmp is not None:
-        f.close()
-        os.replace(tmp, path)
     err.print(f"exported {n} item(s) to {path}")
 
 
