@@ -28,12 +28,32 @@ from langgraph.store.memory import InMemoryStore
 
 from devkit.servers import client_kwargs
 from redis_saver import AsyncRedisStore, RedisStore
+from redis_saver.store import _semantics
 
 LABELS = ["a", "b", "{x}", "}", "{", ":", "a:b", "*"]
 LABELS += ["?", "[", "\\", "é", "日本", "%7B", "%", " ", "", "\x00", "a\x00", ".", "ÿ"]
 KEYS = ["k", "k2", "{k}", "", "\x00", "*", "é", "a:b", "K"]
 WORDS = ["apple", "banana", "cherry", "date", "fig", "grape", "kiwi", "lemon", "mango", "melon"]
 DIMS = 8
+
+
+@pytest.fixture(autouse=True)
+def _reference_in_python(monkeypatch):
+    """The reference scores in pure Python whether numpy is installed or not: with numpy,
+    InMemoryStore divides by a zero query norm (nan scores) where its Python path gives 0.0."""
+    import langgraph.store.memory as memory
+
+    monkeypatch.setattr(memory, "_check_numpy", lambda: False)
+
+
+@pytest.fixture(params=["python", "numpy"])
+def scoring(request, monkeypatch):
+    """RedisStore's scoring path: pure Python, or numpy (the "vector" extra) when importable."""
+    if request.param == "python":
+        monkeypatch.setattr(_semantics, "_np", None)
+    elif _semantics._np is None:
+        pytest.skip("numpy not installed (the vector extra)")
+    return request.param
 
 
 def embed(texts: list[str]) -> list[list[float]]:
@@ -197,7 +217,7 @@ N = 250
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sync_standalone(redis_url, prefix, seed, indexed):
+def test_sync_standalone(redis_url, prefix, seed, indexed, scoring):
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, **options(indexed))
     assert check(sequence(seed, N, indexed), reference(indexed), store.batch) == 0
@@ -260,7 +280,7 @@ def coarse(texts: list[str]) -> list[list[float]]:
 
 
 @pytest.mark.parametrize("seed", [31, 32])
-def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed):
+def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed, scoring):
     """Scores that tie, and items with two vectors (``text`` and ``nested.y``: max pooling)."""
     index = {"dims": 2, "embed": coarse, "fields": ["text", "nested.y"]}
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
