@@ -303,12 +303,23 @@ class _Search:
     def feed(self, shard: int, reply: Any) -> None:
         flat, c_ns, c_item = reply
         entries = []
-        if self.qv is not None:  # the page scored at once: each item's best score (None: no vectors)
+        if self.qv is None:
+            for i in range(0, len(flat), 6):
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, None)))
+        else:  # the page scored at once: each item's best score (None: no vectors)
             best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)])
-        for i in range(0, len(flat), 6):
-            ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
-            score = best[i // 6] if self.qv is not None else None
-            entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, score)))
+            # the kept ones only get better: an item scoring at most the worst of them now, when
+            # they are full, comes after it and can never enter (dropped before the merge)
+            floor = None
+            if not self.op.filter and self.keep is not None and len(self.top) >= self.keep:
+                floor = self.top[0][0] if self.top else float("inf")
+            for i in range(0, len(flat), 6):
+                score = best[i // 6]
+                if floor is not None and score is not None and score <= floor:
+                    continue
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, score)))
         self.merge.feed(shard, entries, (c_ns, c_item) if c_ns else False)
         self.merge.run(self._take)
 

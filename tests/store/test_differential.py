@@ -240,11 +240,13 @@ async def test_async_standalone(redis_url, prefix, indexed):
 
 
 @pytest.mark.parametrize("shards", [1, 3], ids=["1shard", "3shards"])
-def test_sync_standalone_pages(redis_url, prefix, shards, monkeypatch):
-    """Tiny pages: every search and listing takes several calls per shard, merged."""
+def test_sync_standalone_pages(redis_url, prefix, shards, monkeypatch, scoring):
+    """Tiny pages: every search and listing takes several calls per shard, merged (semantic
+    pages too: later pages meet a full top, whose floor drops items before the merge)."""
     from redis_saver.store import _plans
 
     monkeypatch.setattr(_plans, "PAGE", 2)
+    monkeypatch.setattr(_plans, "VECTOR_PAGE", 2)
     monkeypatch.setattr(_plans, "LIST_PAGE", 2)
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
@@ -288,4 +290,31 @@ def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed, scori
     ref = InMemoryStore(index=index)
     ref._data = _Namespaces()
     assert check(sequence(seed, N, True), ref, store.batch) == 0
+    client.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3], ids=["1shard", "3shards"])
+def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatch, scoring):
+    """Many items, pages of 4 vectors: most pages arrive with the kept top full, and items
+    scoring at most its worst are dropped before the merge; the results stay InMemoryStore's
+    (ties included: the texts repeat, so do scores)."""
+    from redis_saver.store import _plans
+
+    monkeypatch.setattr(_plans, "VECTOR_PAGE", 4)
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
+    ref = reference(True)
+    rng = random.Random(3)
+    puts = []
+    for i in range(120):
+        ns = ("docs", rng.choice(["a", "b", "c"]))
+        puts.append(PutOp(ns, f"k{i}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3))), "n": i}))
+    # one put a batch: InMemoryStore miscounts a batch's embeddings when its texts repeat
+    assert check([[p] for p in puts], ref, store.batch) == 0
+    searches = [
+        [SearchOp(("docs",) if j % 2 else ("docs", "a"), query=" ".join(rng.sample(WORDS, 2)),
+                  limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 0, 2, 7]))]
+        for j in range(40)
+    ]
+    assert check(searches, ref, store.batch) == 0
     client.close()
