@@ -302,7 +302,7 @@ class _Search:
 
     def feed(self, shard: int, reply: Any) -> None:
         flat, c_ns, c_item = reply
-        entries = []
+        entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
         if self.qv is None:
             for i in range(0, len(flat), 6):
                 ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
