@@ -135,7 +135,7 @@ def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> lis
     arithmetic on the stored float32 values, as the pure-Python path); without, ``cosine``."""
     dims = len(query)
     counts = [len(p) for p in pages]
-    if _np is not None and any(counts) and all(len(b) == 4 * dims for p in pages for b in p):
+    if _np is not None and dims and any(counts) and all(len(b) == 4 * dims for p in pages for b in p):
         np = _np
         m = np.frombuffer(b"".join(b for p in pages for b in p), dtype="<f4").reshape(-1, dims).astype(np.float64)
         q = np.asarray(query, dtype=np.float64)
