@@ -223,7 +223,11 @@ def main() -> None:
                 times[r.name].append(time.perf_counter() - t)
                 recall[r.name].append(len(set(got) & set(exact)) / 10)
         print()
-        print(f"semantic search, {args.semantic} items, {args.dims} dims, {args.queries} queries, limit 10")
+        from redis_saver.store import _semantics
+
+        scoring = f"numpy {_semantics._np.__version__}" if _semantics._np is not None else "pure Python (no numpy)"
+        print(f"semantic search, {args.semantic} items, {args.dims} dims, {args.queries} queries, limit 10;"
+              f" RedisStore scoring: {scoring}")
         print("| store | p50 / p95 us | recall@10 |")
         print("|---|---|---|")
         for r in sem:

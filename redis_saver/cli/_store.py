@@ -1,12 +1,14 @@
 """``redis-saver store ...``: the RedisStore's namespaces and items (ls, show, export, import,
-migrate from PostgresStore). Namespaces are written ``users.u1.memories`` (LangGraph's text
+migrate from PostgresStore or SqliteStore). Namespaces are written ``users.u1.memories`` (LangGraph's text
 form: labels hold no dot) or as a JSON array (``'["users", "u1"]'``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -166,51 +168,97 @@ def import_cmd(st: State, path: str, yes: bool) -> None:
     click.echo(f"imported {n} item(s)")
 
 
-@store.command()
-@click.option("--from", "source", required=True, metavar="URL", help="postgresql://... (a PostgresStore's database).")
-@click.option("--verify", is_flag=True, help="Afterwards, compare every item (value, times) with the source.")
-@pass_state
-def migrate(st: State, source: str, verify: bool) -> None:
-    """Copy a PostgresStore's items into the RedisStore (values, created/updated times, ttl).
-
-    The source is only read (its ``store`` table). Its vectors are not copied: pgvector's
-    columns are read only where the extension is installed, which this command does not ask
-    for; put the items again with an index configured to embed them.
-    """
-    from redis_saver.store import StoredItem
-
+def _pg_rows(source: str) -> Iterator[tuple[str, str, Any, datetime, datetime, float | None]]:
     try:
         import psycopg
     except ImportError as exc:
         raise _fail(f"migrating from PostgreSQL needs psycopg: {exc}") from None
+    with psycopg.connect(source, autocommit=True) as conn:
+        yield from conn.execute(
+            "SELECT prefix, key, value, created_at, updated_at, ttl_minutes FROM store ORDER BY created_at, prefix, key"
+        )
+
+
+def _sqlite_time(text: Any) -> datetime:
+    """SqliteStore's timestamps: SQLite's ``CURRENT_TIMESTAMP`` text (UTC) or ISO text."""
+    when = text if isinstance(text, datetime) else datetime.fromisoformat(str(text))
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _sqlite_rows(source: str) -> Iterator[tuple[str, str, Any, datetime, datetime, float | None]]:
+    import sqlite3
+
+    from ._sources import SourceError, sqlite_path
+
+    try:
+        path = sqlite_path(source)
+    except SourceError as exc:
+        raise _fail(str(exc)) from None
+    if not os.path.exists(path):
+        raise _fail(f"{path}: no such SQLite database")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        try:
+            cur = conn.execute(
+                "SELECT prefix, key, value, created_at, updated_at, ttl_minutes FROM store"
+                " ORDER BY created_at, prefix, key"
+            )
+        except sqlite3.DatabaseError as exc:
+            raise _fail(f"{path} is not a SqliteStore database: {exc}") from None
+        for prefix, key, value, created, updated, ttl in cur:
+            yield prefix, key, json.loads(value), _sqlite_time(created), _sqlite_time(updated), ttl
+    finally:
+        conn.close()
+
+
+@store.command()
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    metavar="URL",
+    help="postgresql://... (a PostgresStore's database) or sqlite:///path (a SqliteStore's file).",
+)
+@click.option("--verify", is_flag=True, help="Afterwards, compare every item (value, times) with the source.")
+@pass_state
+def migrate(st: State, source: str, verify: bool) -> None:
+    """Copy a PostgresStore's or SqliteStore's items into the RedisStore (values, created /
+    updated times, ttl).
+
+    The source is only read (its ``store`` table). Its vectors are not copied (pgvector's and
+    sqlite-vec's formats are their own); put the items again with an index configured to embed
+    them.
+    """
+    from redis_saver.store import StoredItem
+
+    if source.startswith(("postgres://", "postgresql://")):
+        rows = _pg_rows
+    elif source.startswith("sqlite:"):
+        rows = _sqlite_rows
+    else:
+        raise _fail(f"unsupported source {source!r}: use postgresql://... or sqlite:///path")
     s = _store(st)
     t0 = time.monotonic()
     n = 0
-    with psycopg.connect(source, autocommit=True) as conn:
-        cur = conn.execute(
-            "SELECT prefix, key, value, created_at, updated_at, ttl_minutes FROM store ORDER BY created_at, prefix, key"
-        )
-        batch: list[Any] = []
-        for prefix, key, value, created, updated, ttl in cur:
-            type_, data = s.serde.dumps_typed(value)
-            ttl_ms = max(1, round(float(ttl) * 60_000)) if ttl else 0
-            ns = tuple(prefix.split("."))
-            batch.append(StoredItem(ns, key, type_, data, StoredItem.us(created), StoredItem.us(updated), ttl_ms))
-            if len(batch) == 1000:
-                n += s.import_items(batch)
-                batch = []
-        n += s.import_items(batch)
-        err.print(f"copied {n} item(s) in {time.monotonic() - t0:.1f}s")
-        if verify:
-            bad = 0
-            for prefix, key, value, created, updated in conn.execute(
-                "SELECT prefix, key, value, created_at, updated_at FROM store"
-            ):
-                got = s.get(tuple(prefix.split(".")), key, refresh_ttl=False)
-                if got is None or got.value != value or got.created_at != created or got.updated_at != updated:
-                    bad += 1
-                    err.print(f"mismatch: {prefix} {key}")
-            if bad:
-                raise _fail(f"verify: {bad} of {n} item(s) differ")
-            err.print(f"verified {n} item(s)")
+    batch: list[Any] = []
+    for prefix, key, value, created, updated, ttl in rows(source):
+        type_, data = s.serde.dumps_typed(value)
+        ttl_ms = max(1, round(float(ttl) * 60_000)) if ttl else 0
+        ns = tuple(prefix.split("."))
+        batch.append(StoredItem(ns, key, type_, data, StoredItem.us(created), StoredItem.us(updated), ttl_ms))
+        if len(batch) == 1000:
+            n += s.import_items(batch)
+            batch = []
+    n += s.import_items(batch)
+    err.print(f"copied {n} item(s) in {time.monotonic() - t0:.1f}s")
+    if verify:
+        bad = 0
+        for prefix, key, value, created, updated, _ in rows(source):
+            got = s.get(tuple(prefix.split(".")), key, refresh_ttl=False)
+            if got is None or got.value != value or got.created_at != created or got.updated_at != updated:
+                bad += 1
+                err.print(f"mismatch: {prefix} {key}")
+        if bad:
+            raise _fail(f"verify: {bad} of {n} item(s) differ")
+        err.print(f"verified {n} item(s)")
     click.echo(f"migrated {n} item(s)")

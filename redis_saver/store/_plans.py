@@ -181,10 +181,6 @@ def pack_vector(v: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(v)}f", *v)
 
 
-def unpack_vector(b: bytes) -> list[float]:
-    return list(struct.unpack(f"<{len(b) // 4}f", b))
-
-
 # ---- replies --------------------------------------------------------------------------
 def _when(us: bytes) -> datetime:
     return _EPOCH + timedelta(microseconds=int(us))
@@ -306,32 +302,52 @@ class _Search:
 
     def feed(self, shard: int, reply: Any) -> None:
         flat, c_ns, c_item = reply
-        entries = []
-        for i in range(0, len(flat), 6):
-            ens, ekey, ns_seq, item_seq, rec, vec = flat[i : i + 6]
-            entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, vec)))
+        entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
+        if self.qv is None:
+            for i in range(0, len(flat), 6):
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, None)))
+        else:  # the page scored at once: each item's best score (None: no vectors)
+            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)])
+            # the kept ones only get better: an item scoring at most the worst of them now, when
+            # they are full, comes after it and can never enter (dropped before the merge)
+            floor = None
+            if not self.op.filter and self.keep is not None and len(self.top) >= self.keep:
+                floor = self.top[0][0] if self.top else float("inf")
+            for i in range(0, len(flat), 6):
+                score = best[i // 6]
+                if floor is not None and score is not None and score <= floor:
+                    continue
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, score)))
         self.merge.feed(shard, entries, (c_ns, c_item) if c_ns else False)
         self.merge.run(self._take)
 
-    def _take(self, entry: tuple[bytes, bytes, bytes, list[bytes]]) -> bool:
-        ens, ekey, rec, vec = entry
-        vectors = [unpack_vector(vec[i]) for i in range(1, len(vec), 2)] if self.scored else []
-        found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, vectors)
+    def _below(self, best: float) -> bool:
+        """Whether an item scored ``best`` (next in position) cannot enter the kept ones."""
+        if self.keep is None:
+            return False
+        return self.keep == 0 or (len(self.top) >= self.keep and (best, -self.flat) <= self.top[0])
+
+    def _take(self, entry: tuple[bytes, bytes, bytes, float | None]) -> bool:
+        ens, ekey, rec, best = entry
+        if self.qv is not None and best is not None and not self.op.filter and self._below(best):
+            self.flat += 1  # scored below the kept ones: not decoded
+            return True
+        found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, [])
         if self.op.filter and not sem.matches(found.item(self.cfg).value, self.op.filter):
             return True
         if self.qv is None:
             self.found.append(found)
             return self.want is None or len(self.found) < self.want
-        if not vectors:
+        if best is None:
             if self.keep is None or len(self.scoreless) < self.op.limit:
                 self.scoreless.append(found)
             return True
         # InMemoryStore sorts every vector by score (stably) and keeps each item's first: its
         # best score; ties go by position, and one item's vectors are contiguous in its order
-        best = max(sem.cosine(self.qv, vectors))
         rank = (best, -self.flat)
-        self.flat += len(vectors)
-        found.vectors = []  # scored: not kept
+        self.flat += 1
         if self.keep is None or len(self.top) < self.keep:
             heapq.heappush(self.top, rank)
         elif self.keep and rank > self.top[0]:

@@ -7,6 +7,8 @@ break the store, and ``tests/store/test_differential.py`` checks that results ag
 
 from __future__ import annotations
 
+import importlib
+import struct
 from collections.abc import Sequence
 from operator import mul
 from typing import Any
@@ -118,3 +120,38 @@ def cosine(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[f
         norm2 = sum(map(mul, y, y)) ** 0.5
         out.append(dot / (norm1 * norm2) if norm1 > 0 and norm2 > 0 else 0.0)
     return out
+
+
+_np: Any
+try:  # optional (the "vector" extra): scores a page of vectors at once
+    _np = importlib.import_module("numpy")
+except ImportError:  # pragma: no cover - exercised by tests that hide numpy
+    _np = None
+
+
+def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> list[float | None]:
+    """The best cosine of ``query`` over each item's float32 vectors (little-endian bytes);
+    None for an item without vectors. With numpy, one matrix product for the whole page (float64
+    arithmetic on the stored float32 values, as the pure-Python path); without, ``cosine``."""
+    dims = len(query)
+    counts = [len(p) for p in pages]
+    if _np is not None and dims and any(counts) and all(len(b) == 4 * dims for p in pages for b in p):
+        np = _np
+        m = np.frombuffer(b"".join(b for p in pages for b in p), dtype="<f4").reshape(-1, dims).astype(np.float64)
+        q = np.asarray(query, dtype=np.float64)
+        qn = float(np.sqrt(q @ q))
+        norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+        dots = m @ q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0).tolist()
+        out: list[float | None] = []
+        at = 0
+        for c in counts:
+            out.append(max(scores[at : at + c]) if c else None)
+            at += c
+        return out
+    return [max(cosine(query, [unpack(b) for b in p])) if p else None for p in pages]
+
+
+def unpack(b: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(b) // 4}f", b))

@@ -106,3 +106,44 @@ def test_migrate_from_postgres_store(cli, postgres_url, prefix):
     assert {(tuple(r["namespace"]), r["key"]): r["value"] for r in rows} == want
     names = json.loads(cli("store", "ls", "--json").stdout)
     assert [tuple(n) for n in names] == [("docs",), ("users", "u{1}", "prefs")]
+
+
+
+def test_migrate_from_sqlite_store(cli, tmp_path, redis_url, prefix):
+    pytest.importorskip("langgraph.store.sqlite", reason="migrate needs langgraph-checkpoint-sqlite")
+    from langgraph.store.sqlite import SqliteStore
+
+    path = tmp_path / "store.db"
+    with SqliteStore.from_conn_string(str(path)) as sq:
+        sq.setup()
+        sq.put(("users", "u{1}", "prefs"), "theme", {"dark": True, "size": 12})
+        sq.put(("users", "u{1}", "prefs"), "lang", {"code": "日本"}, ttl=30)
+        sq.put(("docs",), "a", {"text": "x" * 2000, "n": [1, 2.5, None]})
+        want = {(i.namespace, i.key): i for i in sq.search(("users",))}
+    res = cli("store", "migrate", "--from", f"sqlite:///{path}", "--verify")
+    assert "migrated 3 item(s)" in res.stdout and "verified 3 item(s)" in res.stderr
+    rows = json.loads(cli("store", "show", "users.u{1}.prefs", "--json").stdout)
+    assert {(tuple(r["namespace"]), r["key"]): r["value"] for r in rows} == {k: i.value for k, i in want.items()}
+    names = json.loads(cli("store", "ls", "--json").stdout)
+    assert [tuple(n) for n in names] == [("docs",), ("users", "u{1}", "prefs")]
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    rs = RedisStore(client, prefix=prefix)
+    for (ns, key), item in want.items():
+        got = rs.get(ns, key, refresh_ttl=False)
+        assert got is not None
+        # SqliteStore's times are UTC text without a zone
+        assert got.created_at.replace(tzinfo=None) == item.created_at.replace(tzinfo=None)
+    ttls = [s.ttl_ms for s in rs.export_items(("users",))]
+    assert sorted(ttls) == [0, 30 * 60_000]
+    client.close()
+
+
+def test_migrate_from_sqlite_refuses_other_files(cli, tmp_path):
+    bad = tmp_path / "x.db"
+    bad.write_bytes(b"not a database" * 100)
+    res = cli("store", "migrate", "--from", f"sqlite:///{bad}", code=None)
+    assert res.exit_code != 0 and "not a SqliteStore database" in res.stderr
+    res = cli("store", "migrate", "--from", f"sqlite:///{tmp_path}/missing.db", code=None)
+    assert res.exit_code != 0 and "no such SQLite database" in res.stderr
+    res = cli("store", "migrate", "--from", "mysql://x", code=None)
+    assert res.exit_code != 0 and "unsupported source" in res.stderr

@@ -28,12 +28,32 @@ from langgraph.store.memory import InMemoryStore
 
 from devkit.servers import client_kwargs
 from redis_saver import AsyncRedisStore, RedisStore
+from redis_saver.store import _semantics
 
 LABELS = ["a", "b", "{x}", "}", "{", ":", "a:b", "*"]
 LABELS += ["?", "[", "\\", "é", "日本", "%7B", "%", " ", "", "\x00", "a\x00", ".", "ÿ"]
 KEYS = ["k", "k2", "{k}", "", "\x00", "*", "é", "a:b", "K"]
 WORDS = ["apple", "banana", "cherry", "date", "fig", "grape", "kiwi", "lemon", "mango", "melon"]
 DIMS = 8
+
+
+@pytest.fixture(autouse=True)
+def _reference_in_python(monkeypatch):
+    """The reference scores in pure Python whether numpy is installed or not: with numpy,
+    InMemoryStore divides by a zero query norm (nan scores) where its Python path gives 0.0."""
+    import langgraph.store.memory as memory
+
+    monkeypatch.setattr(memory, "_check_numpy", lambda: False)
+
+
+@pytest.fixture(params=["python", "numpy"])
+def scoring(request, monkeypatch):
+    """RedisStore's scoring path: pure Python, or numpy (the "vector" extra) when importable."""
+    if request.param == "python":
+        monkeypatch.setattr(_semantics, "_np", None)
+    elif _semantics._np is None:
+        pytest.skip("numpy not installed (the vector extra)")
+    return request.param
 
 
 def embed(texts: list[str]) -> list[list[float]]:
@@ -197,7 +217,7 @@ N = 250
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sync_standalone(redis_url, prefix, seed, indexed):
+def test_sync_standalone(redis_url, prefix, seed, indexed, scoring):
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, **options(indexed))
     assert check(sequence(seed, N, indexed), reference(indexed), store.batch) == 0
@@ -220,11 +240,13 @@ async def test_async_standalone(redis_url, prefix, indexed):
 
 
 @pytest.mark.parametrize("shards", [1, 3], ids=["1shard", "3shards"])
-def test_sync_standalone_pages(redis_url, prefix, shards, monkeypatch):
-    """Tiny pages: every search and listing takes several calls per shard, merged."""
+def test_sync_standalone_pages(redis_url, prefix, shards, monkeypatch, scoring):
+    """Tiny pages: every search and listing takes several calls per shard, merged (semantic
+    pages too: later pages meet a full top, whose floor drops items before the merge)."""
     from redis_saver.store import _plans
 
     monkeypatch.setattr(_plans, "PAGE", 2)
+    monkeypatch.setattr(_plans, "VECTOR_PAGE", 2)
     monkeypatch.setattr(_plans, "LIST_PAGE", 2)
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
@@ -260,7 +282,7 @@ def coarse(texts: list[str]) -> list[list[float]]:
 
 
 @pytest.mark.parametrize("seed", [31, 32])
-def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed):
+def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed, scoring):
     """Scores that tie, and items with two vectors (``text`` and ``nested.y``: max pooling)."""
     index = {"dims": 2, "embed": coarse, "fields": ["text", "nested.y"]}
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
@@ -268,4 +290,31 @@ def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed):
     ref = InMemoryStore(index=index)
     ref._data = _Namespaces()
     assert check(sequence(seed, N, True), ref, store.batch) == 0
+    client.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3], ids=["1shard", "3shards"])
+def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatch, scoring):
+    """Many items, pages of 4 vectors: most pages arrive with the kept top full, and items
+    scoring at most its worst are dropped before the merge; the results stay InMemoryStore's
+    (ties included: the texts repeat, so do scores)."""
+    from redis_saver.store import _plans
+
+    monkeypatch.setattr(_plans, "VECTOR_PAGE", 4)
+    client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
+    ref = reference(True)
+    rng = random.Random(3)
+    puts = []
+    for i in range(120):
+        ns = ("docs", rng.choice(["a", "b", "c"]))
+        puts.append(PutOp(ns, f"k{i}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3))), "n": i}))
+    # one put a batch: InMemoryStore miscounts a batch's embeddings when its texts repeat
+    assert check([[p] for p in puts], ref, store.batch) == 0
+    searches = [
+        [SearchOp(("docs",) if j % 2 else ("docs", "a"), query=" ".join(rng.sample(WORDS, 2)),
+                  limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 0, 2, 7]))]
+        for j in range(40)
+    ]
+    assert check(searches, ref, store.batch) == 0
     client.close()
