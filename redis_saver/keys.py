@@ -39,6 +39,7 @@ from __future__ import annotations
 import binascii
 import itertools
 from functools import lru_cache
+from typing import Any
 
 SLOTS = 16384
 FORMAT_VERSION = "6"  # the storage format written (CHANGELOG.md lists them)
@@ -112,14 +113,31 @@ def slot_tag(slot: int) -> bytes:
     return _slot_tags()[slot]
 
 
+def check_prefix(prefix: Any) -> str:
+    """A key prefix of the saver, the store or the cache: a str without braces (a brace would
+    change the keys' hash slots and make the text before a key's first ``{`` ambiguous)."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+    return prefix
+
+
+def glob_escape(b: bytes) -> bytes:
+    """``b`` as a literal in a SCAN MATCH / ACL key pattern (glob characters escaped)."""
+    out = bytearray()
+    for ch in b:
+        if ch in b"*?[]\\":
+            out += b"\\"
+        out.append(ch)
+    return bytes(out)
+
+
 class KeySchema:
     """Builds every key name for one ``prefix``."""
 
     def __init__(self, prefix: str = "lg") -> None:
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if "{" in prefix or "}" in prefix:
-            raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+        check_prefix(prefix)
         if prefix.endswith(":ix"):
             # <p>:ix's thread keys <p>:ix:{<tag>}:<suffix> would be <p>'s slot-index keys
             # <p>:ix:{<slot tag>}:<suffix> (thread "257" owns "<p>:ix:{257}:runs")
@@ -184,9 +202,4 @@ class KeySchema:
     def scan_pattern(self) -> bytes:
         """A SCAN MATCH pattern for every key under this prefix (glob chars escaped); it also
         matches the keys of nested prefixes (``<p>:tenant2``): see :meth:`scan_patterns`."""
-        out = bytearray()
-        for ch in self._p:
-            if ch in b"*?[]\\":
-                out += b"\\"
-            out.append(ch)
-        return bytes(out) + b"*"
+        return glob_escape(self._p) + b"*"

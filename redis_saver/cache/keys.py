@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..keys import enc, key_slot
+from ..keys import check_prefix, enc, glob_escape, key_slot
 
 MARKER = b":cache"  # what follows the prefix, before the first brace, in every cache key
 
@@ -40,23 +40,11 @@ def namespace_tag(namespace: Sequence[str]) -> bytes:
     return raw.replace(b"%", b"%25").replace(b"{", b"%7B").replace(b"}", b"%7D")
 
 
-def _glob_escape(b: bytes) -> bytes:
-    out = bytearray()
-    for ch in b:
-        if ch in b"*?[]\\":
-            out += b"\\"
-        out.append(ch)
-    return bytes(out)
-
-
 class CacheKeys:
     """Builds every key name of one cache ``prefix``."""
 
     def __init__(self, prefix: str = "lg") -> None:
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if "{" in prefix or "}" in prefix:
-            raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+        check_prefix(prefix)
         self.prefix = prefix
         self._p = prefix.encode() + MARKER + b"{"
 
@@ -77,7 +65,7 @@ class CacheKeys:
     def acl_pattern(self) -> bytes:
         """The key pattern (glob characters escaped) of exactly this prefix's cache keys, for
         ACL rules (``~<pattern>``) and SCAN."""
-        return _glob_escape(self._p) + b"*"
+        return glob_escape(self._p) + b"*"
 
     def snapshot(self, namespace: Sequence[str]) -> bytes:
         return self.base(namespace) + b"c"
@@ -85,7 +73,7 @@ class CacheKeys:
     def index_pattern(self) -> bytes:
         """A SCAN MATCH pattern of this prefix's index and snapshot keys (entry keys whose key
         ends with ``}i`` or ``}c`` match too: :meth:`namespace_base` tells them apart)."""
-        return _glob_escape(self._p) + b"*}[ic]"
+        return glob_escape(self._p) + b"*}[ic]"
 
     def namespace_base(self, key: bytes) -> bytes | None:
         """The namespace's :meth:`base` when ``key`` is an index or snapshot key of this prefix

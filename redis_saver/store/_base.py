@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import _semantics as sem
 from ._keys import STORE_FORMAT, StoreKeys
-from ._plans import Config, Embedding
+from ._plans import Config, Prepared
 
 STORE_OPTIONS = (
     "prefix",
@@ -142,8 +143,23 @@ class RedisStoreBase(BaseStore):
     def _bound(self) -> None:
         """Called at the end of ``__init__`` (AsyncRedisStore binds to a running loop)."""
 
-    def _doc_texts(self, embed: Embedding) -> list[str]:
-        return list(embed.texts) if self.embeddings is not None else []
+    def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
+        """The vectors of a batch's documents to index and of its queries (sync embeddings)."""
+        if self.embeddings is None:
+            return [], {}
+        texts = list(prep.embed.texts)
+        docs = self.embeddings.embed_documents(texts) if texts else []
+        return docs, {q: self.embeddings.embed_query(q) for q in prep.embed.queries}
+
+    async def _aembed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
+        """Async :meth:`_embed`: the queries embedded concurrently."""
+        if self.embeddings is None:
+            return [], {}
+        texts = list(prep.embed.texts)
+        docs = await self.embeddings.aembed_documents(texts) if texts else []
+        qs = prep.embed.queries
+        vectors = await asyncio.gather(*[self.embeddings.aembed_query(q) for q in qs])
+        return docs, dict(zip(qs, vectors, strict=True))
 
     def _setup(self, engine: Engine) -> Generator[Any, Any, None]:
         """Load the scripts, then record the store's layout under its prefix, or check it."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..keys import SLOTS, enc, key_slot, slot_tag
+from ..keys import SLOTS, check_prefix, enc, glob_escape, key_slot, slot_tag
 
 STORE_FORMAT = "1"  # lua/_store_lib.lua STORE_FORMAT
 MARKER = ":store#"
@@ -58,10 +58,7 @@ class StoreKeys:
     """The key names of one store: ``prefix``, ``shards`` and ``shard_depth``."""
 
     def __init__(self, prefix: str, shards: int, shard_depth: int | None) -> None:
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-        if "{" in prefix or "}" in prefix:
-            raise ValueError(f"prefix must not contain braces (it would change hash slots): {prefix!r}")
+        check_prefix(prefix)
         if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= SLOTS:
             raise ValueError(f"shards must be an int from 1 to {SLOTS}, got {shards!r}")
         if shard_depth is not None and (
@@ -103,9 +100,4 @@ class StoreKeys:
 
     def scan_pattern(self) -> bytes:
         """SCAN MATCH / ACL pattern of every key of this store (glob characters escaped)."""
-        out = bytearray()
-        for ch in (self.prefix + MARKER).encode():
-            if ch in b"*?[]\\":
-                out += b"\\"
-            out.append(ch)
-        return bytes(out) + b"{*"
+        return glob_escape((self.prefix + MARKER).encode()) + b"{*"

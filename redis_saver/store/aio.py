@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -47,14 +46,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         prep = prepare(self._cfg, ops)
         if not prep.ops:
             return []
-        docs: list[list[float]] = []
-        queries: dict[str, list[float]] = {}
-        if self.embeddings is not None:
-            texts = self._doc_texts(prep.embed)
-            docs = await self.embeddings.aembed_documents(texts) if texts else []
-            qs = prep.embed.queries
-            queries = dict(zip(qs, await asyncio.gather(*[self.embeddings.aembed_query(q) for q in qs]), strict=True))
-        return await self._driver.run(batch_plan(self._cfg, prep, docs, queries), op_name(prep.ops))
+        return await self._driver.run(batch_plan(self._cfg, prep, *await self._aembed(prep)), op_name(prep.ops))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._sync(self.abatch(list(ops)))

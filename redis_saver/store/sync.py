@@ -48,13 +48,7 @@ class RedisStore(RedisStoreBase):
         prep = prepare(self._cfg, ops)
         if not prep.ops:
             return []
-        docs: list[list[float]] = []
-        queries: dict[str, list[float]] = {}
-        if self.embeddings is not None:
-            texts = self._doc_texts(prep.embed)
-            docs = self.embeddings.embed_documents(texts) if texts else []
-            queries = {q: self.embeddings.embed_query(q) for q in prep.embed.queries}
-        return self._driver.run(batch_plan(self._cfg, prep, docs, queries), op_name(prep.ops))
+        return self._driver.run(batch_plan(self._cfg, prep, *self._embed(prep)), op_name(prep.ops))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
