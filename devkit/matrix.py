@@ -18,7 +18,8 @@ Servers:
 ``run`` starts each server on a free port, probes its features by *trying* them (never by
 version string: Valkey reports redis_version 7.2.4), and runs pytest with ``REDIS_URL`` set:
 tests/contract (with the function library's tests and the one-call wire counts, which see FCALL
-on the wire, not a fallback) and the standalone parts of tests/deploy (two runs) when the server accepts
+on the wire, not a fallback), the standalone parts of tests/deploy, and the store's and the node
+cache's differential tests (three runs) when the server accepts
 ``#!lua`` scripts; otherwise only tests/deploy/test_server_support.py, which checks that
 setup() raises UnsupportedServerError there. Prints a pass/fail table (markdown); failing
 runs keep their output in the cache dir.
@@ -244,6 +245,8 @@ SUITES = {
     # with the function library's own tests and the wire count (FCALL, not a silent fallback)
     "contract": ["tests/contract", "tests/scripts/test_library.py", "tests/scripts/test_one_call.py"],
     "deploy": ["tests/deploy", "--ignore=tests/deploy/test_tls.py", "-m", "not cluster and not sentinel"],
+    # the store's differential test against InMemoryStore and the node cache's, on this server
+    "companions": ["tests/store/test_differential.py", "tests/cache/test_cache.py", "-m", "not cluster"],
 }
 # and against one that doesn't: setup() must raise UnsupportedServerError
 LEGACY = {"deploy": ["tests/deploy/test_server_support.py"]}
@@ -282,7 +285,7 @@ def run(names: list[str]) -> int:
             sb = find(name)
             version = sb.version()
         except Unavailable as e:
-            rows.append([name, "-", "-", "UNAVAILABLE: " + str(e)[:120], "", ""])
+            rows.append([name, "-", "-", "UNAVAILABLE: " + str(e)[:120], *[""] * len(SUITES)])
             continue
         server = start_standalone(sb.binary)
         try:
@@ -297,12 +300,13 @@ def run(names: list[str]) -> int:
                 worst |= not ok
                 cells[suite] = f"{'PASS' if ok else 'FAIL'}: {line}"
             fs = ",".join(k for k, v in feats.items() if v) or "-"
-            rows.append([name, version, fs, cells["contract"], cells["deploy"], f"{time.monotonic() - t0:.0f} s"])
+            rows.append([name, version, fs, *(cells[k] for k in SUITES), f"{time.monotonic() - t0:.0f} s"])
         finally:
             server.stop()
     print()
-    print("| server | version | features (probed) | tests/contract | tests/deploy (standalone parts) | time |")
-    print("|---|---|---|---|---|---|")
+    print("| server | version | features (probed) | tests/contract | tests/deploy (standalone parts) "
+          "| store and cache (differential, standalone) | time |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     print(f"\nmatrix total: {time.monotonic() - t_all:.0f} s")
