@@ -201,6 +201,10 @@ def main() -> None:
                     help="items in the searched namespace; comma-separated sizes grow it (default 1000)")
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--dims", type=int, default=256)
+    ap.add_argument("--simple", action="store_true",
+                    help="one-level namespaces (u0, u1, ...) and an equality filter ({'kind': 'fact'}): the shape the"
+                    " official RedisStore 0.5.2 answers correctly (with ('users', uid, 'memories') its get finds"
+                    " nothing and a $gte filter matches nothing)")
     ap.add_argument("--no-official", action="store_true",
                     help="skip the official langgraph-checkpoint-redis RedisStore (and its Redis Stack server)")
     args = ap.parse_args()
@@ -252,7 +256,14 @@ def main() -> None:
             runners.append(official_runner(off_url, prefix))
         for w in where:
             print(f"# {w}", file=sys.stderr)
-        namespaces = [("users", f"u{i}", "memories") for i in range(args.namespaces)]
+        if args.simple:
+            namespaces = [(f"u{i}",) for i in range(args.namespaces)]
+            filt: dict[str, Any] = {"kind": "fact"}
+            ls_prefix: tuple[str, ...] | None = None
+        else:
+            namespaces = [("users", f"u{i}", "memories") for i in range(args.namespaces)]
+            filt = {"kind": "fact", "score": {"$gte": 50}}
+            ls_prefix = ("users",)
         items = [(namespaces[i % len(namespaces)], f"k{i}") for i in range(args.items)]
         for r in runners:
             if r.name == "AsyncRedisStore":
@@ -260,11 +271,10 @@ def main() -> None:
             for i, (ns, key) in enumerate(items):
                 r.call("put", ns, key, value(random.Random(i), i), index=False)
         # the same question to every store once, before timing: which ones answer as InMemoryStore does
-        filt = {"kind": "fact", "score": {"$gte": 50}}
         probes: dict[str, Callable[[Runner], Any]] = {
             "get": lambda r: r.call("get", *items[7]),
             "search (filter)": lambda r: r.call("search", namespaces[5], filter=filt, limit=10),
-            "list_namespaces": lambda r: r.call("list_namespaces", prefix=("users",), limit=100),
+            "list_namespaces": lambda r: r.call("list_namespaces", prefix=ls_prefix, limit=100),
         }
         wrong: set[tuple[str, str]] = set()
         notes: list[str] = []
@@ -275,13 +285,14 @@ def main() -> None:
                 if got != ref:
                     wrong.add((op, r.name))
                     notes.append(f"{r.name} {op}: {short(got)}, InMemoryStore: {short(ref)}")
-        print(f"# store latency, {args.items} items in {args.namespaces} namespaces, {args.reps} reps, p50 / p95 us",
+        print(f"# store latency, {args.items} items in {args.namespaces} namespaces like {namespaces[0]},"
+              f" filter {filt}, list_namespaces(prefix={ls_prefix}, limit=100), {args.reps} reps, p50 / p95 us",
               file=sys.stderr)
         ops: dict[str, Callable[[Runner], Any]] = {
             "get": lambda r: r.call("get", *rng.choice(items)),
             "put": lambda r: r.call("put", *rng.choice(items), value(rng, 0), index=False),
             "search (filter)": lambda r: r.call("search", rng.choice(namespaces), filter=filt, limit=10),
-            "list_namespaces": lambda r: r.call("list_namespaces", prefix=("users",), limit=100),
+            "list_namespaces": lambda r: r.call("list_namespaces", prefix=ls_prefix, limit=100),
         }
         samples: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.reps):
