@@ -13,6 +13,8 @@
 --   e:<e(ns)>  ZSET          e(key) -> the item's expiry (ms), for the items that expire
 --   i:<e(ns)><e(key)>  STRING  the item: "<created us> <updated us> <ttl ms> <type>\n<bytes>"
 --   v:<e(ns)><e(key)>  HASH    index path -> float32 vector (the item's expiry)
+--   w   STRING               the shard's version token "<incarnation>:<counter>": every call
+--                            that puts or deletes items bumps it (clients' vector caches)
 -- e(ns) is the concatenation of e(label) per label (keys.enc): self-delimiting, and ordered
 -- as the tuples are. An item expires as a Redis key; the index entries it leaves are skipped
 -- by reads and dropped, a few at a time, by the next write to its namespace or shard.
@@ -75,4 +77,18 @@ local function st_refresh(base, ens, ekey, ttl, now_ms)
   redis.call('PEXPIRE', base .. 'v:' .. ens .. ekey, ttl)
   redis.call('ZADD', base .. 'e:' .. ens, string.format('%.0f', now_ms + ttl), ekey)
   st_ns_expiry(base, ens)
+end
+
+-- the shard's version token changes: the counter goes up; a token that is missing (never
+-- made, evicted, deleted) starts a new incarnation (server time and a random part), so a token
+-- a client cached before never matches again
+local function st_bump(base)
+  local k = base .. 'w'
+  local inc, c = string.match(redis.call('GET', k) or '', '^(%w+):(%d+)$')
+  if not inc then
+    local t = redis.call('TIME')
+    inc = t[1] .. string.format('%06d', tonumber(t[2])) .. string.format('x%x', math.random(0, 1073741823))
+    c = 0
+  end
+  redis.call('SET', k, inc .. ':' .. string.format('%.0f', tonumber(c) + 1))
 end

@@ -5,7 +5,7 @@
 KEYS[1] the shard's namespace index "<prefix>:store#{<shard tag>}:n": names the shard, whose
         other keys share its tag (see _store_lib.lua)
 ARGV[1] store format   ARGV[2] number of deletes, then e(ns) e(key) for each
-Every argument is checked before the first delete.
+Every argument is checked before the first delete; the shard's version token "w" is bumped.
 Returns: the number of deletes.
 ]]
 st_check(ARGV[1])
@@ -21,4 +21,5 @@ for i = 3, #ARGV, 2 do
   touched[ens] = true
 end
 for ens in pairs(touched) do st_ns_expiry(base, ens) end
+st_bump(base)
 return n

@@ -13,10 +13,15 @@ ARGV[3] number of reads, then each read, its code first:
       vectors "1": with each item's vectors (a page stops at budget items, or when it has
       examined 2048 entries)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
+  "c" token count scored e(ns) e(key) ...: the records of count items, if the shard's version
+      token (_store_lib.lua st_bump) is token (a client's vector cache is current) and each of
+      the first scored items that is present still has its vectors
 Returns one reply per read, in order:
   "g" / "G": the item record, or nil
   "s": {{e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}}, ...} flattened 6 by 6,
-       then the cursor ns_seq, item_seq to go on from ("" "": done)
+       then the cursor ns_seq, item_seq to go on from ("" "": done), then the shard's version
+       token ("": none)
+  "c": {1, record or nil, ...} (one per item, in order) when the cache is current; else {0}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
@@ -31,6 +36,10 @@ for i = 1, n do
   local code = ARGV[pos]
   if code == 'G' and not (REFRESH == '1') then st_fail('RS_BADARG', 'G reads need REFRESH') end
   local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4) or nil
+  if code == 'c' then
+    width = 4 + 2 * st_int(ARGV[pos + 2], 'item count')
+    st_int(ARGV[pos + 3], 'scored count')
+  end
   if width == nil then st_fail('RS_BADARG', 'unknown read ' .. tostring(code)) end
   if pos + width - 1 > #ARGV then st_fail('RS_BADARG', 'read arguments missing') end
   if code == 's' then st_int(ARGV[pos + 4], 'budget') end
@@ -128,6 +137,24 @@ local function search(eprefix, c_ns, c_item, budget, vectors)
   end
 end
 
+local function version()
+  return redis.call('GET', base .. 'w') or ''
+end
+
+-- the records of the items a client ranked from its cache, if that cache is current
+-- (an item whose vectors alone were evicted is no longer scored by a full scan: the cache is not current)
+local function cached(token, p, count, scored)
+  if token == '' or version() ~= token then return {0} end
+  local out = {1}
+  for i = 1, count do
+    local j = p + 2 * i
+    local rec = redis.call('GET', base .. 'i:' .. ARGV[j] .. ARGV[j + 1])
+    if rec and i <= scored and redis.call('EXISTS', base .. 'v:' .. ARGV[j] .. ARGV[j + 1]) == 0 then return {0} end
+    out[i + 1] = rec or false
+  end
+  return out
+end
+
 local function list(min, max, budget)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
   local names = redis.call('ZRANGE', base .. 'n', min, max, 'BYLEX', 'LIMIT', 0, budget)
@@ -149,7 +176,11 @@ for i = 1, n do
   if code == 'g' or code == 'G' then
     replies[i] = get(ARGV[p + 1], ARGV[p + 2], code == 'G')
   elseif code == 's' then
-    replies[i] = search(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], tonumber(ARGV[p + 4]), ARGV[p + 5] == '1')
+    local r = search(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], tonumber(ARGV[p + 4]), ARGV[p + 5] == '1')
+    r[4] = version()
+    replies[i] = r
+  elseif code == 'c' then
+    replies[i] = cached(ARGV[p + 1], p + 2, tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3]))
   else
     replies[i] = list(ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3]))
   end

@@ -18,6 +18,7 @@ from ..errors import SchemaMismatchError
 from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import _semantics as sem
+from . import _vcache
 from ._keys import STORE_FORMAT, StoreKeys
 from ._plans import Config, Prepared
 
@@ -33,6 +34,7 @@ STORE_OPTIONS = (
     "telemetry",
     "functions",
     "auto_pipeline",
+    "vector_cache_bytes",
 )
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
@@ -79,6 +81,10 @@ class RedisStoreBase(BaseStore):
             ``updated_at``).
         telemetry: spans and metrics as the saver's (``True``, ``False`` or a ``Telemetry``).
         functions: run the scripts as the Redis function library (FCALL; EVALSHA where refused).
+        vector_cache_bytes: the bound of the client-side cache of the vectors of the prefixes
+            this store searches (default 256 MiB; 0: off; needs numpy): a repeated semantic
+            search scores locally and reads only its best items' records, in one round trip,
+            exact whatever other workers write, expire or evict (docs/store.md).
         auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
             connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
     """
@@ -101,6 +107,7 @@ class RedisStoreBase(BaseStore):
         telemetry: Telemetry | bool = True,
         functions: bool = True,
         auto_pipeline: bool | None = None,
+        vector_cache_bytes: int = 256 * 2**20,
     ) -> None:
         check_client(client)
         self.client = client
@@ -129,7 +136,10 @@ class RedisStoreBase(BaseStore):
         tel = check_options(retries, telemetry, compress, functions)
         self.serde: SerializerProtocol = serde or JsonPlusSerializer()
         default_ttl = bool(ttl and ttl.get("default_ttl"))
-        self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config)
+        if isinstance(vector_cache_bytes, bool) or not isinstance(vector_cache_bytes, int) or vector_cache_bytes < 0:
+            raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
+        vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
+        self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config, vcache=vcache)
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
         self._driver = self._driver_cls(client, KeySchema(), retries, tel, functions)

@@ -43,6 +43,7 @@ from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _semantics as sem
+from . import _vcache
 from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
 
 PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
@@ -77,6 +78,7 @@ class Config:
     refresh_in_read: bool  # "G" reads (the +rw variant) rather than "g" and a refresh write when needed
     index: dict[str, Any] | None  # IndexConfig with "__tokenized_fields", or None
     clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
+    vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
 
 
 # ---- input ----------------------------------------------------------------------------
@@ -291,8 +293,83 @@ class _Search:
         self.scoreless: list[_Found] = []
         if self.want == 0:
             self.merge.finished = True
+        # the vector cache: a search scored without a filter on one shard
+        self.ckey: tuple[int, bytes] | None = None
+        self.entry: _vcache.Entry | None = None
+        self.fill: list[tuple[bytes, bytes, list[bytes]]] | None = None  # a scan's items, to cache
+        self.tokens: set[bytes] = set()  # the version tokens the scan's pages saw
+        self.unversioned: int | None = None  # a shard without a token (a write call makes one)
+        shards = self.merge.buffers
+        if cfg.vcache is not None and self.scored and not op.filter and self.keep and len(shards) == 1:
+            self.ckey = (next(iter(shards)), self.eprefix)
+            self.entry = cfg.vcache.get(self.ckey)
+            if self.entry is not None:
+                self._rank(self.entry)
+            else:
+                self.fill = []
+
+    # ---- from the cache -----------------------------------------------------------------
+    def _rank(self, entry: _vcache.Entry) -> None:
+        assert self.qv is not None and self.keep is not None
+        self.ranked, self.scores, self.sl_order = entry.ranking(self.qv)
+        self.next_sc = self.next_sl = 0  # the next candidates to ask
+        self.kept_sc: list[tuple[float, _Found]] = []
+        self.kept_sl: list[_Found] = []
+        self.asked: list[tuple[int, float | None]] = []  # (item, score or None) of the read in flight
+        self.merge.finished = True  # no scan unless the cache is not current
+
+    def _cached_request(self) -> list[bytes] | None:
+        entry, keep, limit = self.entry, self.keep, self.op.limit
+        assert entry is not None and keep is not None
+        asked: list[tuple[int, float | None]] = []
+        want_sc = keep - len(self.kept_sc)
+        if want_sc > 0 and self.next_sc < len(self.ranked):
+            end = min(len(self.ranked), self.next_sc + want_sc + _vcache.MARGIN)
+            asked += [(self.ranked[j], self.scores[j]) for j in range(self.next_sc, end)]
+            self.next_sc = end
+        # items without vectors fill what the scored ones leave of the page (if all asked are present)
+        expect = min(keep, len(self.kept_sc) + len(asked))
+        want_sl = limit - max(0, expect - self.op.offset) - len(self.kept_sl)
+        n_scored = len(asked)
+        if want_sl > 0 and self.next_sl < len(self.sl_order):
+            end = min(len(self.sl_order), self.next_sl + want_sl + _vcache.MARGIN)
+            asked += [(self.sl_order[j], None) for j in range(self.next_sl, end)]
+            self.next_sl = end
+        if not asked:
+            return None
+        self.asked = asked
+        args = [b"c", entry.token, str(len(asked)).encode(), str(n_scored).encode()]
+        for i, _ in asked:
+            args += entry.keys[i]
+        return args
+
+    def _cached_feed(self, reply: Any) -> None:
+        entry, ckey = self.entry, self.ckey
+        assert entry is not None and ckey is not None and self.cfg.vcache is not None
+        if not isinstance(reply, list) or not reply or reply[0] != 1 or len(reply) != len(self.asked) + 1:
+            # not current: scan as without a cache, and cache what the scan reads
+            self.cfg.vcache.drop(ckey, entry)
+            self.cfg.vcache.misses += 1
+            self.entry, self.fill, self.asked = None, [], []
+            self.merge = _Merge([ckey[0]])
+            return
+        for (i, score), rec in zip(self.asked, reply[1:], strict=True):
+            if rec is None:  # gone without a version bump (expired, evicted): never again
+                entry.alive[i] = False
+                continue
+            ens, ekey = entry.keys[i]
+            found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, [])
+            if score is None:
+                if len(self.kept_sl) < self.op.limit:
+                    self.kept_sl.append(found)
+            elif len(self.kept_sc) < (self.keep or 0):
+                self.kept_sc.append((score, found))
+        self.asked = []
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
+        if self.entry is not None and self.ckey is not None:
+            args = self._cached_request()
+            return [(self.ckey[0], args)] if args is not None else []
         out = []
         for s in self.merge.wanted():
             c = self.merge.cursors[s] or (b"", b"")
@@ -301,7 +378,15 @@ class _Search:
         return out
 
     def feed(self, shard: int, reply: Any) -> None:
-        flat, c_ns, c_item = reply
+        if self.entry is not None:
+            self._cached_feed(reply)
+            return
+        flat, c_ns, c_item, token = reply
+        if self.fill is not None:
+            self.tokens.add(token)
+            self.fill += [(flat[i], flat[i + 1], flat[i + 5][1::2]) for i in range(0, len(flat), 6)]
+            if not token:
+                self.unversioned = shard
         entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
         if self.qv is None:
             for i in range(0, len(flat), 6):
@@ -357,11 +442,33 @@ class _Search:
         self.top_items[rank[1]] = found
         return True
 
+    def _cache_fill(self) -> None:
+        """Keep the scan's vectors when every page saw one version token, and the vectors fit."""
+        fill, vcache, ckey = self.fill, self.cfg.vcache, self.ckey
+        self.fill = None
+        if fill is None or vcache is None or ckey is None or len(self.tokens) != 1 or not self.merge.finished:
+            return
+        token = next(iter(self.tokens))
+        dims = len(self.qv or ())
+        if not token or not dims or any(len(b) != 4 * dims for _, _, vs in fill for b in vs):
+            return
+        if len(fill) * dims * 8 > vcache.max_bytes:
+            vcache.drop(ckey)
+            return
+        vcache.put(ckey, _vcache.Entry(token, [(a, b) for a, b, _ in fill], [vs for _, _, vs in fill], dims))
+
     def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
         """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""
         op = self.op
         kept: list[tuple[float | None, _Found]]
-        if self.qv is not None:
+        self._cache_fill()
+        if self.entry is not None:  # from the cache
+            if self.cfg.vcache is not None:
+                self.cfg.vcache.hits += 1
+            kept = [(sc, f) for sc, f in self.kept_sc[op.offset : op.offset + op.limit]]
+            if len(kept) < op.limit:
+                kept.extend((None, f) for f in self.kept_sl[: op.limit - len(kept)])
+        elif self.qv is not None:
             if not self.top and not self.scoreless:
                 return [], []
             ranked = sorted(self.top, key=lambda e: (-e[0], -e[1]))
@@ -498,10 +605,10 @@ def batch_plan(
         base = _base_sequence(cfg, len(prep.puts))
         calls = []
         for s, ws in per_shard.items():
-            for j in range(0, len(ws), CALL_OPS):
+            for j in range(0, max(1, len(ws)), CALL_OPS):  # no writes: a call that makes the version token
                 chunk = ws[j : j + CALL_OPS]
                 wargs: list[bytes | str | int]
-                if all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
+                if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
                     wargs = [STORE_FORMAT, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
                     calls.append(Call("store_delete", [keys.index(s)], wargs))
                     continue
@@ -563,6 +670,8 @@ def batch_plan(
         if isinstance(task, _Search):
             found, returned = task.result()
             results[i] = found
+            if task.unversioned is not None:  # a shard written by an earlier release: its token
+                writes.setdefault(task.unversioned, [])
             if task.op.refresh_ttl:
                 for ns, key, ttl in returned:
                     if ttl:

@@ -85,7 +85,7 @@ def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
         while True:
             args = [b"s", enc_ns(prefix), c_ns, c_item, str(VECTOR_PAGE).encode(), b"1"]
             reply = yield Call("store_read", [cfg.keys.index(shard)], [STORE_FORMAT, b"0", b"1", *args])
-            flat, c_ns, c_item = reply[0]
+            flat, c_ns, c_item = reply[0][:3]
             out = []
             for i in range(0, len(flat), 6):
                 ens, ekey, _, _, rec, vec = flat[i : i + 6]

@@ -28,7 +28,7 @@ STORE_ACL_COMMANDS = (
     "+evalsha +eval +script|load "  # run the scripts; EVAL after NOSCRIPT; setup() loads them
     "+get +set "  # setup(): the layout key
     # called from inside lua/store_*.lua
-    "+time +del +pexpire +persist +hget +hset +hgetall "
+    "+time +del +exists +pexpire +persist +hget +hset +hgetall "
     "+zadd +zcard +zlexcount +zmscore +zrange +zrem +zscore"
 )
 

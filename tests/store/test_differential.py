@@ -215,12 +215,21 @@ SEEDS = [1, 2, 3]
 N = 250
 
 
+VCACHE = pytest.mark.parametrize("vcache", [256 << 20, 0], ids=["vcache", "novcache"])
+
+
+@VCACHE
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sync_standalone(redis_url, prefix, seed, indexed, scoring):
+def test_sync_standalone(redis_url, prefix, seed, indexed, scoring, vcache):
+    """With the vector cache (numpy scoring only) and without: the same answers."""
+    if vcache and (scoring == "python" or not indexed):
+        pytest.skip("no vector cache without numpy or an index")
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
-    store = RedisStore(client, prefix=prefix, **options(indexed))
+    store = RedisStore(client, prefix=prefix, vector_cache_bytes=vcache, **options(indexed))
     assert check(sequence(seed, N, indexed), reference(indexed), store.batch) == 0
+    if vcache:
+        assert store._cfg.vcache is not None and store._cfg.vcache.fills > 0  # it was used
     client.close()
 
 
@@ -281,20 +290,22 @@ def coarse(texts: list[str]) -> list[list[float]]:
     return [[float(t.count("a") > 1), float(t.count("e") > 0)] for t in texts]
 
 
+@VCACHE
 @pytest.mark.parametrize("seed", [31, 32])
-def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed, scoring):
+def test_sync_standalone_ties_and_several_vectors(redis_url, prefix, seed, scoring, vcache):
     """Scores that tie, and items with two vectors (``text`` and ``nested.y``: max pooling)."""
     index = {"dims": 2, "embed": coarse, "fields": ["text", "nested.y"]}
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
-    store = RedisStore(client, prefix=prefix, index=index)
+    store = RedisStore(client, prefix=prefix, index=index, vector_cache_bytes=vcache)
     ref = InMemoryStore(index=index)
     ref._data = _Namespaces()
     assert check(sequence(seed, N, True), ref, store.batch) == 0
     client.close()
 
 
+@VCACHE
 @pytest.mark.parametrize("shards", [1, 3], ids=["1shard", "3shards"])
-def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatch, scoring):
+def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatch, scoring, vcache):
     """Many items, pages of 4 vectors: most pages arrive with the kept top full, and items
     scoring at most its worst are dropped before the merge; the results stay InMemoryStore's
     (ties included: the texts repeat, so do scores)."""
@@ -302,7 +313,7 @@ def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatc
 
     monkeypatch.setattr(_plans, "VECTOR_PAGE", 4)
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
-    store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
+    store = RedisStore(client, prefix=prefix, shards=shards, vector_cache_bytes=vcache, **options(True))
     ref = reference(True)
     rng = random.Random(3)
     puts = []
@@ -317,4 +328,6 @@ def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatc
         for j in range(40)
     ]
     assert check(searches, ref, store.batch) == 0
+    if vcache and shards == 1 and scoring == "numpy":
+        assert store._cfg.vcache.hits >= 30  # the searches were answered from the cache
     client.close()

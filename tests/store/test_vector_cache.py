@@ -1,0 +1,230 @@
+"""The vector cache (redis_saver/store/_vcache.py) against other workers on one real Redis.
+
+Store A searches (its cache fills, then answers repeated searches); store B (its own cache)
+and raw commands change what Redis holds: puts, overwrites, deletes, imports, TTL expiry,
+item keys deleted behind the store's back (as maxmemory eviction does), vectors alone deleted,
+the version key deleted. After each change A's next search must equal InMemoryStore's answer
+on what Redis now holds, and the scan path's (a store without a cache).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+from langgraph.store.memory import InMemoryStore
+
+from devkit.servers import client_kwargs
+from redis_saver import RedisStore
+from redis_saver.keys import enc
+from redis_saver.store import _semantics
+from redis_saver.store._keys import enc_ns
+
+from .test_store import count_round_trips
+
+WORDS = ["apple", "banana", "cherry", "date", "fig", "grape", "kiwi", "lemon", "mango", "melon"]
+NS = ("mem", "u1")
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    return [[float(t.count(c)) for c in "aeilmnor"] for t in texts]
+
+
+INDEX = {"dims": 8, "embed": embed, "fields": ["text"]}
+
+
+@pytest.fixture(autouse=True)
+def _numpy(monkeypatch):
+    if _semantics._np is None:
+        pytest.skip("numpy not installed (the vector extra)")
+    import langgraph.store.memory as memory
+
+    monkeypatch.setattr(memory, "_check_numpy", lambda: False)
+
+
+@pytest.fixture
+def client(redis_url):
+    c = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
+    yield c
+    c.close()
+
+
+def stores(client: Any, prefix: str) -> tuple[RedisStore, RedisStore, RedisStore]:
+    """A (searches, cached), B (writes, its own cache), C (no cache: the scan path)."""
+    a = RedisStore(client, prefix=prefix, index=INDEX)
+    b = RedisStore(client, prefix=prefix, index=INDEX)
+    c = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
+    assert a._cfg.vcache is not None and c._cfg.vcache is None
+    return a, b, c
+
+
+def norm(results: list[Any]) -> list[tuple[Any, ...]]:
+    return [(r.namespace, r.key, r.value, r.score) for r in results]
+
+
+def reference(c: RedisStore, ns: tuple[str, ...]) -> InMemoryStore:
+    """InMemoryStore holding what Redis holds in ``ns``, in its search order."""
+    ref = InMemoryStore(index=INDEX)
+    for it in c.search(ns, limit=100_000):
+        ref.put(ns, it.key, it.value)
+    return ref
+
+
+def check(a: RedisStore, c: RedisStore, query: str, ref: bool = True, **kw: Any) -> list[tuple[Any, ...]]:
+    """A's answer is the scan path's, and InMemoryStore's on what Redis holds (``ref``: when
+    every item's vectors are its value's, which a put with ``index=False`` breaks)."""
+    got = norm(a.search(NS, query=query, **kw))
+    want = norm(c.search(NS, query=query, **kw))
+    assert got == want
+    if ref:
+        assert norm(reference(c, NS).search(NS, query=query, **kw)) == want
+    return got
+
+
+def fill(b: RedisStore, n: int, start: int = 0, **kw: Any) -> None:
+    for i in range(start, start + n):
+        b.put(NS, f"k{i}", {"text": " ".join(WORDS[(i * 7 + j) % 10] for j in range(1 + i % 3)), "i": i}, **kw)
+
+
+QUERIES = [("apple melon", {}), ("banana", {"limit": 3}), ("kiwi lemon", {"limit": 4, "offset": 2})]
+
+
+def check_all(a: RedisStore, c: RedisStore, ref: bool = True) -> None:
+    for q, kw in QUERIES:
+        check(a, c, q, ref, **kw)
+
+
+def test_repeated_search_hits_the_cache_in_one_call(client, prefix):
+    a, b, c = stores(client, prefix)
+    fill(b, 40)
+    b.put(NS, "plain", {"n": 1}, index=False)  # no vectors: after the scored ones
+    vc = a._cfg.vcache
+    check_all(a, c)
+    assert vc.fills == 1 and vc.hits == len(QUERIES) - 1
+    ops = count_round_trips(a)
+    for q, kw in QUERIES:
+        check(a, c, q, **kw)
+    assert vc.hits == 2 * len(QUERIES) - 1 and vc.misses == 0
+    assert len(ops) == len(QUERIES)  # one round trip each
+    # a search past the scored items reaches the one without vectors
+    got = check(a, c, "fig", limit=10, offset=35)
+    assert got[-1][1] == "plain" and got[-1][3] is None
+
+
+def test_writes_by_another_worker(client, prefix):
+    a, b, c = stores(client, prefix)
+    fill(b, 30)
+    check_all(a, c)
+    vc = a._cfg.vcache
+    b.put(NS, "new", {"text": "apple melon apple melon"})  # the best match, new
+    assert "new" in [r[1] for r in check(a, c, "apple melon", limit=10)]
+    assert vc.misses == 1
+    check_all(a, c)
+    b.put(NS, "k3", {"text": "kiwi"})  # an overwrite: other vectors
+    check_all(a, c)
+    b.put(NS, "k4", {"other": 1}, index=False)  # an overwrite that keeps its vectors
+    check_all(a, c, ref=False)
+    b.delete(NS, "k4")
+    b.delete(NS, "new")
+    check_all(a, c)
+    b.batch([])  # nothing
+    exported = list(c.export_items(NS))
+    b.delete(NS, "k5")
+    check_all(a, c)
+    assert b.import_items([e for e in exported if e.key == "k5"]) == 1
+    check_all(a, c)
+    assert vc.misses >= 5
+
+
+def test_expiry_and_eviction_without_a_bump(client, prefix):
+    a, b, c = stores(client, prefix)
+    fill(b, 20)
+    fill(b, 5, start=100, ttl=0.002)  # 120 ms
+    check_all(a, c)
+    base = b.keys.base(0)
+    misses = a._cfg.vcache.misses
+    time.sleep(0.3)
+    check_all(a, c)  # the expired ones are dropped from the cached ranking
+    # items gone behind the store's back (maxmemory eviction deletes keys so)
+    best = [r[1] for r in check(a, c, "apple melon", limit=5)]
+    for key in best[:3]:
+        client.delete(base + b"i:" + enc_ns(NS) + enc(key), base + b"v:" + enc_ns(NS) + enc(key))
+    got = check(a, c, "apple melon", limit=5)
+    assert not set(best[:3]) & {r[1] for r in got}
+    check_all(a, c)
+    assert a._cfg.vcache.misses == misses  # none of these bumps the version: the cache answered
+    # an item's record evicted, its vectors not (and the other way round)
+    client.delete(base + b"i:" + enc_ns(NS) + enc(best[3]))
+    check_all(a, c)
+    client.delete(base + b"v:" + enc_ns(NS) + enc(best[4]))  # it is scored no more
+    assert best[4] not in [r[1] for r in check(a, c, "apple melon", ref=False, limit=30)[:-1]]
+    check_all(a, c, ref=False)
+
+
+def test_version_key_deleted_or_evicted(client, prefix):
+    a, b, c = stores(client, prefix)
+    fill(b, 20)
+    check_all(a, c)
+    w = b.keys.base(0) + b"w"
+    token = client.get(w)
+    assert token and b":" in token
+    client.delete(w)
+    # items changed while the token is gone: a raw overwrite of one item's vectors would be
+    # invisible to a cache that took a missing token for its old one
+    b.put(NS, "k1", {"text": "apple apple melon melon"})
+    assert client.get(w) != token
+    client.delete(w)
+    got = check(a, c, "apple melon", limit=10)
+    assert "k1" in [r[1] for r in got]
+    check_all(a, c)
+    assert client.get(w)  # a write call made it again (the scan saw none)
+    check_all(a, c)
+
+
+def test_two_caches_fed_by_each_other(client, prefix):
+    """Both stores search and write in turns: each next search of either is exact."""
+    a, b, c = stores(client, prefix)
+    import random
+
+    rng = random.Random(7)
+    fill(b, 25)
+    for step in range(60):
+        w, r = (a, b) if step % 2 else (b, a)
+        op = rng.random()
+        key = f"k{rng.randrange(40)}"
+        if op < 0.3:
+            w.put(NS, key, {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3)))})
+        elif op < 0.45:
+            w.delete(NS, key)
+        elif op < 0.55:
+            client.delete(b.keys.base(0) + b"i:" + enc_ns(NS) + enc(key))
+        q = " ".join(rng.sample(WORDS, 2))
+        check(r, c, q, limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 0, 2]))
+    assert a._cfg.vcache.hits and b._cfg.vcache.hits
+
+
+def test_the_bound(client, prefix):
+    a, b, c = stores(client, prefix)
+    small = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=1000)
+    fill(b, 40)
+    check(small, c, "apple")
+    assert small._cfg.vcache.fills == 0 and not small._cfg.vcache.entries  # 40 x 8 x 8 > 1000
+    with pytest.raises(ValueError):
+        RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=-1)
+
+
+def test_a_cached_search_is_one_command_on_the_wire(wire, wire_client, prefix, client):
+    from devkit.wire import SETUP_COMMANDS
+
+    a = RedisStore(wire_client("sync"), prefix=prefix, index=INDEX)
+    b = RedisStore(client, prefix=prefix, index=INDEX)
+    fill(b, 30)
+    a.search(NS, query="apple", limit=5)  # fills the cache
+    wire.reset()
+    got = a.search(NS, query="kiwi melon", limit=5)
+    cmds = [c for c, n in zip(wire.commands, wire.names(), strict=True) if n not in SETUP_COMMANDS]
+    assert len(cmds) == 1 and cmds[0][0] in (b"FCALL", b"EVALSHA")
+    assert b"c" in cmds[0] and b"s" not in cmds[0]  # the cached read, no scan
+    assert len(got) == 5 and a._cfg.vcache.hits == 1
