@@ -311,7 +311,7 @@ class _Search:
     # ---- from the cache -----------------------------------------------------------------
     def _rank(self, entry: _vcache.Entry) -> None:
         assert self.qv is not None and self.keep is not None
-        self.ranked, self.scores, self.sl_order = entry.ranking(self.qv)
+        self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(self.qv, self.keep + 2 * _vcache.MARGIN)
         self.next_sc = self.next_sl = 0  # the next candidates to ask
         self.kept_sc: list[tuple[float, _Found]] = []
         self.kept_sl: list[_Found] = []
@@ -323,6 +323,11 @@ class _Search:
         assert entry is not None and keep is not None
         asked: list[tuple[int, float | None]] = []
         want_sc = keep - len(self.kept_sc)
+        if want_sc > 0 and self.next_sc + want_sc > len(self.ranked) and not self.whole:
+            assert self.qv is not None  # more vanished than the partial ranking holds: all of it
+            # (the ones asked so far lead it: those present, kept; those gone, out of it now)
+            self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+            self.next_sc = len(self.kept_sc)
         if want_sc > 0 and self.next_sc < len(self.ranked):
             end = min(len(self.ranked), self.next_sc + want_sc + _vcache.MARGIN)
             asked += [(self.ranked[j], self.scores[j]) for j in range(self.next_sc, end)]

@@ -50,26 +50,29 @@ class Entry:
         self.alive = np.ones(len(keys), dtype=bool)
         self.nbytes = self.matrix.nbytes + self.norms.nbytes + sum(len(a) + len(b) + 120 for a, b in keys)
 
-    def ranking(self, query: list[float]) -> tuple[list[int], list[float], list[int]]:
-        """The live scored items best first (ties: search order), their scores, and the live
-        items without vectors in order."""
+    def ranking(self, query: list[float], k: int | None) -> tuple[list[int], list[float], list[int], bool]:
+        """The live scored items best first (ties: search order), their scores, the live items
+        without vectors in order, and whether the ranking is whole: with ``k``, it may stop
+        after the best ``k`` (and the items tied with the ``k``-th)."""
         np = sem._np
+        sl = [i for i in self.scoreless if self.alive[i]]
         if not len(self.scored):
-            return [], [], [i for i in self.scoreless if self.alive[i]]
+            return [], [], sl, True
         q = np.asarray(query, dtype=np.float64)
         qn = float(np.sqrt(q @ q))
         dots = self.matrix @ q
         with np.errstate(divide="ignore", invalid="ignore"):
             scores = np.where((self.norms > 0) & (qn > 0), dots / (qn * self.norms), 0.0)
         best = np.maximum.reduceat(scores, self.starts)
-        live = self.alive[self.scored]
-        pos = np.nonzero(live)[0]
+        pos = np.nonzero(self.alive[self.scored])[0]
+        whole = k is None or k >= len(pos) or np.isnan(best).any()
+        if not whole:
+            assert k is not None
+            live = best[pos]
+            kth = live[np.argpartition(-live, k - 1)[k - 1]]
+            pos = pos[live >= kth]  # every item at least as good as the k-th, ties included
         order = pos[np.lexsort((pos, -best[pos]))]
-        return (
-            self.scored[order].tolist(),
-            best[order].tolist(),
-            [i for i in self.scoreless if self.alive[i]],
-        )
+        return self.scored[order].tolist(), best[order].tolist(), sl, whole
 
 
 class VectorCache:

@@ -228,3 +228,19 @@ def test_a_cached_search_is_one_command_on_the_wire(wire, wire_client, prefix, c
     assert len(cmds) == 1 and cmds[0][0] in (b"FCALL", b"EVALSHA")
     assert b"c" in cmds[0] and b"s" not in cmds[0]  # the cached read, no scan
     assert len(got) == 5 and a._cfg.vcache.hits == 1
+
+
+def test_many_of_the_best_gone(client, prefix):
+    """More candidates gone than the partial ranking holds: the search ranks all and goes on."""
+    a, b, c = stores(client, prefix)
+    fill(b, 80)
+    base = b.keys.base(0)
+    order = [r[1] for r in check(a, c, "apple melon", limit=60)]
+    for key in order[:40]:
+        client.delete(base + b"i:" + enc_ns(NS) + enc(key))
+    hits = a._cfg.vcache.hits
+    ops = count_round_trips(a)
+    got = check(a, c, "apple melon", limit=3, offset=1)
+    assert a._cfg.vcache.hits == hits + 1 and len(ops) >= 3  # several calls, from the cache
+    assert not set(order[:40]) & {r[1] for r in got}
+    check_all(a, c)
