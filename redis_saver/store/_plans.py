@@ -457,7 +457,7 @@ class _Search:
         dims = len(self.qv or ())
         if not token or not dims or any(len(b) != 4 * dims for _, _, vs in fill for b in vs):
             return
-        if len(fill) * dims * 8 > vcache.max_bytes:
+        if len(fill) * dims * 4 > vcache.max_bytes:
             vcache.drop(ckey)
             return
         vcache.put(ckey, _vcache.Entry(token, [(a, b) for a, b, _ in fill], [vs for _, _, vs in fill], dims))

@@ -210,7 +210,7 @@ def test_the_bound(client, prefix):
     small = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=1000)
     fill(b, 40)
     check(small, c, "apple")
-    assert small._cfg.vcache.fills == 0 and not small._cfg.vcache.entries  # 40 x 8 x 8 > 1000
+    assert small._cfg.vcache.fills == 0 and not small._cfg.vcache.entries  # 40 x 8 x 4 > 1000
     with pytest.raises(ValueError):
         RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=-1)
 
@@ -244,3 +244,37 @@ def test_many_of_the_best_gone(client, prefix):
     assert a._cfg.vcache.hits == hits + 1 and len(ops) >= 3  # several calls, from the cache
     assert not set(order[:40]) & {r[1] for r in got}
     check_all(a, c)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_partial_ranking_is_the_head_of_the_exact_one(seed):
+    """The float32 screen then float64 scoring gives the exact ranking's first k: items with
+    several vectors, duplicates (ties), zero vectors, items without vectors, items gone."""
+    import numpy as np
+
+    from redis_saver.store._vcache import Entry
+
+    rng = np.random.default_rng(seed)
+    dims = [3, 8, 64, 256][seed % 4]
+    base = rng.standard_normal((50, dims)).astype(np.float32)
+    vectors: list[list[bytes]] = []
+    for i in range(3000):
+        n = int(rng.integers(0, 4)) if seed % 2 else 1
+        rows = [base[rng.integers(0, 50)] if rng.random() < 0.3 else rng.standard_normal(dims).astype(np.float32)
+                for _ in range(n)]
+        if i % 97 == 0 and rows:
+            rows[0] = np.zeros(dims, dtype=np.float32)
+        vectors.append([r.astype("<f4").tobytes() for r in rows])
+    e = Entry(b"t", [(b"n\x00", b"%d\x00" % i) for i in range(3000)], vectors, dims)
+    e.alive[rng.integers(0, 3000, 200)] = False
+    q = (base[0] + 1e-3 * rng.standard_normal(dims)).tolist() if seed % 3 else rng.standard_normal(dims).tolist()
+    whole, wscores, sl, complete = e.ranking(q, None)
+    assert complete and not set(whole) & set(sl)
+    # the whole ranking is the scan's: best_scores of each live item, then (-score, position)
+    live = [i for i in range(3000) if e.alive[i] and vectors[i]]
+    best = _semantics.best_scores(q, [vectors[i] for i in live])
+    want = sorted(range(len(live)), key=lambda j: (-best[j], j))
+    assert whole == [live[j] for j in want] and wscores == [best[j] for j in want]
+    for k in (1, 10, 26, 500):
+        head, scores, _, _ = e.ranking(q, k)
+        assert head == whole[:k] and scores == wscores[:k]
