@@ -13,9 +13,10 @@ ARGV[3] number of reads, then each read, its code first:
       vectors "1": with each item's vectors (a page stops at budget items, or when it has
       examined 2048 entries)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
-  "c" token count scored e(ns) e(key) ...: the records of count items, if the shard's version
-      token (_store_lib.lua st_bump) is token (a client's vector cache is current) and each of
-      the first scored items that is present still has its vectors
+  "c" token count scored e(ns) e(key) ...: the records of count items (nil: not found as a scan
+      finds items), if the shard's version token (_store_lib.lua st_bump) is token (a client's
+      vector cache is current) and each of the first scored items that is present still has
+      its vectors
 Returns one reply per read, in order:
   "g" / "G": the item record, or nil
   "s": {{e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}}, ...} flattened 6 by 6,
@@ -142,14 +143,23 @@ local function version()
 end
 
 -- the records of the items a client ranked from its cache, if that cache is current
--- (an item whose vectors alone were evicted is no longer scored by a full scan: the cache is not current)
+-- an item counts as present as a scan finds it: its record, its entry in its namespace's k:, its
+-- namespace in n and q (index keys evicted without a bump hide items from a scan, so from this
+-- too); an item whose vectors alone were evicted is unscored for a scan: the cache is not current
 local function cached(token, p, count, scored)
   if token == '' or version() ~= token then return {0} end
-  local out = {1}
+  local out, listed = {1}, {}
   for i = 1, count do
     local j = p + 2 * i
-    local rec = redis.call('GET', base .. 'i:' .. ARGV[j] .. ARGV[j + 1])
-    if rec and i <= scored and redis.call('EXISTS', base .. 'v:' .. ARGV[j] .. ARGV[j + 1]) == 0 then return {0} end
+    local ens, ekey = ARGV[j], ARGV[j + 1]
+    local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+    if rec then
+      if listed[ens] == nil then
+        listed[ens] = redis.call('ZSCORE', base .. 'q', ens) ~= false and redis.call('ZSCORE', base .. 'n', ens) ~= false
+      end
+      if not listed[ens] or not redis.call('ZSCORE', base .. 'k:' .. ens, ekey) then rec = nil end
+    end
+    if rec and i <= scored and redis.call('EXISTS', base .. 'v:' .. ens .. ekey) == 0 then return {0} end
     out[i + 1] = rec or false
   end
   return out

@@ -56,6 +56,8 @@ class Entry:
         """The best score of each of ``items`` (positions among the scored), float64 arithmetic
         on the stored float32 values: the scores a scan's page gives."""
         np = sem._np
+        if not len(items):
+            return np.empty(0)
         counts = self.counts[items]
         if bool((counts == 1).all()):
             rows = self.starts[items]

@@ -278,3 +278,56 @@ def test_partial_ranking_is_the_head_of_the_exact_one(seed):
     for k in (1, 10, 26, 500):
         head, scores, _, _ = e.ranking(q, k)
         assert head == whole[:k] and scores == wscores[:k]
+
+
+def test_maxmemory_eviction():
+    """A real maxmemory with allkeys-random: item records, vectors, index keys and the version
+    key vanish without a bump while another worker writes; every search of the cached store
+    equals the scan's on what the server holds."""
+    import random
+
+    from devkit.servers import start_standalone
+
+    server = start_standalone(extra_args=["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-random"])
+    try:
+        cl = redis.Redis.from_url(server.url, **client_kwargs(5.0, 5.0))
+        a, b, c = stores(cl, "ev")
+        rng = random.Random(5)
+        before = cl.info("stats")["evicted_keys"]
+        pad = "".join(rng.choice("0123456789abcdef") for _ in range(3000))  # not compressible
+
+        def put(i: int) -> None:
+            b.put(NS, f"k{i}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3))), "pad": pad})
+
+        for i in range(300):
+            put(i)
+        for step in range(120):
+            if step % 3 == 0:
+                for i in range(20):
+                    put(300 + 20 * step + i)  # pushes older keys out
+            q = " ".join(rng.sample(WORDS, 2))
+            check(a, c, q, ref=False, limit=rng.choice([3, 10]), offset=rng.choice([0, 2]))
+        evicted = cl.info("stats")["evicted_keys"] - before
+        assert evicted > 100, evicted
+        assert a._cfg.vcache.hits > 0 and a._cfg.vcache.misses > 0
+        cl.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("lost", ["k-entry", "k", "q", "n"])
+def test_index_keys_evicted(client, prefix, lost):
+    """An index key (or entry) gone without a bump hides items from a scan: from the cache too."""
+    a, b, c = stores(client, prefix)
+    fill(b, 30)
+    check_all(a, c)
+    base, e = b.keys.base(0), enc_ns(NS)
+    top = check(a, c, "apple melon", limit=3)[0][1]
+    if lost == "k-entry":
+        client.zrem(base + b"k:" + e, enc(top))
+    else:
+        client.delete(base + (b"k:" + e if lost == "k" else lost.encode()))
+    hits = a._cfg.vcache.hits
+    got = check(a, c, "apple melon", ref=False, limit=3)
+    assert top not in [r[1] for r in got] and a._cfg.vcache.hits == hits + 1
+    check_all(a, c, ref=False)
