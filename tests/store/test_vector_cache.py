@@ -331,3 +331,19 @@ def test_index_keys_evicted(client, prefix, lost):
     got = check(a, c, "apple melon", ref=False, limit=3)
     assert top not in [r[1] for r in got] and a._cfg.vcache.hits == hits + 1
     check_all(a, c, ref=False)
+
+
+def test_data_of_the_previous_release(client, prefix):
+    """The previous release wrote no version key: its data is searched in place; the first
+    search makes the key (a write call), the next fills the cache, the one after uses it."""
+    a, b, c = stores(client, prefix)
+    fill(c, 30)
+    w = c.keys.base(0) + b"w"
+    client.delete(w)  # the same keys as the previous release's
+    vc = a._cfg.vcache
+    check(a, c, "apple melon", limit=5)
+    assert client.get(w) and vc.fills == 0
+    check(a, c, "kiwi", limit=5)
+    assert vc.fills == 1 and vc.hits == 0
+    check(a, c, "kiwi lemon", limit=5)
+    assert vc.hits == 1
