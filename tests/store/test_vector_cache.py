@@ -347,3 +347,23 @@ def test_data_of_the_previous_release(client, prefix):
     assert vc.fills == 1 and vc.hits == 0
     check(a, c, "kiwi lemon", limit=5)
     assert vc.hits == 1
+
+
+async def test_async_store_uses_the_cache(redis_url, prefix, client):
+    import redis.asyncio as aredis
+
+    from redis_saver import AsyncRedisStore
+
+    _, b, c = stores(client, prefix)
+    fill(b, 40)
+    ac = aredis.Redis.from_url(redis_url, socket_timeout=5.0)
+    a = AsyncRedisStore(ac, prefix=prefix, index=INDEX)
+    for q, kw in QUERIES * 2:
+        got = norm(await a.asearch(NS, query=q, **kw))
+        assert got == norm(c.search(NS, query=q, **kw))
+    assert a._cfg.vcache.fills == 1 and a._cfg.vcache.hits == 2 * len(QUERIES) - 1
+    b.delete(NS, "k1")
+    for q, kw in QUERIES:
+        assert norm(await a.asearch(NS, query=q, **kw)) == norm(c.search(NS, query=q, **kw))
+    assert a._cfg.vcache.misses == 1 and a._cfg.vcache.fills == 2
+    await ac.aclose()
