@@ -71,6 +71,27 @@ def cluster():
         c.stop()
 
 
+@pytest.fixture
+def cluster_client(cluster):
+    """A sync RedisCluster client on the session cluster (tests/deploy, tests/store)."""
+    rc = cluster.client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    try:
+        yield rc
+    finally:
+        rc.close()
+
+
+@pytest.fixture
+async def acluster_client(cluster):
+    """An asyncio RedisCluster client on the session cluster, initialized."""
+    rc = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    await rc.initialize()
+    try:
+        yield rc
+    finally:
+        await rc.aclose()
+
+
 @pytest.fixture(scope="session")
 def sentinel():
     s = start_sentinel()

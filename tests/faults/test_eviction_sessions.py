@@ -41,23 +41,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from devkit.servers import client_kwargs, start_cluster, start_standalone
 from redis_saver import RedisSaver, ThreadEvictedError
+from tests.faults.test_eviction import cfg, norm
 
 POLICIES = ["allkeys-lru", "allkeys-lfu", "volatile-lru", "volatile-lfu", "volatile-ttl", "volatile-random"]
 RANDOM = ("allkeys-random", "volatile-random")
-
-
-def cfg(thread: str, ns: str = "", cid: str | None = None) -> dict:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if cid is not None:
-        c["checkpoint_id"] = cid
-    return {"configurable": c}
-
-
-def norm(t: Any) -> Any:
-    if t is None:
-        return None
-    key = lambda c: c and tuple(c["configurable"].get(k) for k in ("thread_id", "checkpoint_ns", "checkpoint_id"))  # noqa: E731
-    return (key(t.config), t.checkpoint, t.metadata, key(t.parent_config), [tuple(w) for w in t.pending_writes or []])
 
 
 class Sessions:
