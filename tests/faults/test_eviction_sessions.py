@@ -16,8 +16,8 @@ under the ``*-random`` policies, which evict keys regardless of use. And on a ca
 holds N sessions, at least 90% of the N/2 most recently used survive a long run (LRU policies).
 The counts are printed (``-s``).
 
-- ``round-robin``: issue 31's first run, scaled down: 40 threads written in turn.
-- ``hot-cold``: issue 31's second run: 8 hot threads written every round, 120 cold ones once.
+- ``round-robin``: a full cache written in turn, scaled down: 40 threads, ~40 KB of incompressible text a put.
+- ``hot-cold``: 8 hot threads written every round, 120 cold ones written once.
 - ``zipf``: a hot set written every round, new tail threads every round, and revisits of
   older tail threads drawn with Zipf-like weights.
 
@@ -277,7 +277,7 @@ def run_workload(
     return {"saver": s, "outcome": outcome, "evicted": evicted}
 
 
-# the two runs of issue 31, and the Zipf-like workload under every policy (6 + 5 runs of ~2 s)
+# the round-robin and hot-cold runs, and the Zipf-like workload under every policy (6 + 5 runs of ~2 s)
 CASES = [("zipf", p) for p in POLICIES] + [
     ("round-robin", "allkeys-lru"),
     ("round-robin", "volatile-lfu"),

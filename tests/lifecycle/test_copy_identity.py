@@ -1,8 +1,8 @@
-"""copy_thread and stream identity (issue 30, parts 1 and 2), against a real redis-server.
+"""copy_thread and stream identity , against a real redis-server.
 
 A stream is known to a saver's cache by (thread, sid) and its raw length, and ``put.lua``
 appends to it only at the raw length the client based the append on: both are sound only if a
-sid never comes back with other bytes. These tests are the issue's reproductions, step by step:
+sid never comes back with other bytes. These tests replay, step by step, the sequences that used to read or store wrong values:
 several savers (each with its own cache) copy, delete, expire and append, and every read must
 return exactly what was last written, for every saver.
 """
@@ -325,7 +325,7 @@ def test_a_target_whose_expiry_is_under_way_is_new(sync_client, prefix):
 
 
 def test_a_real_graph_keeps_each_threads_own_turns(sync_client, prefix):
-    """The issue's second reproduction with a StateGraph(add_messages): U's own turn stays in
+    """The copy-over-copy sequence with a StateGraph(add_messages): U's own turn stays in
     get_state_history(U), for this saver and a fresh one."""
     from langgraph.graph import START, MessagesState, StateGraph
 

@@ -1,4 +1,4 @@
-"""copy_thread among many savers and processes, against real redis-server processes (issue 30).
+"""copy_thread among many savers and processes, against real redis-server processes.
 
 Savers keep per-process caches of the streams they read and wrote (by thread and stream id),
 so every way a thread can end and start again (delete, expiry, prune, delete_for_runs, a
