@@ -2,7 +2,8 @@
 
 A stream is known to a saver's cache by (thread, sid) and its raw length, and ``put.lua``
 appends to it only at the raw length the client based the append on: both are sound only if a
-sid never comes back with other bytes. These tests replay, step by step, the sequences that used to read or store wrong values:
+sid never comes back with other bytes. These tests replay, step by step, the sequences that
+used to read or store wrong values:
 several savers (each with its own cache) copy, delete, expire and append, and every read must
 return exactly what was last written, for every saver.
 """
