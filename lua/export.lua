@@ -113,24 +113,19 @@ while from <= #members and last == 0 do
       end
     end
   end
-  local bf, wf = {}, {}
-  for k = b0 + 1, #bfields do bf[#bf + 1] = bfields[k] end
-  for k = w0 + 1, #wfields do wf[#wf + 1] = wfields[k] end
-  local bv, wv = hmget(K_BLOB, bf), hmget(K_WR, wf)
-  for k = 1, #bf do
-    local v = bv[k]
-    bvals[b0 + k] = v
-    if v then
-      local i = bowner[b0 + k]
-      size[i], count[i] = size[i] + #bf[k] + #v, count[i] + 1
-    end
-  end
-  for k = 1, #wf do
-    local v = wv[k]
-    wvals[w0 + k] = v
-    if v then
-      local i = wowner[w0 + k]
-      size[i], count[i] = size[i] + #wf[k] + #v, count[i] + 1
+  -- the chunk's new value and write fields, read and counted against their checkpoints
+  for _, t in ipairs({{K_BLOB, bfields, bvals, bowner, b0}, {K_WR, wfields, wvals, wowner, w0}}) do
+    local key, fields, vals, owner, k0 = t[1], t[2], t[3], t[4], t[5]
+    local part = {}
+    for k = k0 + 1, #fields do part[#part + 1] = fields[k] end
+    local got_v = hmget(key, part)
+    for k = 1, #part do
+      local v = got_v[k]
+      vals[k0 + k] = v
+      if v then
+        local i = owner[k0 + k]
+        size[i], count[i] = size[i] + #part[k] + #v, count[i] + 1
+      end
     end
   end
   for i = from, to do
