@@ -28,7 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from redis.exceptions import ConnectionError
 
 from ..core import values as values_
-from ..core.engine import Cmd, Engine, Io, Pipe, Scan, Sleep
+from ..core.engine import Cmd, Engine, Io, Pipe, Scan, Sleep, backoff
 from ..core.plans import Call
 from ..core.scripts import Script, lua_dir
 from ..keys import dec_first, enc
@@ -256,5 +256,5 @@ def _plain(op: Cmd | Pipe | Scan, retries: int) -> Io[Any]:
         except ConnectionError:
             if attempt == retries:
                 raise
-            yield Sleep(min(0.5, 0.05 * 2.0**attempt))
+            yield Sleep(backoff(attempt))
     raise AssertionError("unreachable")

@@ -168,7 +168,8 @@ def _check_acks(call: Call, acked: Any) -> None:
         )
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based) of a call that failed to connect."""
     return min(0.5, 0.05 * 2.0**attempt)
 
 
@@ -353,7 +354,7 @@ class Engine:
             except ConnectionError:
                 if attempt == self.retries:
                     raise
-                yield Sleep(_backoff(attempt))
+                yield Sleep(backoff(attempt))
         raise AssertionError("unreachable")
 
     def _evalsha(self, call: Call) -> Command:
@@ -468,7 +469,7 @@ class Engine:
                 try:  # the node failed or the slot moved: refresh the slot map, try again
                     yield Refresh()
                 except RedisError:
-                    yield Sleep(_backoff(attempt))
+                    yield Sleep(backoff(attempt))
         _raise_first([reply])
         _check_acks(call, acked)
         return reply
