@@ -10,7 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._base import check_client
 from .._shell import check_options
-from ..core.engine import Io
+from ..core.engine import Engine, Io
 from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import _core as core
@@ -61,16 +61,16 @@ class RedisCacheBase(BaseCache[ValueT]):
         # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
         # after NOSCRIPT), given the cache's scripts; its key schema is not used
         self._driver = self._driver_cls(client, KeySchema(), retries, tel, False)
-        self._engine = self._driver.engine
+        self._engine: Engine = self._driver.engine
         self._engine.scripts.update(core.scripts(type(client).__module__.startswith("fakeredis")))
 
     # the plans of the three operations, run by the shells
     def _get(self, keys: Sequence[FullKey]) -> Io[dict[FullKey, ValueT]]:
-        return core.run(self._engine, "cache_get", core.get(self.keys, self.serde, keys, self._engine.cluster))
+        return self._engine.drive(core.get(self.keys, self.serde, keys, self._engine.cluster), "cache_get")
 
     def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> Io[None]:
         plan = core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster)
-        return core.run(self._engine, "cache_set", plan)
+        return self._engine.drive(plan, "cache_set")
 
     def _clear(self, namespaces: Sequence[Namespace] | None) -> Io[None]:
-        return core.run(self._engine, "cache_clear", core.clear(self.keys, namespaces))
+        return self._engine.drive(core.clear(self.keys, namespaces), "cache_clear")

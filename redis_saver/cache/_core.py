@@ -25,14 +25,12 @@ from functools import lru_cache
 from typing import Any, TypeVar, Union
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from redis.exceptions import ConnectionError
 
 from ..core import values as values_
-from ..core.engine import Cmd, Engine, Io, Pipe, Scan, Sleep, backoff
+from ..core.engine import Cmd, Pipe, Scan
 from ..core.plans import Call
 from ..core.scripts import Script, lua_dir
 from ..keys import dec_first, enc
-from ..telemetry import Recording
 from .keys import CacheKeys
 
 T = TypeVar("T")
@@ -196,65 +194,3 @@ def clear(keys: CacheKeys, namespaces: Iterable[Any] | None) -> Plan[None]:
                 left.append(b)
         bases = left
     return None
-
-
-# ---- running a plan -----------------------------------------------------------------------
-def run(engine: Engine, op: str, plan: Plan[T]) -> Io[T]:
-    """``plan`` run to its end on ``engine``, as one recorded call named ``op``."""
-    rec = engine.telemetry.start(op) if engine.telemetry is not None else None
-    if rec is None:
-        return (yield from _drive(engine, plan, None))
-    try:
-        value = yield from _drive(engine, plan, rec)
-    except BaseException as exc:
-        rec.end(None if isinstance(exc, GeneratorExit) else exc)
-        raise
-    rec.end()
-    return value
-
-
-def _drive(engine: Engine, plan: Plan[T], rec: Recording | None) -> Io[T]:
-    reply: Any = None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        if isinstance(step, (Call, list)):
-            if rec is not None:
-                for c in step if isinstance(step, list) else [step]:
-                    rec.script(c.script, c.args, None)
-            reply = yield from engine.step(step)
-        else:
-            if rec is not None:
-                rec.sent += _size(step)
-            reply = yield from _plain(step, engine.retries)
-        if rec is not None:
-            rec.reply(reply)
-
-
-def _size(op: Cmd | Pipe | Scan) -> int:
-    """The bytes of a plain command's keys (as the saver counts a script call's arguments)."""
-    if isinstance(op, Cmd):
-        return sum(len(k) for k in op.args)
-    if isinstance(op, Pipe):
-        return sum(len(a) for cmd in op.commands for a in cmd[1:])
-    return len(op.pattern)
-
-
-def _plain(op: Cmd | Pipe | Scan, retries: int) -> Io[Any]:
-    """A plain command (a read): its reply, the first error of a pipeline raised; retried on
-    ``ConnectionError`` as the engine retries a script call."""
-    for attempt in range(retries + 1):
-        try:
-            reply = yield op
-            if isinstance(op, Pipe):
-                for r in reply:
-                    if isinstance(r, Exception):
-                        raise r
-            return reply
-        except ConnectionError:
-            if attempt == retries:
-                raise
-            yield Sleep(backoff(attempt))
-    raise AssertionError("unreachable")

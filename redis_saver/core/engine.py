@@ -54,7 +54,7 @@ from ..errors import (
 from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
-from .plans import Call, IndexSlots, Out, Plan
+from .plans import Call, IndexSlots, Out
 from .policy import logger
 from .scripts import Library, Script, library, load_all
 
@@ -166,6 +166,15 @@ def _check_acks(call: Call, acked: Any) -> None:
             f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
             int(acked),
         )
+
+
+def _plain_size(op: Cmd | Pipe | Scan) -> int:
+    """The bytes of a plain command's keys (as a script call's arguments are counted)."""
+    if isinstance(op, Cmd):
+        return sum(len(k) for k in op.args)
+    if isinstance(op, Pipe):
+        return sum(len(a) for cmd in op.commands for a in cmd[1:])
+    return len(op.pattern)
 
 
 def backoff(attempt: int) -> float:
@@ -294,9 +303,10 @@ class Engine:
         self.policy_pending = mode != "off"
         self.saver_ttl = ttl
 
-    # a plan, run to its end: the caller gets Emit operations for its items; ``op`` names the
+    # a plan (the saver's, the store's, or the node cache's, which also yields plain reads), run
+    # to its end: the caller gets Emit operations for its items; ``op`` names the
     # saver call for telemetry (None: an internal plan, not recorded)
-    def drive(self, plan: Plan[T], op: str | None = None) -> Io[T]:
+    def drive(self, plan: Generator[Any, Any, T], op: str | None = None) -> Io[T]:
         rec = self.telemetry.start(op) if op is not None and self.telemetry is not None else None
         if rec is None:
             return (yield from self._drive(plan, None))
@@ -308,7 +318,7 @@ class Engine:
         rec.end()
         return value
 
-    def _drive(self, plan: Plan[T], rec: Recording | None) -> Io[T]:
+    def _drive(self, plan: Generator[Any, Any, T], rec: Recording | None) -> Io[T]:
         if self.policy_pending and self.eviction_check == "raise":
             yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
         reply: Any = None
@@ -324,13 +334,17 @@ class Engine:
             lost = None
             if rec is not None:
                 for c in step if isinstance(step, list) else [step] if isinstance(step, Call) else []:
-                    thread = None if c.script.startswith(("ix_query", "store_")) else str(c.args[1])
+                    thread = None if c.script.startswith(("ix_query", "store_", "cache_")) else str(c.args[1])
                     rec.script(c.script, c.args, thread)
             if isinstance(step, Out):
                 if self.policy_pending:
                     yield from self.check_policy()
                 yield Emit(step.items)
                 reply = None
+            elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
+                if rec is not None:
+                    rec.sent += _plain_size(step)
+                reply = yield from self.plain(step)
             else:
                 try:
                     if isinstance(step, Call) and not self.retries:
@@ -341,6 +355,23 @@ class Engine:
                     lost, reply = exc, None
             if rec is not None:
                 rec.reply(reply)
+
+    def plain(self, op: Cmd | Pipe | Scan) -> Io[Any]:
+        """A plain command (a read): its reply, a pipeline's first error raised; retried on
+        ``ConnectionError`` as a script call is."""
+        for attempt in range(self.retries + 1):
+            try:
+                reply = yield op
+                if isinstance(op, Pipe):
+                    for r in reply:
+                        if isinstance(r, Exception):
+                            raise r
+                return reply
+            except ConnectionError:
+                if attempt == self.retries:
+                    raise
+                yield Sleep(backoff(attempt))
+        raise AssertionError("unreachable")
 
     def step(self, step: Any) -> Io[Any]:
         """One plan step, retried on ``ConnectionError`` (every script is idempotent)."""
