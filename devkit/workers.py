@@ -212,14 +212,21 @@ def failover_worker(
     (own client), or the ``shared`` saver every worker uses (one checkpointer per process)."""
     import contextlib
 
+    import redis
+
     from redis_saver import RedisSaver
 
-    cm = (
-        contextlib.nullcontext(shared)
-        if shared is not None
-        else RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw)
-    )
-    with cm as saver:
+    with contextlib.ExitStack() as stack:
+        saver = shared
+        while saver is None:  # a cluster client connects as it is made: the fault may already be on
+            try:
+                saver = stack.enter_context(RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw))
+            except redis.RedisError as exc:
+                with lock:
+                    stats.errors[type(exc).__name__] += 1
+                if stop.is_set():
+                    return
+                time.sleep(0.05)
         parent_id, versions, step = None, {}, 0
         try:
             while not stop.is_set():
