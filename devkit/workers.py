@@ -212,21 +212,14 @@ def failover_worker(
     (own client), or the ``shared`` saver every worker uses (one checkpointer per process)."""
     import contextlib
 
-    import redis
-
     from redis_saver import RedisSaver
 
-    with contextlib.ExitStack() as stack:
-        saver = shared
-        while saver is None:  # a cluster client connects as it is made: the fault may already be on
-            try:
-                saver = stack.enter_context(RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw))
-            except redis.RedisError as exc:
-                with lock:
-                    stats.errors[type(exc).__name__] += 1
-                if stop.is_set():
-                    return
-                time.sleep(0.05)
+    cm = (
+        contextlib.nullcontext(shared)
+        if shared is not None
+        else RedisSaver.from_conn_string(url, prefix=prefix, **saver_kw)
+    )
+    with cm as saver:
         parent_id, versions, step = None, {}, 0
         try:
             while not stop.is_set():
@@ -315,6 +308,15 @@ def run_failover(
     for w in workers:
         w.start()
     time.sleep(warmup)
+    # the fault strikes running workers: each has made its client and had a put acknowledged (on a
+    # loaded machine a thread may not have started within the warmup, and a cluster client made
+    # while a node is down or stopped cannot even connect)
+    ready_by = time.monotonic() + 30.0
+    while time.monotonic() < ready_by:
+        with lock:
+            if all(stats.acked_puts.get(t) for t in threads):
+                break
+        time.sleep(0.05)
     t_kill = time.monotonic()
     t_restarted = None
     if fault == "kill":
