@@ -10,7 +10,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_type_hints
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -56,6 +56,7 @@ class Options(TypedDict, total=False):
 
 
 _DEFAULTS: Options = {"prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True}
+_SHARED: dict[str, Any] = get_type_hints(Options)  # name -> type
 
 
 def check_options(retries: Any, telemetry: Any, compress: Any = True, functions: Any = True) -> Telemetry | None:
@@ -100,7 +101,7 @@ class Shell:
     def _options(cls, given: Options) -> Options:
         """``given`` with the defaults of the options it leaves out; an unknown name is refused
         (``**options`` would take it silently)."""
-        unknown = sorted(set(given) - set(Options.__annotations__))
+        unknown = sorted(set(given) - set(_SHARED))
         if unknown:
             raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {unknown[0]!r}")
         options = _DEFAULTS.copy()
@@ -129,14 +130,28 @@ class Shell:
 
     @classmethod
     def _split(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """``from_conn_string``'s options: the class's own (its keyword parameters and the shared
-        ``Options``) are taken out of ``options``, the rest go to the client; ``retries`` is 3
+        """``from_conn_string``'s options: the class's own (its keyword parameters, shared options
+        included) are taken out of ``options``, the rest go to the client; ``retries`` is 3
         unless given."""
         params = inspect.signature(cls).parameters.values()
-        names = {p.name for p in params if p.kind is p.KEYWORD_ONLY} | set(Options.__annotations__)
-        own = {k: options.pop(k) for k in names if k in options}
+        own = {p.name: options.pop(p.name) for p in params if p.kind is p.KEYWORD_ONLY and p.name in options}
         own.setdefault("retries", 3)
         return own
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A constructor taking ``**options`` shows them as the keyword parameters they are:
+        its signature (``help()``, ``inspect``, an IDE at run time) lists each shared option
+        with its default, as if spelled out."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        sig = inspect.signature(init)
+        params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        if len(params) < len(sig.parameters):
+            kw = inspect.Parameter.KEYWORD_ONLY
+            shared = [inspect.Parameter(n, kw, default=_DEFAULTS.get(n), annotation=t) for n, t in _SHARED.items()]
+            init.__signature__ = sig.replace(parameters=[*params, *shared])
 
 
 class SyncShell(Shell):
