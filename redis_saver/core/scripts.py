@@ -10,7 +10,7 @@ KEYS, ARGV and the reply (checked against the Python side by tests/scripts/test_
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``; a read marked ``--- @forget-variant`` (it
-forgets a damaged thread when ``REFRESH == 'f'``: "Lost keys" in ``lua/_lib.lua``) a third,
+forgets a damaged thread when ``REFRESH == 'f'``: "Lost keys" in ``lua/_lib_thread.lua``) a third,
 ``<name>+forget``, flagged ``allow-oom`` (it only deletes). A script marked ``--- @lean-variant`` also
 gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
 and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (2 keys, ``LEAN = true``), and without the
@@ -45,12 +45,12 @@ _STATE_BLOCK = re.compile(r"^-- @state-begin.*?^-- @state-end\n", re.MULTILINE |
 _SHEBANG_FLAGS = re.compile(r"flags=([a-z,-]+)")
 _FULL_ONLY = re.compile(r"^[^\n]*-- @full-only[^\n]*\n", re.MULTILINE)
 # a top-level helper: "local function name(" on one line ending with " end", or up to the
-# first "end" at column 0 (the convention lua/_lib.lua follows)
+# first "end" at column 0 (the convention the lua/_lib*.lua files follow)
 _FUNCTION = re.compile(
     r"^local function ([A-Za-z_][A-Za-z0-9_]*)\((?:[^\n]*\send\n|.*?^end\n)", re.MULTILINE | re.DOTALL
 )
 # a top-level local of one name on one line: dropped like a helper when nothing kept uses it,
-# so its right-hand side must have no effect (lua/_lib.lua's convention)
+# so its right-hand side must have no effect (the lua/_lib*.lua files' convention)
 _LOCAL = re.compile(r"^local ([A-Za-z_][A-Za-z0-9_]*) = [^\n]*\n", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
