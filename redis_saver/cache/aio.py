@@ -16,8 +16,11 @@ T = TypeVar("T")
 class AsyncRedisCache(LoopBound, RedisCacheBase[ValueT]):
     """LangGraph node cache on plain Redis, for an asyncio client: :class:`RedisCache`'s
     behaviour with native ``aget`` / ``aset`` / ``aclear``. Its sync methods are for other
-    threads (they run on the loop of the cache's last async call); on that loop's own thread
-    they raise ``asyncio.InvalidStateError``, as ``AsyncRedisSaver``'s.
+    threads (they run on its loop: the one running when it was made, else that of its first
+    async call); on that loop's own thread they raise ``asyncio.InvalidStateError``, as
+    ``AsyncRedisSaver``'s. ``auto_pipeline`` (on by default) as ``AsyncRedisSaver``'s: the calls
+    concurrent tasks issue in one event-loop iteration leave in one write per server
+    (``transport/autopipe.py``), on the lanes it shares with the savers on the same client.
     """
 
     _async_hint = "the async interface (`await cache.aget(...)`)"
