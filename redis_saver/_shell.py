@@ -139,19 +139,26 @@ class Shell:
         return own
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A constructor taking ``**options`` shows them as the keyword parameters they are:
-        its signature (``help()``, ``inspect``, an IDE at run time) lists each shared option
-        with its default, as if spelled out."""
+        """A constructor taking ``**options`` shows them as the keyword parameters they stand
+        for: the shared options, and those of the constructor it hands them to (a subclass's
+        ``__init__(self, client, **options)`` shows its base's). So ``help()``, ``inspect``, an
+        IDE at run time and ``from_conn_string``'s split see every option with its default."""
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is None:
             return
         sig = inspect.signature(init)
         params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-        if len(params) < len(sig.parameters):
-            kw = inspect.Parameter.KEYWORD_ONLY
-            shared = [inspect.Parameter(n, kw, default=_DEFAULTS.get(n), annotation=t) for n, t in _SHARED.items()]
-            init.__signature__ = sig.replace(parameters=[*params, *shared])
+        if len(params) == len(sig.parameters):
+            return
+        kw = inspect.Parameter.KEYWORD_ONLY
+        more = [inspect.Parameter(n, kw, default=_DEFAULTS.get(n), annotation=t) for n, t in _SHARED.items()]
+        base = next(k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__)
+        more += [p for p in inspect.signature(base).parameters.values() if p.kind is kw]
+        for p in more:
+            if p.name not in {q.name for q in params}:
+                params.append(p)
+        init.__signature__ = sig.replace(parameters=params)
 
 
 class SyncShell(Shell):

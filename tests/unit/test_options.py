@@ -76,3 +76,15 @@ def test_from_conn_string_takes_the_class_options_and_leaves_the_client_ones() -
     options = {"prefix": "c", "functions": False}
     assert RedisCache._split(options) == {"prefix": "c", "retries": 3}
     assert options == {"functions": False}
+
+
+def test_a_subclass_passing_options_on_keeps_every_option() -> None:
+    class Mine(RedisSaver):
+        def __init__(self, client: Any, **options: Any) -> None:
+            super().__init__(client, **options)
+
+    params = inspect.signature(Mine).parameters
+    assert {"ttl", "history", "functions", *DEFAULTS} <= set(params) and params["history"].default == "full"
+    options = {"ttl": {"default_ttl": 5}, "prefix": "m", "socket_timeout": 1}
+    assert Mine._split(options) == {"ttl": {"default_ttl": 5}, "prefix": "m", "retries": 3}
+    assert Mine(redis.Redis(port=1), history="latest", prefix="m").history == "latest"
