@@ -55,7 +55,9 @@ class Options(TypedDict, total=False):
     auto_pipeline: bool | None
 
 
-_DEFAULTS: Options = {"prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True}
+_DEFAULTS: Options = {
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None
+}
 _SHARED: dict[str, Any] = get_type_hints(Options)  # name -> type
 
 
@@ -118,7 +120,7 @@ class Shell:
         self.compress = options["compress"]
         self.retries = options["retries"]
         self._driver = self._driver_cls(client, keys, self.retries, tel, functions)
-        self._set_auto_pipeline(options.get("auto_pipeline"))
+        self._set_auto_pipeline(options["auto_pipeline"])
         self._bound()
         return self._driver
 
@@ -169,7 +171,8 @@ class SyncShell(Shell):
 
     def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
         if auto_pipeline is not None:
-            name = type(self).__name__
+            # the library's class (RedisSaver...), also when an application subclassed it
+            name = next(k.__name__ for k in type(self).__mro__ if k.__module__.startswith("redis_saver."))
             raise TypeError(f"auto_pipeline is an Async{name} option ({name} sends each call as it comes)")
 
     @classmethod
