@@ -12,6 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import redis
@@ -139,44 +140,42 @@ def _async_close(ctx, client):
     return lambda: ctx["loop"].run_until_complete(client.aclose())
 
 
+def _on_client(name, mode, ctx, build, **entry) -> Entry:
+    """An entry whose saver is ``build(client)``, on a client of the entry's own server: a
+    ``redis.Redis`` (sync) or a ``redis.asyncio.Redis`` (async), closed with the entry."""
+
+    def make(h, p):
+        if mode == "sync":
+            c = redis.Redis(host=h, port=p, **_rkw())
+            return build(c), _sync_close(c)
+        c = aioredis.Redis(host=h, port=p, **_akw())
+        return build(c), _async_close(ctx, c)
+
+    return _redis_entry(name, mode, ctx, make, **entry)
+
+
 def make_floor_sync(ctx):
     from bench.floor import FloorSaver
 
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return FloorSaver(c), _sync_close(c)
-
-    return _redis_entry(FLOOR_SYNC, "sync", ctx, make)
+    return _on_client(FLOOR_SYNC, "sync", ctx, FloorSaver)
 
 
 def make_floor_async(ctx):
     from bench.floor import AsyncFloorSaver
 
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncFloorSaver(c), _async_close(ctx, c)
-
-    return _redis_entry(FLOOR_ASYNC, "async", ctx, make)
+    return _on_client(FLOOR_ASYNC, "async", ctx, AsyncFloorSaver)
 
 
 def make_min_floor_sync(ctx):
     from bench.floor_min import MinFloorSaver
 
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return MinFloorSaver(c), _sync_close(c)
-
-    return _redis_entry(MIN_FLOOR_SYNC, "sync", ctx, make)
+    return _on_client(MIN_FLOOR_SYNC, "sync", ctx, MinFloorSaver)
 
 
 def make_min_floor_async(ctx):
     from bench.floor_min import AsyncMinFloorSaver
 
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncMinFloorSaver(c), _async_close(ctx, c)
-
-    return _redis_entry(MIN_FLOOR_ASYNC, "async", ctx, make)
+    return _on_client(MIN_FLOOR_ASYNC, "async", ctx, AsyncMinFloorSaver)
 
 
 def _import_redis_saver():
@@ -189,12 +188,7 @@ def _import_redis_saver():
 
 def make_redis_saver_sync(ctx, name: str = "redis_saver RedisSaver"):
     RedisSaver, _ = _import_redis_saver()
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg"), _sync_close(c)
-
-    return _redis_entry(name, "sync", ctx, make)
+    return _on_client(name, "sync", ctx, partial(RedisSaver, prefix="lg"))
 
 
 CONTROL = "redis_saver RedisSaver (control)"
@@ -209,12 +203,9 @@ def make_redis_saver_sync_control(ctx):
 def make_redis_saver_sync_no_telemetry(ctx):
     """The same saver with telemetry=False: what the OpenTelemetry hooks cost without a provider."""
     RedisSaver, _ = _import_redis_saver()
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg", telemetry=False), _sync_close(c)
-
-    return _redis_entry("redis_saver RedisSaver (telemetry off)", "sync", ctx, make)
+    return _on_client(
+        "redis_saver RedisSaver (telemetry off)", "sync", ctx, partial(RedisSaver, prefix="lg", telemetry=False)
+    )
 
 
 def make_redis_saver_sync_evalsha(ctx):
@@ -224,22 +215,14 @@ def make_redis_saver_sync_evalsha(ctx):
     RedisSaver, _ = _import_redis_saver()
     if not supports(RedisSaver, "functions"):
         raise Unavailable("this redis_saver has no functions option (its scripts always run as EVALSHA)")
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg", functions=False), _sync_close(c)
-
-    return _redis_entry("redis_saver RedisSaver (EVALSHA)", "sync", ctx, make)
+    return _on_client(
+        "redis_saver RedisSaver (EVALSHA)", "sync", ctx, partial(RedisSaver, prefix="lg", functions=False)
+    )
 
 
 def make_redis_saver_async(ctx):
     _, AsyncRedisSaver = _import_redis_saver()
-
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncRedisSaver(c, prefix="lg"), _async_close(ctx, c)
-
-    return _redis_entry("redis_saver AsyncRedisSaver", "async", ctx, make)
+    return _on_client("redis_saver AsyncRedisSaver", "async", ctx, partial(AsyncRedisSaver, prefix="lg"))
 
 
 def _compress_off(cls) -> dict:
@@ -255,50 +238,31 @@ def make_redis_saver_sync_no_compress(ctx):
     """The working tree's saver with compression off: what compressing costs or saves, same code otherwise."""
     RedisSaver, _ = _import_redis_saver()
     kw = _compress_off(RedisSaver)
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg", **kw), _sync_close(c)
-
-    return _redis_entry("redis_saver RedisSaver (compress=False)", "sync", ctx, make)
+    return _on_client("redis_saver RedisSaver (compress=False)", "sync", ctx, partial(RedisSaver, prefix="lg", **kw))
 
 
 def make_redis_saver_async_no_compress(ctx):
     _, AsyncRedisSaver = _import_redis_saver()
     kw = _compress_off(AsyncRedisSaver)
-
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncRedisSaver(c, prefix="lg", **kw), _async_close(ctx, c)
-
-    return _redis_entry("redis_saver AsyncRedisSaver (compress=False)", "async", ctx, make)
+    return _on_client(
+        "redis_saver AsyncRedisSaver (compress=False)", "async", ctx, partial(AsyncRedisSaver, prefix="lg", **kw)
+    )
 
 
 def make_previous_sync(ctx):
     """The previous release (bench/previous.py: 0.1.0, storage format 3), installed beside the working tree."""
-    from bench import previous
-
-    RedisSaver, _ = previous.savers()
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(c, prefix="lg"), _sync_close(c)
-
-    e = _redis_entry(f"{previous.LABEL} RedisSaver", "sync", ctx, make)
-    e.notes.append(f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}")
-    return e
+    return _previous(ctx, "sync")
 
 
 def make_previous_async(ctx):
+    return _previous(ctx, "async")
+
+
+def _previous(ctx, mode):
     from bench import previous
 
-    _, AsyncRedisSaver = previous.savers()
-
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncRedisSaver(c, prefix="lg"), _async_close(ctx, c)
-
-    e = _redis_entry(f"{previous.LABEL} AsyncRedisSaver", "async", ctx, make)
+    cls = previous.savers()[0 if mode == "sync" else 1]
+    e = _on_client(f"{previous.LABEL} {cls.__name__}", mode, ctx, partial(cls, prefix="lg"))
     e.notes.append(f"git {previous.PREVIOUS_COMMIT}, installed as {previous.PACKAGE}")
     return e
 
@@ -430,13 +394,12 @@ def _official():
 def make_official_sync(ctx):
     RedisSaver, _ = _official()
 
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
+    def build(c):
         s = RedisSaver(redis_client=c)
         s.setup()
-        return s, _sync_close(c)
+        return s
 
-    return _redis_entry("official RedisSaver", "sync", ctx, make, kind="stack")
+    return _on_client("official RedisSaver", "sync", ctx, build, kind="stack")
 
 
 def make_official_async(ctx):
@@ -465,22 +428,12 @@ def _plain():
 
 def make_plain_sync(ctx):
     RedisSaver, _ = _plain()
-
-    def make(h, p):
-        c = redis.Redis(host=h, port=p, **_rkw())
-        return RedisSaver(client=c), _sync_close(c)
-
-    return _redis_entry("plainredis RedisSaver", "sync", ctx, make)
+    return _on_client("plainredis RedisSaver", "sync", ctx, lambda c: RedisSaver(client=c))
 
 
 def make_plain_async(ctx):
     _, AsyncRedisSaver = _plain()
-
-    def make(h, p):
-        c = aioredis.Redis(host=h, port=p, **_akw())
-        return AsyncRedisSaver(client=c), _async_close(ctx, c)
-
-    return _redis_entry("plainredis AsyncRedisSaver", "async", ctx, make)
+    return _on_client("plainredis AsyncRedisSaver", "async", ctx, lambda c: AsyncRedisSaver(client=c))
 
 
 # order = display order; floors first (ratios need them)

@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ._shell import check_options
+from ._shell import Options, Shell
 from .core.plans import Plans
 from .core.ttl import TTLConfig
 from .core.values import StreamCache
 from .keys import KeySchema
-from .telemetry import Telemetry
 
-SAVER_OPTIONS = (
-    "prefix",
-    "serde",
-    "ttl",
-    "history",
-    "fencing",
-    "wait_for_replicas",
-    "wait_timeout_ms",
-    "retries",
-    "eviction_check",
-    "telemetry",
-    "compress",
-    "cache_bytes",
-    "auto_pipeline",
-    "functions",
-)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
-class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
+class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
     """State and plans shared by both savers; subclasses add only the I/O shell.
 
     Args:
@@ -84,58 +68,37 @@ class RedisSaverBase(Plans, BaseCheckpointSaver[str]):
             a channel the saver has not seen starts a new stream instead of a delta.
     """
 
-    _driver_cls: type
-
     def __init__(
         self,
         client: Any,
         *,
-        prefix: str = "lg",
-        serde: SerializerProtocol | None = None,
         ttl: TTLConfig | Mapping[str, Any] | None = None,
         history: Literal["full", "latest"] = "full",
         fencing: bool = False,
         wait_for_replicas: int = 0,
         wait_timeout_ms: int = 1000,
-        retries: int = 0,
         eviction_check: Literal["warn", "raise", "off"] = "warn",
-        telemetry: Telemetry | bool = True,
-        compress: bool = True,
         cache_bytes: int = 64 << 20,
-        auto_pipeline: bool | None = None,
         functions: bool = True,
+        **options: Unpack[Options],
     ) -> None:
-        super().__init__(serde=serde)
-        tel = check_options(retries, telemetry, compress, functions)
-        self.retries = retries
+        shared = self._options(options)
+        super().__init__(serde=shared["serde"])
         if isinstance(wait_for_replicas, bool) or not isinstance(wait_for_replicas, int) or wait_for_replicas < 0:
             raise ValueError("wait_for_replicas must be an int >= 0")
         if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
         self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
-        self.keys = KeySchema(prefix)
+        self.keys = KeySchema(shared["prefix"])
         self.ttl = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
         self.history = history
         self.fencing = bool(fencing)
-        self.compress = compress
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
         self._streams = StreamCache(cache_bytes)
-        check_client(client)
-        self.client = client
-        self._driver = self._driver_cls(client, self.keys, self.retries, tel, functions)
-        self._driver.set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
-        self._set_auto_pipeline(auto_pipeline)
-        self._bound()
-
-    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
-        if auto_pipeline is not None:
-            raise TypeError("auto_pipeline is an AsyncRedisSaver option (RedisSaver sends each call as it comes)")
-
-    def _bound(self) -> None:
-        """Called at the end of ``__init__`` (AsyncRedisSaver binds to a running loop)."""
+        self._attach(client, shared, self.keys, functions).set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions: the counter's digit count, its digits, ``.``, 6 random letters or digits
@@ -177,16 +140,3 @@ def _counter(version: str) -> int:
         if n == len(head) - 1:
             return int(head[1:])
     return int(head)
-
-
-def check_client(client: Any) -> None:
-    kwargs: dict[str, Any] = {}
-    try:
-        kwargs = client.get_connection_kwargs()
-    except Exception:  # cluster clients and fakes expose options differently
-        pool = getattr(client, "connection_pool", None)
-        kwargs = getattr(pool, "connection_kwargs", {}) or {}
-    if kwargs.get("decode_responses"):
-        raise ValueError(
-            "redis_saver needs a client with decode_responses=False: checkpoints are stored as raw bytes"
-        )

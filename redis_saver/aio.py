@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from ._api import SaverAPI
-from ._base import SAVER_OPTIONS
-from ._shell import LoopBound, async_owner
+from ._shell import LoopBound
 from .core.plans import Plan
-from .transport.drivers import AsyncDriver
 
 T = TypeVar("T")
-
 
 
 class AsyncRedisSaver(LoopBound, SaverAPI):
@@ -30,16 +26,7 @@ class AsyncRedisSaver(LoopBound, SaverAPI):
     the same event-loop iteration in one write.
     """
 
-    _driver_cls = AsyncDriver
-    _driver: AsyncDriver
     _async_hint = "the async interface (`await saver.aget_tuple(...)`, `await graph.ainvoke(...)`)"
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
-        """Async twin of :meth:`RedisSaver.from_conn_string`; the client is closed on exit."""
-        async with async_owner(cls, url, options, SAVER_OPTIONS) as saver:
-            yield saver
 
     async def asetup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""

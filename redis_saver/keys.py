@@ -43,7 +43,7 @@ from typing import Any
 
 SLOTS = 16384
 FORMAT_VERSION = "6"  # the storage format written (CHANGELOG.md lists them)
-# the formats read in place: the previous release's too (lua/_lib.lua OLDER_FORMATS); a write
+# the formats read in place: the previous release's too (lua/_lib_thread.lua OLDER_FORMATS); a write
 # to such a thread upgrades it to FORMAT_VERSION
 READ_FORMATS = ("3", "4", "5", "6")
 

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ._api import SaverAPI
-from ._base import SAVER_OPTIONS
-from ._shell import sync_owner
+from ._shell import SyncShell
 from .core.plans import Plan
-from .transport.drivers import SyncDriver
 
 T = TypeVar("T")
 
 
-class RedisSaver(SaverAPI):
+class RedisSaver(SyncShell, SaverAPI):
     """LangGraph checkpoint saver on plain Redis (>= 7.0, no modules).
 
     Every call is one EVALSHA of a Lua script (``lua/``) in the common case; every key of
@@ -30,21 +27,6 @@ class RedisSaver(SaverAPI):
         >>> with RedisSaver.from_conn_string("redis://localhost:6379") as saver:
         ...     graph = builder.compile(checkpointer=saver)
     """
-
-    _driver_cls = SyncDriver
-    _driver: SyncDriver
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisSaver]:
-        """Create a saver that owns its client (``redis://``, ``rediss://``, ``unix://``,
-        ``redis+cluster://`` / ``cluster=True``, ``redis+sentinel://``); closed on exit.
-
-        Saver options (``prefix``, ``serde``, ``ttl``, ``history``, ``fencing``) are taken
-        from ``options``; the rest go to the client.
-        """
-        with sync_owner(cls, url, options, SAVER_OPTIONS) as saver:
-            yield saver
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts and check the server and storage format."""

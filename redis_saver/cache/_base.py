@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._base import check_client
-from .._shell import check_options
+from .._shell import Options, Shell
 from ..core.engine import Engine, Io
 from ..keys import KeySchema
-from ..telemetry import Telemetry
 from . import _core as core
 from .keys import CacheKeys
 
-CACHE_OPTIONS = ("prefix", "serde", "compress", "retries", "telemetry", "auto_pipeline")
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-
-class RedisCacheBase(BaseCache[ValueT]):
+class RedisCacheBase(Shell, BaseCache[ValueT]):
     """A LangGraph node cache (``BaseCache``) on plain Redis (>= 7.0, no modules).
 
     Args:
@@ -39,29 +36,13 @@ class RedisCacheBase(BaseCache[ValueT]):
             ``False``, or a ``redis_saver.Telemetry``.
     """
 
-    _driver_cls: type
-
-    def __init__(
-        self,
-        client: Any,
-        *,
-        prefix: str = "lg",
-        serde: SerializerProtocol | None = None,
-        compress: bool = True,
-        retries: int = 0,
-        telemetry: Telemetry | bool = True,
-    ) -> None:
-        super().__init__(serde=serde)
-        tel = check_options(retries, telemetry, compress)
-        self.keys = CacheKeys(prefix)
-        self.compress = compress
-        self.retries = retries
-        check_client(client)
-        self.client = client
+    def __init__(self, client: Any, **options: Unpack[Options]) -> None:
+        shared = self._options(options)
+        super().__init__(serde=shared["serde"])
+        self.keys = CacheKeys(shared["prefix"])
         # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
         # after NOSCRIPT), given the cache's scripts; its key schema is not used
-        self._driver = self._driver_cls(client, KeySchema(), retries, tel, False)
-        self._engine: Engine = self._driver.engine
+        self._engine: Engine = self._attach(client, shared, KeySchema(), False).engine
         self._engine.scripts.update(core.scripts(type(client).__module__.startswith("fakeredis")))
 
     # the plans of the three operations, run by the shells

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from langgraph.cache.base import FullKey, Namespace, ValueT
 
-from .._shell import LoopBound, async_owner
-from ..transport.drivers import AsyncDriver
-from ._base import CACHE_OPTIONS, RedisCacheBase
+from .._shell import LoopBound
+from ._base import RedisCacheBase
 
 T = TypeVar("T")
 
@@ -18,28 +16,14 @@ T = TypeVar("T")
 class AsyncRedisCache(LoopBound, RedisCacheBase[ValueT]):
     """LangGraph node cache on plain Redis, for an asyncio client: :class:`RedisCache`'s
     behaviour with native ``aget`` / ``aset`` / ``aclear``. Its sync methods are for other
-    threads (they run on the loop of the cache's last async call); on that loop's own thread
-    they raise ``asyncio.InvalidStateError``, as ``AsyncRedisSaver``'s.
+    threads (they run on its loop: the one running when it was made, else that of its first
+    async call); on that loop's own thread they raise ``asyncio.InvalidStateError``, as
+    ``AsyncRedisSaver``'s. ``auto_pipeline`` (on by default) as ``AsyncRedisSaver``'s: the calls
+    concurrent tasks issue in one event-loop iteration leave in one write per server
+    (``transport/autopipe.py``), on the lanes it shares with the savers on the same client.
     """
 
-    _driver_cls = AsyncDriver
-    _driver: AsyncDriver
     _async_hint = "the async interface (`await cache.aget(...)`)"
-
-    def __init__(self, client: Any, *, auto_pipeline: bool | None = None, **options: Any) -> None:
-        """``auto_pipeline``: as ``AsyncRedisSaver``'s (on by default): the calls concurrent tasks
-        issue in one event-loop iteration leave in one write per server (``transport/autopipe.py``); it
-        shares the client's lanes with the savers on that client. Other options:
-        :class:`RedisCacheBase`."""
-        super().__init__(client, **options)
-        self._set_auto_pipeline(auto_pipeline)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisCache[Any]]:
-        """Async twin of :meth:`RedisCache.from_conn_string`; the client is closed on exit."""
-        async with async_owner(cls, url, options, CACHE_OPTIONS) as cache:
-            yield cache
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """Async :meth:`RedisCache.get`."""

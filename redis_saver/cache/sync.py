@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from langgraph.cache.base import FullKey, Namespace, ValueT
 
-from .._shell import sync_owner
-from ..transport.drivers import SyncDriver
-from ._base import CACHE_OPTIONS, RedisCacheBase
+from .._shell import Options, SyncShell
+from ._base import RedisCacheBase
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
-class RedisCache(RedisCacheBase[ValueT]):
+class RedisCache(SyncShell, RedisCacheBase[ValueT]):
     """LangGraph node cache on plain Redis, for a sync client (options: :class:`RedisCacheBase`).
 
     ``get`` and ``set`` of a batch are one round trip (one command per namespace, pipelined),
@@ -27,25 +28,10 @@ class RedisCache(RedisCacheBase[ValueT]):
         ...     graph = builder.compile(cache=cache)
     """
 
-    _driver_cls = SyncDriver
-    _driver: SyncDriver
-
-    def __init__(self, client: Any, **options: Any) -> None:
+    def __init__(self, client: Any, **options: Unpack[Options]) -> None:
         if inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
             raise TypeError("RedisCache needs a sync redis client; use AsyncRedisCache for redis.asyncio")
-        if "auto_pipeline" in options:
-            raise TypeError("auto_pipeline is an AsyncRedisCache option (RedisCache sends each call as it comes)")
         super().__init__(client, **options)
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisCache[Any]]:
-        """A cache that owns its client (``redis://``, ``rediss://``, ``unix://``,
-        ``redis+cluster://`` / ``cluster=True``, ``redis+sentinel://``), closed on exit. Cache
-        options (``prefix``, ``serde``, ``compress``, ``retries``, ``telemetry``) are taken from
-        ``options``, the rest go to the client."""
-        with sync_owner(cls, url, options, CACHE_OPTIONS) as cache:
-            yield cache
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """The cached values of ``keys`` (``(namespace, key)`` pairs); missing or expired keys

@@ -7,7 +7,7 @@ import base64
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -250,3 +250,11 @@ def output_file(path: str) -> Iterator[Any]:
         raise
     f.close()
     os.replace(tmp, path)
+
+
+def _threads_arg(saver: Any, threads: Iterable[str]) -> tuple[list[str], list[str]]:
+    found: list[str] = []
+    missing: list[str] = []
+    for t in threads:
+        (found if ops.thread_exists(saver, t) else missing).append(t)
+    return found, missing

@@ -1,7 +1,7 @@
 """Byte framing shared by Python and the Lua scripts.
 
 A *record* is a list of byte strings framed as ``b"<len>,<len>,...;" + parts``: cheap to
-build here, cheap to split in Lua (``lua/_lib.lua: unpack_rec``), and binary-safe, so serde
+build here, cheap to split in Lua (``lua/_lib_records.lua: unpack_rec``), and binary-safe, so serde
 bytes are stored as they are (never re-encoded through JSON or base64).
 
 A *checkpoint record* (storage format 6) is a MessagePack array of 10 instead, nested parts
@@ -13,7 +13,7 @@ earlier formats keep their framing and are read as they are (their first byte is
 this one's is ``CP_MSGPACK``).
 
 Records stored by the scripts (their parts are named once: ``CP`` and ``WR`` below, and
-``CP_*`` / ``W_*`` in lua/_lib.lua):
+``CP_*`` / ``W_*`` in lua/_lib_records.lua):
 
 checkpoint  [parent_id, cp_type, cp_bytes, md_type, md_bytes, versions, filter, run_id, delta,
              parents]
@@ -53,7 +53,7 @@ def pack(parts: Iterable[bytes | str]) -> bytes:
 
 
 class CP:
-    """Parts of a checkpoint record, 0-based (lua/_lib.lua spells them CP_*, 1-based;
+    """Parts of a checkpoint record, 0-based (lua/_lib_records.lua spells them CP_*, 1-based;
     tests/scripts/test_scripts.py checks that both agree)."""
 
     PARENT, TYPE, BYTES, MD_TYPE, MD_BYTES, VERSIONS, FILTER, RUN_ID, DELTA, PARENTS = range(10)
@@ -61,7 +61,7 @@ class CP:
 
 
 class WR:
-    """Parts of a write record, 0-based (lua/_lib.lua: W_*, 1-based)."""
+    """Parts of a write record, 0-based (lua/_lib_records.lua: W_*, 1-based)."""
 
     TASK_ID, CHANNEL, TYPE, BYTES, TASK_PATH, IDX = range(6)
     PARTS = 6
@@ -72,7 +72,7 @@ CP_MSGPACK = 0x9A  # the first byte of a format-6 checkpoint record: a MessagePa
 
 def checkpoint_record(parts: Sequence[Any]) -> bytes:
     """A format-6 checkpoint record: ``parts`` (CP order; bytes and str, the nested parts lists
-    of them) as a MessagePack array, every string of the raw family (lua/_lib.lua cp_rec)."""
+    of them) as a MessagePack array, every string of the raw family (lua/_lib_records.lua cp_rec)."""
     packer = getattr(_local, "packer", None)
     if packer is None:  # one per thread (a Packer keeps a buffer), reused: msgpack.packb builds one per call
         packer = _local.packer = msgpack.Packer(use_bin_type=False)
@@ -96,7 +96,7 @@ def checkpoint_head(raw: bytes) -> list[Any]:
 
 
 EMPTY_TYPE = "empty"  # the serde type of a channel without a value
-EMPTY_BLOB = b"5,0;empty"  # pack([EMPTY_TYPE, b""]), the whole blob record (lua/_lib.lua EMPTY_BLOB)
+EMPTY_BLOB = b"5,0;empty"  # pack([EMPTY_TYPE, b""]), the whole blob record (lua/_lib_records.lua EMPTY_BLOB)
 
 
 def blob_record(type_: str | bytes, data: bytes) -> bytes:

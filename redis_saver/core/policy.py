@@ -2,7 +2,7 @@
 
 Redis evicts whole keys: under ``allkeys-*`` any key may go, under ``volatile-*`` any key with
 a ttl (the keys of threads saved with a ttl). A thread that loses a key is forgotten whole
-(see "Lost keys" in lua/_lib.lua): reads answer as if it had expired, and a write that
+(see "Lost keys" in lua/_lib_thread.lua): reads answer as if it had expired, and a write that
 continues it raises ``ThreadEvictedError``; nothing is ever read back partial. So:
 
 - ``noeviction``: nothing to say (a full Redis refuses writes with an OOM error).

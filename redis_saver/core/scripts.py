@@ -10,16 +10,19 @@ KEYS, ARGV and the reply (checked against the Python side by tests/scripts/test_
 
 Read scripts that may refresh a thread's TTL (``REFRESH == '1'``) get a second, writable variant (same body,
 shebang without ``no-writes``) named ``<name>+rw``; a read marked ``--- @forget-variant`` (it
-forgets a damaged thread when ``REFRESH == 'f'``: "Lost keys" in ``lua/_lib.lua``) a third,
+forgets a damaged thread when ``REFRESH == 'f'``: "Lost keys" in ``lua/_lib_thread.lua``) a third,
 ``<name>+forget``, flagged ``allow-oom`` (it only deletes). A script marked ``--- @lean-variant`` also
 gets ``<name>+lean``: the same text with the KEYS block of ``_lib.lua`` (between ``@keys-begin``
 and ``@keys-end``) replaced by ``lua/_keys_lean.lua`` (2 keys, ``LEAN = true``), and without the
 lines marked ``-- @full-only`` (nor the helpers only they use).
 
-An included library keeps only the ``local function`` definitions and one-name top-level
-locals the including script uses (directly or through other helpers): Lua re-creates every
-function of a script and evaluates every top-level local on each EVALSHA, so unused ones
-cost every call a few microseconds.
+A library may include files of its own (``_lib.lua`` holds the per-call blocks and includes
+its helpers by topic: ``_lib_records.lua``, ``_lib_thread.lua``, ``_lib_values.lua``,
+``_lib_checkpoints.lua``): ``read_lib()`` puts them in its place, in order, without the lines
+that start with ``--- `` (notes about a file, not sent). An included library keeps only the
+``local function`` definitions and one-name top-level locals the including script uses
+(directly or through other helpers): Lua re-creates every function of a script and evaluates
+every top-level local on each EVALSHA, so unused ones cost every call a few microseconds.
 
 The script files are found inside the installed package (``redis_saver/lua``, put there by
 the wheel build) or, from a source checkout, in ``lua/`` next to the package.
@@ -35,18 +38,19 @@ from importlib import resources
 from pathlib import Path
 
 _INCLUDE = re.compile(r'^--- @include "([^"]+)"$', re.MULTILINE)
+_NOTE = re.compile(r"^--- (?!@)[^\n]*\n", re.MULTILINE)  # a library file's notes: not sent
 _LIB_INCLUDE = '--- @include "_lib.lua"'  # a per-thread script (the saver's); others include their own library
 _KEYS_BLOCK = re.compile(r"^-- @keys-begin.*?^-- @keys-end\n", re.MULTILINE | re.DOTALL)
 _STATE_BLOCK = re.compile(r"^-- @state-begin.*?^-- @state-end\n", re.MULTILINE | re.DOTALL)
 _SHEBANG_FLAGS = re.compile(r"flags=([a-z,-]+)")
 _FULL_ONLY = re.compile(r"^[^\n]*-- @full-only[^\n]*\n", re.MULTILINE)
 # a top-level helper: "local function name(" on one line ending with " end", or up to the
-# first "end" at column 0 (the convention lua/_lib.lua follows)
+# first "end" at column 0 (the convention the lua/_lib*.lua files follow)
 _FUNCTION = re.compile(
     r"^local function ([A-Za-z_][A-Za-z0-9_]*)\((?:[^\n]*\send\n|.*?^end\n)", re.MULTILINE | re.DOTALL
 )
 # a top-level local of one name on one line: dropped like a helper when nothing kept uses it,
-# so its right-hand side must have no effect (lua/_lib.lua's convention)
+# so its right-hand side must have no effect (the lua/_lib*.lua files' convention)
 _LOCAL = re.compile(r"^local ([A-Za-z_][A-Za-z0-9_]*) = [^\n]*\n", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
@@ -142,9 +146,17 @@ def load_all() -> dict[str, Script]:
     return out
 
 
+def read_lib(name: str, d: Path | None = None) -> str:
+    """The library file ``name`` as scripts include it: each of its own ``@include`` lines
+    replaced by that file (read the same way), its ``--- `` notes left out."""
+    d = d or lua_dir()
+    text = _NOTE.sub("", (d / name).read_text())
+    return _INCLUDE.sub(lambda m: read_lib(m.group(1), d).removesuffix("\n"), text)
+
+
 def _expand(d: Path, text: str) -> str:
     """``text`` with each ``@include`` replaced by the library, shaken for ``text``."""
-    return _INCLUDE.sub(lambda m: shake((d / m.group(1)).read_text(), _INCLUDE.sub("", text)), text)
+    return _INCLUDE.sub(lambda m: shake(read_lib(m.group(1), d), _INCLUDE.sub("", text)), text)
 
 
 
@@ -205,7 +217,7 @@ def _flags(raw_first_line: str) -> list[str]:
 @lru_cache(maxsize=1)
 def library() -> Library:
     d = lua_dir()
-    lib = (d / "_lib.lua").read_text()
+    lib = read_lib("_lib.lua", d)
     keys_full = _KEYS_BLOCK.search(lib)
     state = _STATE_BLOCK.search(lib)
     if keys_full is None or state is None:
@@ -213,8 +225,9 @@ def library() -> Library:
     helpers = _STATE_BLOCK.sub("", _KEYS_BLOCK.sub("", lib))
     # the other libraries the scripts include (lua/_store_lib.lua): their helpers and constants
     # at the top level too (their names must not repeat _lib.lua's); no per-call blocks
-    others = sorted({m for p in d.glob("*.lua") for m in _INCLUDE.findall(p.read_text())} - {"_lib.lua"})
-    helpers += "".join("\n" + (d / name).read_text() for name in others)
+    scripts = [p for p in d.glob("*.lua") if not p.name.startswith("_")]
+    others = sorted({m for p in scripts for m in _INCLUDE.findall(p.read_text())} - {"_lib.lua"})
+    helpers += "".join("\n" + read_lib(name, d) for name in others)
     full_names, full_init = _per_call(keys_full.group(0))
     lean_names, lean_init = _per_call((d / "_keys_lean.lua").read_text())
     state_names, state_init = _per_call(state.group(0))

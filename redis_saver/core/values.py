@@ -11,7 +11,7 @@ Pure and I/O-free, like the plans that call it. What is stored (see docs/data-mo
 * A channel value is a *stream record*, type ``type + "\\x1fs"``: a stream id and at most
   ``MAX_OPS`` ops, each a byte range of the stream or a short literal. A stream is the
   append-only raw bytes of one (namespace, channel), stored as at most ``MAX_FRAMES`` zstd
-  frames (lua/_lib.lua, "Encoded values"). A new version of a list that only grows shares all
+  frames (lua/_lib_values.lua, "Encoded values"). A new version of a list that only grows shares all
   of its predecessor's bytes but the msgpack array header, so it costs a few ops and one frame
   of its new bytes, whatever the list's length: memory grows linearly with a thread's turns.
   Every ``MERGE_AT`` frames the put replaces them with one frame of the whole stream (same raw
@@ -55,10 +55,10 @@ CP_MIN_ENCODED = 1024  # the same for a checkpoint's own bytes (see above)
 # target (<= 0.05x); kept at 1.
 LEVEL_SMALL, LEVEL, SMALL = 1, 3, 32 << 10
 MERGE_AT = 16  # a put that would leave a stream with more frames merges them into one
-MAX_FRAMES = 32  # lua/_lib.lua MAX_FRAMES: what put.lua accepts
+MAX_FRAMES = 32  # lua/_lib_values.lua MAX_FRAMES: what put.lua accepts
 MAX_OPS = 8  # ops per stream record
 MAX_LITERAL = 16  # bytes of one literal op (a msgpack array header is 1, 3 or 5)
-STREAM_REC_MAX = 512  # lua/_lib.lua STREAM_REC_MAX
+STREAM_REC_MAX = 512  # lua/_lib_values.lua STREAM_REC_MAX
 MAX_SHIFT = 5  # header growth / shrink tried when resynchronising after the first difference
 
 Op = Union[tuple[int, int], bytes]  # noqa: UP007 (runtime alias): a range [a, b) of the stream, or a literal

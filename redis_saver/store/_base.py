@@ -4,38 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
 from langgraph.store.base.embed import ensure_embeddings
 
-from .._base import check_client
-from .._shell import check_options
+from .._shell import Options, Shell
 from ..core.engine import Cmd, Engine
 from ..errors import SchemaMismatchError
 from ..keys import KeySchema
-from ..telemetry import Telemetry
 from . import _semantics as sem
 from . import _vcache
 from ._keys import STORE_FORMAT, StoreKeys
 from ._plans import Config, Prepared
 
-STORE_OPTIONS = (
-    "prefix",
-    "index",
-    "ttl",
-    "serde",
-    "compress",
-    "shards",
-    "shard_depth",
-    "retries",
-    "telemetry",
-    "functions",
-    "auto_pipeline",
-    "vector_cache_bytes",
-)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
 _OP_NAMES = {
@@ -51,7 +38,7 @@ def op_name(ops: list[Op]) -> str:
     return _OP_NAMES.get(type(ops[0]), "store.batch") if len(ops) == 1 else "store.batch"
 
 
-class RedisStoreBase(BaseStore):
+class RedisStoreBase(Shell, BaseStore):
     """A LangGraph ``BaseStore`` on plain Redis (>= 7.0, no modules).
 
     Args:
@@ -90,30 +77,23 @@ class RedisStoreBase(BaseStore):
     """
 
     supports_ttl: bool = True
-    _driver_cls: type
 
     def __init__(
         self,
         client: Any,
         *,
-        prefix: str = "lg",
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
-        serde: SerializerProtocol | None = None,
-        compress: bool = True,
         shards: int | None = None,
         shard_depth: int | None = None,
-        retries: int = 0,
-        telemetry: Telemetry | bool = True,
         functions: bool = True,
-        auto_pipeline: bool | None = None,
         vector_cache_bytes: int = 256 * 2**20,
+        **options: Unpack[Options],
     ) -> None:
-        check_client(client)
-        self.client = client
+        shared = self._options(options)
         if shards is None:
             shards = CLUSTER_SHARDS if hasattr(client, "get_node_from_key") else 1
-        self.keys = StoreKeys(prefix, shards, shard_depth)
+        self.keys = StoreKeys(shared["prefix"], shards, shard_depth)
         if ttl is not None:
             if not isinstance(ttl, Mapping):
                 raise TypeError("ttl must be a TTLConfig dict")
@@ -133,25 +113,15 @@ class RedisStoreBase(BaseStore):
             self.embeddings = ensure_embeddings(cfg.get("embed"))
             cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
             self.index_config = cfg
-        tel = check_options(retries, telemetry, compress, functions)
-        self.serde: SerializerProtocol = serde or JsonPlusSerializer()
+        self.serde: SerializerProtocol = shared["serde"] or JsonPlusSerializer()
         default_ttl = bool(ttl and ttl.get("default_ttl"))
         if isinstance(vector_cache_bytes, bool) or not isinstance(vector_cache_bytes, int) or vector_cache_bytes < 0:
             raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
-        self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config, vcache=vcache)
+        self._cfg = Config(self.keys, self.serde, shared["compress"], default_ttl, self.index_config, vcache=vcache)
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
-        self._driver = self._driver_cls(client, KeySchema(), retries, tel, functions)
-        self._set_auto_pipeline(auto_pipeline)
-        self._bound()
-
-    def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
-        if auto_pipeline is not None:
-            raise TypeError("auto_pipeline is an AsyncRedisStore option (RedisStore sends each call as it comes)")
-
-    def _bound(self) -> None:
-        """Called at the end of ``__init__`` (AsyncRedisStore binds to a running loop)."""
+        self._attach(client, shared, KeySchema(), functions)
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""

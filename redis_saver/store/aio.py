@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from langgraph.store.base import Op, Result
 
-from .._shell import LoopBound, async_owner
-from ..transport.drivers import AsyncDriver
-from ._base import STORE_OPTIONS, RedisStoreBase, op_name
+from .._shell import LoopBound
+from ._base import RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan
 
@@ -25,16 +23,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
     ``AsyncPostgresStore``), and raise ``asyncio.InvalidStateError`` on the loop's own thread.
     """
 
-    _driver_cls = AsyncDriver
-    _driver: AsyncDriver
     _async_hint = "the async interface (`await store.aget(...)`)"
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisStore]:
-        """Async twin of :meth:`RedisStore.from_conn_string`; the client is closed on exit."""
-        async with async_owner(cls, url, options, STORE_OPTIONS) as store:
-            yield store
 
     async def setup(self) -> None:
         """Async :meth:`RedisStore.setup`."""

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from typing import Any
 
 from langgraph.store.base import Op, Result
 
-from .._shell import sync_owner
-from ..transport.drivers import SyncDriver
-from ._base import STORE_OPTIONS, RedisStoreBase, op_name
+from .._shell import SyncShell
+from ._base import RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
 from ._transfer import StoredItem, export_plan, import_plan
 
 
-class RedisStore(RedisStoreBase):
+class RedisStore(SyncShell, RedisStoreBase):
     """LangGraph long-term memory (``BaseStore``) on plain Redis (>= 7.0, no modules).
 
     A batch is one script call per shard it touches, sent in one round trip in the common case;
@@ -26,18 +23,6 @@ class RedisStore(RedisStoreBase):
         >>> with RedisStore.from_conn_string("redis://localhost:6379") as store:
         ...     graph = builder.compile(checkpointer=saver, store=store)
     """
-
-    _driver_cls = SyncDriver
-    _driver: SyncDriver
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisStore]:
-        """A store that owns its client (``redis://``, ``rediss://``, ``unix://``,
-        ``redis+cluster://``, ``redis+sentinel://``), closed on exit; store options are taken
-        from ``options``, the rest go to the client."""
-        with sync_owner(cls, url, options, STORE_OPTIONS) as store:
-            yield store
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts; record the store's layout (shards) under its

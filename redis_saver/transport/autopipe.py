@@ -13,7 +13,7 @@ resolving the future of the call it answers (Redis answers one connection's comm
 order they arrived). The calls are packed by hiredis, as redis-py's sync client packs them
 (its asyncio client packs in Python, at about five times the cost), and on redis-py's own
 connection classes the lane writes the socket and reads replies with the connection's hiredis
-reader itself, without redis-py's per-command layers (``_direct()``). The
+reader itself, without redis-py's per-command layers (``wire.direct()``). The
 first call queued on an idle lane starts the worker, whose first step runs at the next
 iteration of the loop, so every call queued in the same iteration leaves in that write. One
 write is in flight at a time: the calls queued while its replies come back leave together
@@ -57,9 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import math
-import sys
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -77,28 +75,11 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.engine import SCRIPT_COMMANDS
+from . import wire
 from .cluster import acluster_fcall
 
 # the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
 LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
-
-try:
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pragma: no cover - redis without the hiredis extra
-    _pack_command = None  # type: ignore[assignment]
-
-try:  # what a lane needs to read and write a connection itself (see _direct())
-    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-    from redis._parsers.hiredis import _AsyncHiredisParser
-    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR as SERVER_CLOSED
-    from redis.asyncio.connection import AbstractConnection as _AbstractConnection
-except ImportError:  # pragma: no cover - an older redis-py, or no hiredis: redis-py's methods
-    _AsyncHiredisParser = None  # type: ignore[assignment, misc]
-
-if sys.version_info >= (3, 11, 3):  # as redis-py: asyncio.timeout before 3.11.3 mishandles cancellation
-    from asyncio import timeout as _timeout  # type: ignore[attr-defined, unused-ignore]
-else:  # a redis-py dependency on these versions
-    from async_timeout import timeout as _timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 # a call whose arguments hold more bytes than this takes a pooled connection of its own (redis-py's
 # path): in a lane, the calls queued behind it would wait while its bytes are written and its reply
@@ -122,57 +103,12 @@ SMALL_POOL = 8  # a lane gives its connection back at once, not after IDLE, to a
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 
-async def _stale(conn: Any) -> bool:
-    """A connection held since the lane's last burst that must not be written to as it is: the
-    server closed it (idle ``timeout``, restart, ``CLIENT KILL``), it has unread data, or redis-py
-    marked it for reconnection (failover); the check the pool makes when it hands one out."""
-    marked = getattr(conn, "should_reconnect", None)
-    if marked is not None and marked():
-        return True
-    check = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis-py < 5.3: the latter only
-    try:
-        return bool(await check())
-    except (ConnectionError, RedisTimeoutError, OSError):
-        return True
-
-
-def _packed(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
-    """``conn.pack_commands(commands)``, by hiredis' C packer when the connection encodes as it
-    does (UTF-8, strict errors), as redis-py's sync connections do: its asyncio connection packs
-    in Python, argument by argument (a timeit of the benchmark's call shapes: a put 37 -> 7 us,
-    a get_tuple 22 -> 4 us); its sync one checks each argument in Python first (a put 6 -> 3 us;
-    the sync driver's direct path packs here too). Script commands only (no command name to
-    split)."""
-    if _hiredis_packs(getattr(conn, "encoder", None)):
-        try:
-            return [b"".join([_pack_command(c) for c in commands])]
-        except TypeError:  # an argument hiredis does not take: redis-py's packer says what is wrong
-            pass
-    packed: list[bytes] = conn.pack_commands(commands)
-    return packed
-
-
-def _hiredis_packs(enc: Any) -> bool:
-    """Whether hiredis' packer encodes as redis-py's ``enc`` does (UTF-8, strict errors)."""
-    return (
-        _pack_command is not None
-        and enc is not None
-        and enc.encoding_errors == "strict"
-        and enc.encoding.lower().replace("-", "").replace("_", "") == "utf8"
-    )
-
-
 def supported(client: Any) -> bool:
     """A redis-py asyncio client (standalone, Sentinel ``master_for`` or cluster); not a fake."""
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
 
     return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
-
-
-def _peer(conn: Any) -> str:
-    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
-    return f"{host}:{port}" if host is not None else str(getattr(conn, "path", "the server"))
 
 
 def _copy(exc: BaseException) -> BaseException:
@@ -186,109 +122,6 @@ def _copy(exc: BaseException) -> BaseException:
             err = ConnectionError(str(exc))
     err.__cause__ = exc
     return err
-
-
-_DIRECT: dict[type, bool] = {}
-
-
-def _direct(conn: Any) -> bool:
-    """Whether a lane writes ``conn``'s stream and reads its replies with the connection's own
-    hiredis reader itself, rather than through ``send_packed_command`` / ``read_response``.
-
-    Those two cost ~20 us of CPU a call in redis-py's layers (a task per write with a socket
-    timeout; a timeout context, a parser call and its checks per reply): about as much as the
-    rest of a lane's work. The lane does what they do for a connection of redis-py's own classes
-    with the hiredis parser, and nothing else: connect when disconnected (and PING when the
-    health check is due), write, read into the same hiredis reader (so redis-py's state stays as
-    its own reads would leave it), hand RESP3 push messages to the parser's handler, raise what
-    they raise, and move the health-check deadline. A subclass that changes either (Sentinel's
-    connections turn READONLY into a ConnectionError) or another parser keeps redis-py's
-    methods."""
-    parser = getattr(conn, "_parser", None)
-    if _AsyncHiredisParser is None or type(parser) is not _AsyncHiredisParser:
-        return False
-    if not all(hasattr(parser, a) for a in ("_reader", "_stream", "_read_size")):  # another redis-py's
-        return False
-    if str(getattr(conn, "protocol", 2)) not in ("2", "3", "None"):
-        return False
-    kind = type(conn)
-    ok = _DIRECT.get(kind)
-    if ok is None:
-        ok = _DIRECT[kind] = all(
-            getattr(kind, name, None) is getattr(_AbstractConnection, name)
-            for name in ("read_response", "send_packed_command", "_read_response_from_parser")
-        )
-    return ok
-
-
-async def _fill(conn: Any) -> Any:
-    """The next reply, reading the socket until the reader holds one (the hiredis parser's
-    ``read_response``, as redis-py's connection calls it, with its errors)."""
-    parser = conn._parser
-    reader, stream = parser._reader, parser._stream
-    if not getattr(parser, "_connected", True):  # disconnected meanwhile: as the parser says it
-        raise ConnectionError(SERVER_CLOSED)
-    try:
-        while True:
-            data = await stream.read(parser._read_size)
-            if not data:
-                raise ConnectionError(SERVER_CLOSED)
-            reader.feed(data)
-            reply = reader.gets()
-            if reply is not _NOT_ENOUGH_DATA:
-                return reply
-    except OSError as e:
-        raise ConnectionError(f"Error while reading from {_peer(conn)} : {e.args}") from None
-
-
-async def _read(conn: Any, deadline: float | None, loop: asyncio.AbstractEventLoop) -> Any:
-    """The next reply on a ``_direct`` connection, as ``read_response`` would give it (an error
-    reply raised); a reply already read off the socket (most of a batch's) is taken without
-    waiting, so no timeout is armed for it. ``deadline``: the loop time the socket timeout ends."""
-    parser = conn._parser
-    reply = parser._reader.gets()
-    while True:
-        if reply is _NOT_ENOUGH_DATA:
-            if deadline is None:
-                reply = await _fill(conn)
-            else:
-                async with _timeout(deadline - loop.time()):
-                    reply = await _fill(conn)
-        push = getattr(parser, "_hiredis_PushNotificationType", None)
-        if push is None or not isinstance(reply, push):
-            break
-        # RESP3: a push message (a client-side cache invalidation, a maintenance notice) goes to
-        # redis-py's handler, as its own read would send it
-        await parser.handle_push_response(reply)
-        reply = parser._reader.gets()
-    if isinstance(reply, ConnectionError):  # as the parser: e.g. LOADING
-        raise reply
-    if isinstance(reply, list) and reply and isinstance(reply[0], ConnectionError):
-        raise reply[0]
-    if conn.health_check_interval:
-        conn.next_health_check = loop.time() + conn.health_check_interval
-    if isinstance(reply, ResponseError):
-        raise reply
-    return reply
-
-
-DRAIN_OVER = 64 * 1024  # a direct write waits for the socket once this much is buffered (asyncio's high-water mark)
-
-
-async def _drain(conn: Any, writer: Any) -> None:
-    """``send_packed_command``'s wait for the socket to take a write, with its errors."""
-    try:
-        if conn.socket_timeout:
-            async with _timeout(conn.socket_timeout):
-                await writer.drain()
-        else:
-            await writer.drain()
-    except asyncio.TimeoutError:
-        await conn.disconnect(nowait=True)
-        raise RedisTimeoutError("Timeout writing to socket") from None
-    except OSError as e:
-        await conn.disconnect(nowait=True)
-        raise ConnectionError(f"Error while writing to {_peer(conn)}: {e.args}") from e
 
 
 class Lane:
@@ -351,13 +184,13 @@ class Lane:
             try:
                 if conn is None:
                     conn = self.conn = await self._acquire()  # connected, and checked by the pool
-                elif conn.is_connected and await _stale(conn):
+                elif conn.is_connected and await wire.stale(conn):
                     await conn.disconnect()  # the next write connects again
             except BaseException as exc:  # nothing was written: the calls waiting get the error
                 self._fail_queued(exc)
                 raise
             timeout = conn.socket_timeout or None
-            direct = _direct(conn)
+            direct = wire.direct(conn)
             expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
                 if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
@@ -374,7 +207,7 @@ class Lane:
                                 packs.append(packed)
                             sent.append((command[0], fut, deadline))
                     if commands:
-                        data = packs if packs is not None else _packed(conn, commands)
+                        data = packs if packs is not None else wire.packed(conn, commands)
                         # a health-check PING (redis-py, after health_check_interval idle) reads its own
                         # reply: only when no reply of ours is still on the way
                         alone = len(sent) == len(commands)
@@ -384,11 +217,11 @@ class Lane:
                             # send_packed_command's work when it has none to do but write
                             writer = conn._writer
                             writer.writelines(data)
-                            if writer.transport.get_write_buffer_size() > DRAIN_OVER:
-                                await _drain(conn, writer)
+                            if writer.transport.get_write_buffer_size() > wire.DRAIN_OVER:
+                                await wire.drain(conn, writer)
                         else:
                             await conn.send_packed_command(data, check_health=alone)
-                            direct = _direct(conn)  # (re)connected: the parser is new
+                            direct = wire.direct(conn)  # (re)connected: the parser is new
                 if not sent:
                     if not self.hold and not self.queue:  # a small pool: the connection goes back now
                         self.conn = None
@@ -397,13 +230,13 @@ class Lane:
                 deadline = sent[expired][2]
                 try:
                     if direct:
-                        reply = await _read(conn, deadline, loop)
+                        reply = await wire.read(conn, deadline, loop)
                     elif deadline is None:
                         reply = await conn.read_response(disconnect_on_error=False)
                     else:
                         # each call's own socket timeout, from its write: the reply may still come after
                         # it, so the connection stays (read_response would close it on its own timeout)
-                        async with _timeout(deadline - loop.time()):
+                        async with wire.timeout(deadline - loop.time()):
                             reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
                 except ResponseError as exc:  # an error reply: the call's own error
                     reply = exc
@@ -412,7 +245,7 @@ class Lane:
                     while expired < len(sent) and (sent[expired][2] or math.inf) <= now:
                         fut = sent[expired][1]
                         if not fut.done():
-                            fut.set_exception(RedisTimeoutError(f"Timeout reading from {_peer(conn)}"))
+                            fut.set_exception(RedisTimeoutError(f"Timeout reading from {wire.peer(conn)}"))
                         expired += 1
                     if expired == len(sent):  # no call is waiting on this connection: start afresh
                         sent.clear()
@@ -510,7 +343,7 @@ class Router:
         get_encoder = getattr(client, "get_encoder", None)
         # calls are packed here, once, when hiredis packs as the client's connections would (their
         # size decides the lane; the lane writes the bytes)
-        self.packs = get_encoder is not None and _hiredis_packs(get_encoder())
+        self.packs = get_encoder is not None and wire.hiredis_packs(get_encoder())
 
     def _lane(self, name: str, args: tuple[Any, ...]) -> Lane | None:
         loop = asyncio.get_running_loop()
@@ -520,7 +353,7 @@ class Router:
             lanes = self.lanes.get(None)
             if lanes is None:
                 pool = self.client.connection_pool
-                acquire, callbacks, hold = _pool_acquire(pool), self.client.response_callbacks, _hold(pool)
+                acquire, callbacks, hold = wire.pool_acquire(pool), self.client.response_callbacks, _hold(pool)
                 lanes = self.lanes[None] = _lanes(lambda: Lane(loop, acquire, pool.release, callbacks, hold=hold))
             return lanes.next()
         key = args[0] if name == "mget" else args[2] if args[1] else None  # a script's first key
@@ -532,7 +365,7 @@ class Router:
             return None
         lanes = self.lanes.get(node.name)
         if lanes is None or lanes[0].node is not node:  # a node object replaced by a slot-map refresh
-            acquire, release, hold = _node_acquire(node), _node_release(node), _hold(node)
+            acquire, release, hold = wire.node_acquire(node), wire.node_release(node), _hold(node)
             lanes = self.lanes[node.name] = _lanes(
                 lambda: Lane(loop, acquire, release, node.response_callbacks, node, hold)
             )
@@ -548,7 +381,7 @@ class Router:
         packed = None
         if self.packs:
             try:
-                packed = _pack_command(command)
+                packed = wire.pack_command(command)
             except TypeError:  # an argument hiredis does not take: the lane packs it as redis-py would
                 pass
         # (an EVAL's body, args[0], sent once after NOSCRIPT, is not counted)
@@ -560,7 +393,7 @@ class Router:
             return await self._unpiped(command)  # alone: calls behind it in a lane would wait for its bytes
         if not self.cluster:
             retry = self.client.get_retry()
-            if not _retries(retry):
+            if not wire.retries(retry):
                 return await lane.submit(command, packed)
             # redis-py retries a command that failed with ConnectionError (and TimeoutError, by
             # default) after a backoff: the lane sends it again, on a new connection
@@ -571,7 +404,7 @@ class Router:
             pass  # redis-py's cluster path follows it (and fixes its slot map)
         except (ConnectionError, RedisTimeoutError):
             self.client._initialize = True  # as redis-py does: its next command refreshes the slot map
-            if not _retries(getattr(self.client, "retry", None)):
+            if not wire.retries(getattr(self.client, "retry", None)):
                 raise
             # redis-py would retry after the refresh: its cluster path does
         return await self._unpiped(command)
@@ -582,14 +415,6 @@ class Router:
         if self.cluster and command[0] == "FCALL":
             return await acluster_fcall(self.client, command[1:])
         return await self.client.execute_command(*command)
-
-
-def _retries(retry: Any) -> int:
-    """How many times a redis-py ``Retry`` retries (None: no retry)."""
-    if retry is None:
-        return 0
-    count = getattr(retry, "get_retries", None)
-    return int(count() if count is not None else retry._retries)
 
 
 async def _ignore(*_: Any) -> None:
@@ -605,28 +430,6 @@ def _hold(pool: Any) -> float:
     if isinstance(pool, BlockingConnectionPool) or getattr(pool, "max_connections", 0) < SMALL_POOL:
         return 0.0
     return IDLE
-
-
-def _pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
-    # redis-py >= 5.3 deprecates the command-name argument that older versions require
-    first = next(iter(inspect.signature(pool.get_connection).parameters.values()), None)
-    if first is not None and first.default is inspect.Parameter.empty and first.kind is not first.VAR_POSITIONAL:
-        return lambda: pool.get_connection("EVALSHA")
-    return pool.get_connection  # type: ignore[no-any-return]
-
-
-def _node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:
-    async def acquire() -> Any:
-        return node.acquire_connection()
-
-    return acquire
-
-
-def _node_release(node: Any) -> Callable[[Any], Awaitable[None]]:
-    async def release(conn: Any) -> None:
-        node.release(conn)
-
-    return release
 
 
 _routers: weakref.WeakKeyDictionary[Any, Router] = weakref.WeakKeyDictionary()

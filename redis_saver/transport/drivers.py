@@ -24,6 +24,7 @@ from ..core.plans import Call, Plan
 from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
+from . import wire
 from .cluster import acluster_fcall, cluster_fcall
 
 T = TypeVar("T")
@@ -126,7 +127,7 @@ class SyncDriver(_Driver):
         try:
             # packed by hiredis in one call (redis-py's send_command checks every argument in Python
             # first: 6 -> 3 us for a put's FCALL)
-            packed = _autopipe._packed(conn, [(command, *args)])
+            packed = wire.packed(conn, [(command, *args)])
             return conn.retry.call_with_retry(
                 lambda: (conn.send_packed_command(packed), conn.read_response())[1],
                 lambda _error: conn.disconnect(),

@@ -64,6 +64,21 @@ def contract_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield server.url
 
 
+def contract_settings(env: str, default: int, *suppress: Any) -> Any:
+    """The contract suite's hypothesis settings: ``max_examples`` from ``env`` (else
+    ``default``), no deadline, shrinking skipped under ``CONTRACT_NO_SHRINK=1``, and the fixture,
+    speed (and ``suppress``) health checks off."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        max_examples=int(os.environ.get(env, str(default))),
+        deadline=None,
+        report_multiple_bugs=False,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("CONTRACT_NO_SHRINK") else list(Phase),
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, *suppress],
+    )
+
+
 def unique_prefix() -> str:
     # hostile on purpose: colon, glob characters, space, unicode (braces are refused)
     return f"lgc:{uuid.uuid4().hex[:10]}:*?[x] ü"

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base.id import uuid6
@@ -35,7 +34,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from redis_saver import ThreadExistsError
-from tests.contract.conftest import delete_prefix, new_saver, unique_prefix
+from tests.contract.conftest import contract_settings, delete_prefix, new_saver, unique_prefix
 from tests.reference import ReferenceSaver
 
 # hostile identifiers: braces, colons, glob characters, spaces, unicode, "" namespace
@@ -227,21 +226,7 @@ class Version:
 
 
 # --------------------------------------------------------------------------- the test
-@settings(
-    max_examples=int(os.environ.get("CONTRACT_EXAMPLES", "35")),
-    deadline=None,
-    report_multiple_bugs=False,
-    phases=(
-        [Phase.explicit, Phase.reuse, Phase.generate]
-        if os.environ.get("CONTRACT_NO_SHRINK")
-        else list(Phase)
-    ),
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@contract_settings("CONTRACT_EXAMPLES", 35, HealthCheck.data_too_large)
 @given(data=st.data())
 def test_differential(contract_kind: str, contract_url: str | None, data: st.DataObject) -> None:
     ref = ReferenceSaver()
@@ -253,21 +238,7 @@ def test_differential(contract_kind: str, contract_url: str | None, data: st.Dat
         drv.close()
 
 
-@settings(
-    max_examples=int(os.environ.get("CONTRACT_EXAMPLES_SMALL", "20")),
-    deadline=None,
-    report_multiple_bugs=False,
-    phases=(
-        [Phase.explicit, Phase.reuse, Phase.generate]
-        if os.environ.get("CONTRACT_NO_SHRINK")
-        else list(Phase)
-    ),
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@contract_settings("CONTRACT_EXAMPLES_SMALL", 20, HealthCheck.data_too_large)
 @given(data=st.data())
 def test_differential_small_pages(
     contract_kind: str, contract_url: str | None, data: st.DataObject, monkeypatch: pytest.MonkeyPatch

@@ -15,13 +15,13 @@ checkpoint.  After prune:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base.id import uuid6
 
+from tests.contract.conftest import contract_settings
 from tests.contract.test_differential import Driver, explain, list_matches, norm, norm_history
 from tests.reference import ReferenceSaver
 
@@ -31,17 +31,7 @@ DELTA = ["d1", "d{2}"]
 PLAIN = ["p"]
 
 
-@settings(
-    max_examples=int(os.environ.get("CONTRACT_EXAMPLES", "35")),
-    deadline=None,
-    report_multiple_bugs=False,
-    phases=(
-        [Phase.explicit, Phase.reuse, Phase.generate]
-        if os.environ.get("CONTRACT_NO_SHRINK")
-        else list(Phase)
-    ),
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@contract_settings("CONTRACT_EXAMPLES", 35)
 @given(data=st.data())
 def test_prune_keep_latest_delta_chains(contract_kind: str, contract_url: str | None, data: st.DataObject) -> None:
     if contract_kind == "memory":

@@ -69,37 +69,36 @@ def tcfg(thread: str) -> dict:
     return {"configurable": {"thread_id": thread}}
 
 
+def _link(saver: Any, thread: str, ns: str, i: int, run_id: str | None) -> tuple[dict, dict, dict]:
+    """The ``i``-th checkpoint of a chain: (checkpoint, metadata, its new versions)."""
+    ck = empty_checkpoint()
+    ck["id"] = str(uuid6(clock_seq=i))
+    ck["channel_values"] = {"msg": f"{thread}/{ns}/{i}"}
+    ck["channel_versions"] = {"msg": saver.get_next_version(None if i == 0 else f"{i:032}.0", None)}
+    md: dict[str, Any] = {"source": "loop", "step": i, "parents": {}}
+    if run_id is not None:
+        md["run_id"] = run_id
+    return ck, md, {"msg": ck["channel_versions"]["msg"]}
+
+
 def put_chain(saver: Any, thread: str, n: int, ns: str = "", run_id: str | None = None) -> list[dict]:
     """``n`` checkpoints in a parent chain on one thread/namespace, each with one channel blob
     and a pending write; returns the configs ``put`` returned."""
     out: list[dict] = []
     parent = cfg(thread, ns)
     for i in range(n):
-        ck = empty_checkpoint()
-        ck["id"] = str(uuid6(clock_seq=i))
-        ck["channel_values"] = {"msg": f"{thread}/{ns}/{i}"}
-        ck["channel_versions"] = {"msg": saver.get_next_version(None if i == 0 else f"{i:032}.0", None)}
-        md: dict[str, Any] = {"source": "loop", "step": i, "parents": {}}
-        if run_id is not None:
-            md["run_id"] = run_id
-        parent = saver.put(parent, ck, md, {"msg": ck["channel_versions"]["msg"]})
+        parent = saver.put(parent, *_link(saver, thread, ns, i, run_id))
         saver.put_writes(parent, [("msg", f"w{i}")], task_id=f"task-{i}")
         out.append(parent)
     return out
 
 
 async def aput_chain(saver: Any, thread: str, n: int, ns: str = "", run_id: str | None = None) -> list[dict]:
+    """Async :func:`put_chain`."""
     out: list[dict] = []
     parent = cfg(thread, ns)
     for i in range(n):
-        ck = empty_checkpoint()
-        ck["id"] = str(uuid6(clock_seq=i))
-        ck["channel_values"] = {"msg": f"{thread}/{ns}/{i}"}
-        ck["channel_versions"] = {"msg": saver.get_next_version(None if i == 0 else f"{i:032}.0", None)}
-        md: dict[str, Any] = {"source": "loop", "step": i, "parents": {}}
-        if run_id is not None:
-            md["run_id"] = run_id
-        parent = await saver.aput(parent, ck, md, {"msg": ck["channel_versions"]["msg"]})
+        parent = await saver.aput(parent, *_link(saver, thread, ns, i, run_id))
         await saver.aput_writes(parent, [("msg", f"w{i}")], task_id=f"task-{i}")
         out.append(parent)
     return out

@@ -166,6 +166,20 @@ def _pages(step: Any) -> bool:
     return getattr(step, "script", "") == "export" and step.args[4] == "page"
 
 
+def _copy_by_pages(saver: RedisSaver, action: Any) -> int:
+    """``saver.copy_thread("T", "U")`` step by step, calling ``action(k)`` before its ``k``-th
+    page (1-based, counted across restarts) is read; returns how many pages were read."""
+    n = [0]
+
+    def hook(step: Any) -> None:
+        if _pages(step):
+            n[0] += 1
+            action(n[0])
+
+    _hooked(saver, saver._plan_copy_thread("T", "U"), hook)
+    return n[0]
+
+
 @pytest.fixture
 def paged(monkeypatch):
     import redis_saver.core.plans.budgets as plans
@@ -189,16 +203,12 @@ def _fill(saver: RedisSaver, thread: str, n: int) -> None:
 def test_a_destructive_change_mid_copy_starts_the_copy_again(sync_client, prefix, paged):
     s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 12)
-    seen = []
 
-    def hook(step: Any) -> None:
-        if _pages(step):
-            seen.append(step)
-            if len(seen) == 3:  # the copy has written two pages by now
-                other.prune(["T"])
+    def action(k: int) -> None:
+        if k == 3:  # the copy has written two pages by now
+            other.prune(["T"])
 
-    _hooked(s, s._plan_copy_thread("T", "U"), hook)
-    assert len(seen) > 3  # started again
+    assert _copy_by_pages(s, action) > 3  # started again
     assert _history(s, "U") == _history(s, "T") and len(_history(s, "U")) == 1
     check_stream_hash(_blobs(sync_client, s, "U"))
 
@@ -208,19 +218,16 @@ def test_a_source_changed_on_every_attempt_copies_nothing(sync_client, prefix, p
 
     s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 30)
-    n = [0]
 
-    def hook(step: Any) -> None:
-        if _pages(step):
-            n[0] += 1
-            if n[0] % 3 == 0:  # a checkpoint put again with other bytes moves the guard too
-                t = s.get_tuple(_cfg("T"))
-                cp = dict(t.checkpoint)
-                cp["channel_values"] = {"messages": [*t.checkpoint["channel_values"]["messages"], HumanMessage("x")]}
-                other.put(t.parent_config, cp, {"step": n[0]}, {})
+    def action(k: int) -> None:
+        if k % 3 == 0:  # a checkpoint put again with other bytes moves the guard too
+            t = s.get_tuple(_cfg("T"))
+            cp = dict(t.checkpoint)
+            cp["channel_values"] = {"messages": [*t.checkpoint["channel_values"]["messages"], HumanMessage("x")]}
+            other.put(t.parent_config, cp, {"step": k}, {})
 
     with pytest.raises(CopyConflictError, match="changed destructively"):
-        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+        _copy_by_pages(s, action)
     assert not sync_client.exists(*s.keys.thread_keys("U")[:9])
     s.copy_thread("T", "U")  # undisturbed, it copies
     assert _history(s, "U") == _history(s, "T")
@@ -229,15 +236,7 @@ def test_a_source_changed_on_every_attempt_copies_nothing(sync_client, prefix, p
 def test_a_source_deleted_mid_copy_leaves_no_target(sync_client, prefix, paged):
     s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 12)
-    n = [0]
-
-    def hook(step: Any) -> None:
-        if _pages(step):
-            n[0] += 1
-            if n[0] == 2:
-                other.delete_thread("T")
-
-    _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    _copy_by_pages(s, lambda k: k == 2 and other.delete_thread("T"))
     assert not sync_client.exists(*s.keys.thread_keys("U")[:9])
 
 
@@ -246,13 +245,12 @@ def test_new_checkpoints_and_writes_during_a_paged_copy_leave_it_whole(sync_clie
     _fill(s, "T", 12)
     moment: list = []
 
-    def hook(step: Any) -> None:
-        if _pages(step):
-            _fill(other, "T", 1)  # puts and writes do not move the guard: no restart
-            if not moment:
-                moment.append(_history(s, "T"))  # what the first page reads
+    def action(k: int) -> None:
+        _fill(other, "T", 1)  # puts and writes do not move the guard: no restart
+        if k == 1:
+            moment.append(_history(s, "T"))  # what the first page reads
 
-    _hooked(s, s._plan_copy_thread("T", "U"), hook)
+    _copy_by_pages(s, action)
     assert len(_history(s, "T")) > len(moment[0]) + 2
     assert _history(s, "U") == moment[0]  # the source as the first page read it, writes included
     check_stream_hash(_blobs(sync_client, s, "U"))
@@ -263,31 +261,19 @@ def test_a_target_deleted_mid_copy_raises(sync_client, prefix, paged):
 
     s, other = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 12)
-    n = [0]
-
-    def hook(step: Any) -> None:
-        if _pages(step):
-            n[0] += 1
-            if n[0] == 3:
-                other.delete_thread("U")
-
     with pytest.raises(CopyConflictError, match="target"):
-        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+        _copy_by_pages(s, lambda k: k == 3 and other.delete_thread("U"))
 
 
 def test_an_unfinished_copy_is_named_and_deleted_before_copying_again(sync_client, prefix, paged):
     s = RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 12)
-    n = [0]
-
-    def hook(step: Any) -> None:
-        if _pages(step):
-            n[0] += 1
-            if n[0] == 3:
-                raise ConnectionError("the client went away")
+    def action(k: int) -> None:
+        if k == 3:
+            raise ConnectionError("the client went away")
 
     with pytest.raises(ConnectionError):
-        _hooked(s, s._plan_copy_thread("T", "U"), hook)
+        _copy_by_pages(s, action)
     partial = _history(s, "U")
     assert 0 < len(partial) < 12 and partial == _history(s, "T")[-len(partial):]  # its oldest, each whole
     with pytest.raises(ThreadExistsError, match="unfinished copy"):

@@ -31,6 +31,7 @@ from langgraph.checkpoint.base.id import uuid6
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, ConflictError, RedisSaver
 from redis_saver.transport import autopipe as _autopipe
+from redis_saver.transport import wire
 from tests.faults._util import cfg
 
 ECHO = "return ARGV[1]"
@@ -48,7 +49,7 @@ return ARGV[2]
 class Writes:
     """Every write to a socket that carried scripts: (connection, number of scripts). Counted at
     asyncio's ``StreamWriter``, under both redis-py's ``send_packed_command`` and a lane's own
-    writes (``_autopipe._direct``); a connection is its writer (a reconnection is a new one)."""
+    writes (``wire.direct``); a connection is its writer (a reconnection is a new one)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.log: list[tuple[int, int]] = []
@@ -169,12 +170,12 @@ def test_lanes_write_the_bytes_redis_py_would(encoding):
     if encoding == "latin-1":
         commands = [tuple(a.replace("ü", "ÿ").replace("é", "è") if isinstance(a, str) else a for a in c)
                     for c in commands]
-    packed = b"".join(_autopipe._packed(conn, commands))
+    packed = b"".join(wire.packed(conn, commands))
     assert packed == b"".join(conn.pack_commands(commands))
     assert packed.count(b"\r\n$5\r\nFCALL\r\n") == 1 and packed.count(b"\r\n$4\r\nEVAL\r\n") == 1
     # an argument hiredis does not take: redis-py's packer reports it, as without lanes
     with pytest.raises(redis.exceptions.DataError):
-        _autopipe._packed(conn, [("EVAL", "return 1", 0, None)])
+        wire.packed(conn, [("EVAL", "return 1", 0, None)])
 
 
 async def test_a_large_call_leaves_alone_on_a_pooled_connection(aclient, writes):
@@ -633,7 +634,7 @@ async def test_lanes_follow_the_event_loop(prefix):
 
 class RedisPyIO:
     """Calls of redis-py's own ``send_packed_command`` / ``read_response`` (a lane bypasses them
-    where ``_autopipe._direct`` allows)."""
+    where ``wire.direct`` allows)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from redis.asyncio.connection import AbstractConnection
@@ -668,7 +669,7 @@ async def test_lanes_read_and_write_the_socket_themselves(redis_url, protocol, w
         assert await asyncio.gather(*(call(client, ECHO, args=(a,)) for a in args)) == [a.encode() for a in args]
         assert writes.scripts == 64 and io.sends == 0 and io.reads == 0
         lane = _autopipe.router_for(client).lanes[None][0]
-        assert _autopipe._direct(lane.conn)
+        assert wire.direct(lane.conn)
     finally:
         await client.aclose()
 
@@ -678,8 +679,8 @@ def test_a_connection_class_that_changes_reads_keeps_redis_pys_methods():
     from redis.asyncio.connection import Connection
     from redis.asyncio.sentinel import SentinelManagedConnection
 
-    assert _autopipe._direct(Connection())
-    assert not _autopipe._direct(SentinelManagedConnection(connection_pool=None))
+    assert wire.direct(Connection())
+    assert not wire.direct(SentinelManagedConnection(connection_pool=None))
 
 
 async def test_a_reply_longer_than_one_read_is_read_whole(aclient):
@@ -776,6 +777,6 @@ async def test_lanes_do_their_own_io_over_tls_and_unix_sockets(other_transport, 
         got = await asyncio.gather(*(call(client, big, args=(str(i % 10),)) for i in range(40)))
         assert got == [str(i % 10).encode() * (256 * 1024) for i in range(40)]
         assert io.sends == 0 and io.reads == 0
-        assert all(_autopipe._direct(lane.conn) for lane in _autopipe.router_for(client).lanes[None])
+        assert all(wire.direct(lane.conn) for lane in _autopipe.router_for(client).lanes[None])
     finally:
         await client.aclose()

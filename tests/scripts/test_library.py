@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from redis_saver import RedisSaver
-from redis_saver.core.scripts import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, library, load_all, lua_dir
+from redis_saver.core.scripts import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, library, load_all, read_lib
 
 _LITERAL = r"(?:-?\d+|'[^']*'|\{[^}]*\})"
 CONSTANT = re.compile(rf"^local [A-Z_][A-Z0-9_]*(?:, [A-Z_][A-Z0-9_]*)* = {_LITERAL}(?:, {_LITERAL})*(?:\s+--.*)?$")
@@ -27,7 +27,7 @@ CONSTANT = re.compile(rf"^local [A-Z_][A-Z0-9_]*(?:, [A-Z_][A-Z0-9_]*)* = {_LITE
 def test_lib_state_lives_in_its_blocks_and_everything_else_is_constant() -> None:
     """Library-level locals are shared by every call of every function: only constants may be
     set outside the blocks that run at the start of each call."""
-    lib = (lua_dir() / "_lib.lua").read_text()
+    lib = read_lib("_lib.lua")
     rest = _FUNCTION.sub("", _STATE_BLOCK.sub("", _KEYS_BLOCK.sub("", lib)))
     top = [line for line in rest.splitlines() if line.strip() and not line.startswith("--")]
     assert top and all(CONSTANT.match(line) for line in top), [line for line in top if not CONSTANT.match(line)]

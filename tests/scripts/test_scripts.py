@@ -16,7 +16,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from redis_saver import FORMAT_VERSION, READ_FORMATS, RedisSaver
 from redis_saver.core.plans import Call, IndexSlots, Out
-from redis_saver.core.scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir
+from redis_saver.core.scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir, read_lib
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -99,7 +99,7 @@ def test_lua_names_the_record_parts_python_names():
     """lua/_lib.lua's CP_* / W_* (1-based) are redis_saver/core/codec.py's CP / WR (0-based)."""
     from redis_saver.core.codec import CP, EMPTY_BLOB, EMPTY_TYPE, WR, pack
 
-    lib = (lua_dir() / "_lib.lua").read_text()
+    lib = read_lib("_lib.lua")
     consts = {}
     for names, values in re.findall(r"^local ((?:CP|W)_[A-Z_, ]+) = ([0-9, ]+)$", lib, re.M):
         consts.update(zip([n.strip() for n in names.split(",")], [int(v) for v in values.split(",")], strict=True))
@@ -117,7 +117,7 @@ def test_lua_names_the_record_parts_python_names():
 
 
 def test_lua_reads_the_formats_python_says_it_reads():
-    lib = (lua_dir() / "_lib.lua").read_text()
+    lib = read_lib("_lib.lua")
     older = set(re.findall(r"\['(\d+)'\] = true", re.search(r"local OLDER_FORMATS = \{(.*?)\}\n", lib).group(1)))
     assert older | {FORMAT_VERSION} == set(READ_FORMATS)
 
@@ -203,7 +203,7 @@ def test_included_library_keeps_only_the_helpers_a_script_uses():
     assert "local Y" not in kept and "local function d(" not in kept and "local Z, W = 1, 2" in kept
     assert "local Y = a(1)" in shake(lib, "return d(1)")
     # every helper a real script calls is still defined, and each script drops some
-    full = (lua_dir() / "_lib.lua").read_text()
+    full = read_lib("_lib.lua")
     defined = set(re.findall(r"^local function (\w+)\(", full, re.M))
     # the library follows the convention shake() parses: each helper is found whole, alone
     blocks = [m.group(0) for m in _FUNCTION.finditer(full)]

@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.checkpoint.base import empty_checkpoint
 
 from redis_saver import AsyncRedisSaver, KeySchema
-from redis_saver.keys import key_slot, thread_tag
+from redis_saver.keys import glob_escape, key_slot, thread_tag
 
 TOL_MS = 10  # keys touched by one script get their expiry within a few ms of each other
 
@@ -57,15 +57,6 @@ def thread_key(prefix: str, tid: str, suffix: str) -> bytes:
     """One per-thread key by its suffix (``meta``, ``cp``, ``wr``, ...)."""
     (key,) = [k for k in thread_keys(prefix, tid)[0] if k.endswith(b":" + suffix.encode())]
     return key
-
-
-def glob_escape(b: bytes) -> bytes:
-    out = bytearray()
-    for ch in b:
-        if ch in b"*?[]\\":
-            out += b"\\"
-        out.append(ch)
-    return bytes(out)
 
 
 def scan_thread(client: Any, prefix: str, tid: str) -> set[bytes]:

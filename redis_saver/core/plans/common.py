@@ -74,7 +74,7 @@ def _str(v: Any, what: str) -> str:
 
 def _chain_entry(parent: str, versions: dict[str, Any]) -> bytes:
     """A checkpoint's chain entry: e(parent), then \\x01 e(channel) \\x02 e(version) per channel
-    (the bytes ``chain_entry()`` in lua/_lib.lua builds from a record)."""
+    (the bytes ``chain_entry()`` in lua/_lib_checkpoints.lua builds from a record)."""
     s = parent + "\0" + "".join([f"\x01{ch}\0\x02{ver}\0" for ch, ver in versions.items()])
     if s.count("\0") == 1 + 2 * len(versions):
         return s.encode()  # no name or version holds a NUL: every e() is the text and a NUL
@@ -150,7 +150,7 @@ class PlanBase:
         """A read call sent again after it raised RS_DAMAGED (a key of its thread was lost):
         the forgetting variant (writable, ``allow-oom``) with ARGV[4] = "f", which checks the
         thread again and forgets it whole if it is still damaged, answering as if it did not
-        exist ("Lost keys" in lua/_lib.lua)."""
+        exist ("Lost keys" in lua/_lib_thread.lua)."""
         name = call.script.partition("+")[0] + "+forget"
         return Call(name, call.keys, [*call.args[:3], "f", *call.args[4:]])
 

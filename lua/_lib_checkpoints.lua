@@ -1,0 +1,224 @@
+--- _lib_checkpoints.lua: checkpoints and their writes: write fields, the copy guard, dropping
+--- and storing a checkpoint with its chain entry, validating a record sent by the client, and
+--- the replies of read scripts (tuple_replies). Included by _lib.lua last (these "--- " notes
+--- are not sent).
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
+local function wfield(prefix, member)
+  local p = skip(member, #prefix + 1)
+  return prefix .. string.sub(member, p, skip(member, p) + 7)
+end
+
+local function drop_writes(ns_e, cid_e)
+  local prefix = ns_e .. cid_e
+  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+    redis.call('HDEL', K_WR, wfield(prefix, m))
+    redis.call('ZREM', K_WORD, m)
+  end
+end
+
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+local function bump_guard()
+  if redis.call('HEXISTS', K_META, 'g') == 1 then redis.call('HINCRBY', K_META, 'g', 1) end
+end
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+local function drop_cp(ns_e, cid_e, keep_writes)
+  local field = ns_e .. cid_e
+  local raw = redis.call('HGET', K_CP, field)
+  if not raw then return end
+  bump_guard()
+  local rec = cp_rec(raw, CP_RUN_ID)
+  redis.call('HDEL', K_CP, field)
+  if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
+  redis.call('HDEL', K_CHAIN, field)
+  redis.call('ZREM', K_CPNS, field)
+  redis.call('ZREM', K_CPID, cid_e .. ns_e)
+  gc_candidates(ns_e, rec)
+  if not keep_writes then drop_writes(ns_e, cid_e) end
+  if rec[CP_RUN_ID] ~= '' then
+    local run_e = enc(rec[CP_RUN_ID])
+    redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+    unlink_run_if_unused(run_e)
+  end
+end
+
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+local function chain_entry(rec)
+  local v = rec[CP_VERSIONS]
+  local out = {enc(rec[CP_PARENT])}
+  for i = 1, #v - 1, 2 do
+    out[#out + 1] = '\1' .. enc(v[i]) .. '\2' .. enc(v[i + 1])
+  end
+  return table.concat(out)
+end
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
+local function store_cp(ns_e, cid_e, raw, rec, entry)
+  local field = ns_e .. cid_e
+  local new = redis.call('HSETNX', K_CP, field, raw) == 1
+  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
+  if not new then
+    local old = redis.call('HGET', K_CP, field)
+    if old == raw then
+      return  -- an idempotent retry of the same put: nothing changes
+    end
+    bump_guard()
+    local old_run = cp_field(old, CP_RUN_ID)
+    if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
+      local run_e = enc(old_run)
+      redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+      unlink_run_if_unused(run_e)
+    end
+    redis.call('HSET', K_CP, field, raw)
+  end
+  if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
+  redis.call('ZADD', K_CPNS, 0, field)
+  redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
+  if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
+end
+
+
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+local function validate_record(raw)
+  local rec
+  if cp_is_mp(raw) then
+    rec = cp_unpack(raw)
+    for i = 1, CP_PARTS do
+      local p = rec[i]
+      if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
+        if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        local n = 0
+        for _, x in pairs(p) do
+          n = n + 1
+          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        end
+        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+      elseif type(p) ~= 'string' then
+        fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
+      end
+    end
+  else
+    rec = cp_rec(raw)  -- an earlier format's (copy_thread of an old thread): its framing checked
+  end
+  if #rec[CP_VERSIONS] % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+  return rec
+end
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
+local function tuple_replies(items, span)
+  -- each distinct blob field once (consecutive checkpoints share the versions of the channels
+  -- that did not change)
+  -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
+  -- checkpoints share most of their versions: the field is built once)
+  local bfields, memo, bidx, bchans = {}, {}, {}, {}
+  for i, it in ipairs(items) do
+    local v, ns_e = cp_field(it[3], CP_VERSIONS), it[1]
+    local by_ch = memo[ns_e]
+    if not by_ch then
+      by_ch = {}
+      memo[ns_e] = by_ch
+    end
+    local at, chans, n = {}, {}, 0
+    for j = 1, #v - 1, 2 do
+      local ch, ver = v[j], v[j + 1]
+      n = n + 1
+      chans[n] = ch
+      local m = by_ch[ch]
+      if not m then
+        m = {}
+        by_ch[ch] = m
+      end
+      local k = m[ver]
+      if not k then
+        k = #bfields + 1
+        bfields[k] = blob_field(ns_e, ch, ver)
+        m[ver] = k
+      end
+      at[n] = k
+    end
+    bidx[i], bchans[i] = at, chans
+  end
+  local blobs = hmget(K_BLOB, bfields)
+  local streams = fetch_streams(bfields, blobs)
+  if not streams then return nil end
+  local wfields, owner = {}, {}
+  local ns_e = items[1][1]
+  for i = 2, #items do
+    if items[i][1] ~= ns_e then span = false end
+  end
+  if span and #items > 1 then
+    local by_prefix = {}
+    for i, it in ipairs(items) do by_prefix[ns_e .. it[2]] = i end
+    local lower, upper = lo(ns_e .. items[#items][2]), hi(ns_e .. items[1][2])
+    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lower, upper, 'BYLEX')) do
+      local prefix = string.sub(m, 1, skip(m, #ns_e + 1) - 1)
+      local i = by_prefix[prefix]
+      if i then
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
+      end
+    end
+  else
+    for i, it in ipairs(items) do
+      local prefix = it[1] .. it[2]
+      for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
+      end
+    end
+  end
+  local writes = hmget(K_WR, wfields)
+  local out, checked, sent, sent_at = {}, false, {}, {}
+  for i, it in ipairs(items) do
+    local values, at, chans = {}, bidx[i], bchans[i]
+    for c = 1, #chans do
+      local k = at[c]
+      local b = blobs[k]
+      if b and b ~= EMPTY_BLOB then
+        local s = sent_at[k]
+        if not s then
+          s = #sent + 1
+          sent[s], sent_at[k] = b, s
+        end
+        values[#values + 1] = chans[c]
+        values[#values + 1] = s
+      elseif not b and not checked then
+        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        checked = true
+      end
+    end
+    out[i] = {it[3], values, {}}
+  end
+  for k = 1, #wfields do
+    local w = out[owner[k]][3]
+    if not writes[k] then
+      if damaged('a write indexed in wr_ord is missing from wr') then return nil end
+    end
+    w[#w + 1] = writes[k]
+  end
+  return out, streams, sent
+end

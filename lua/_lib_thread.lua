@@ -1,0 +1,327 @@
+--- _lib_thread.lua: one thread as a whole: its meta fields and storage format, its expiry and
+--- slot index entry (touch), lost keys (damage, forgetting a thread), its key marks and its run
+--- index. Included by _lib.lua after _lib_records.lua (these "--- " notes are not sent).
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
+
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+local WR_MARK = ''
+
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
+
+local function check_format()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
+  end
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- remove the thread and its slot-index entries
+local function drop_thread()
+  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  end
+  redis.call('ZREM', K_IXT, THREAD_ID)
+  redis.call('UNLINK', unpack(THREAD_KEYS))
+end
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+local function fix_index_expiry()
+  local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  if top[2] == 'inf' then
+    redis.call('PERSIST', K_IXT)
+    redis.call('PERSIST', K_IXR)
+  else
+    redis.call('PEXPIREAT', K_IXT, top[2])
+    redis.call('PEXPIREAT', K_IXR, top[2])
+  end
+end
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+local EXPIRY_SLACK_MS = 2000
+
+local function thread_expiring()
+  for _, k in ipairs(THREAD_KEYS) do
+    local t = redis.call('PTTL', k)
+    if t >= 0 and t <= EXPIRY_SLACK_MS then return true end
+  end
+  return false
+end
+
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+local function forget_thread()
+  drop_thread()
+  fix_index_expiry()
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+  META_NC, META_N = nil, nil
+end
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
+local function damaged(what)
+  if thread_expiring() then return true end
+  if REFRESH == 'f' then
+    forget_thread()
+    return true
+  end
+  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
+    .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
+end
+
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+local function record_loss()
+  forget_thread()
+end
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+local function check_counts()
+  if not META_V then
+    -- no meta: a thread that does not exist (one command), or one that lost its meta key
+    if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then
+      -- no key at all: a thread that does not exist, or one evicted whole while its slot
+      -- index still lists it without expiry or as expiring later (forgetting drops the entry)
+      local score = redis.call('ZSCORE', K_IXT, THREAD_ID)
+      if score and (score == 'inf' or tonumber(score) > now_ms() + EXPIRY_SLACK_MS) then
+        return damaged('all its keys were lost')
+      end
+      return false
+    end
+    return damaged('its meta key is missing')
+  end
+  if META_DMG then
+    local text = ({meta = 'its meta key was lost', wr = 'key wr was lost', parent = 'it was written on after'
+      .. ' all its keys were lost (its first checkpoint names a parent that is not stored)'})[META_DMG]
+    return damaged(text or META_DMG)
+  end
+  -- the slot index key holding the thread's entry was lost (a write puts it back; a read
+  -- forgets the thread, so list(None) never misses a thread that reads back)
+  if META_IX and not redis.call('ZSCORE', K_IXT, THREAD_ID) then return damaged('its slot index entry was lost') end
+  -- both checkpoint indexes, whichever the read uses: a thread is whole or gone for every read
+  local ncp, nns, nid = redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)
+  if ncp ~= nns or ncp ~= nid then
+    return damaged(ncp .. ' checkpoint records but ' .. nns .. ' in index cp_ns and ' .. nid .. ' in cp_id')
+  end
+  if META_NC ~= '1' then
+    local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
+    if nchain ~= ncp then return damaged(ncp .. ' checkpoint records but ' .. nchain .. ' in chain') end
+  elseif tonumber(META_N) ~= ncp then
+    return damaged(ncp .. ' checkpoint records but ' .. tostring(META_N) .. ' counted in meta')
+  end
+  local nwr, nord = redis.call('HLEN', K_WR), redis.call('ZCARD', K_WORD)
+  local want = (META_IX == 'inf' or META_WM == '1') and 1 or 0  -- the wr mark
+  if nwr - want ~= nord then
+    local mark = redis.call('HEXISTS', K_WR, WR_MARK)
+    if mark < want then return damaged('key wr was lost') end
+    if nwr - mark ~= nord then
+      return damaged((nwr - mark) .. ' write records but ' .. nord .. ' in the write index wr_ord')
+    end
+  end
+  return false
+end
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+local function check_cp_keys()
+  if not META_V then return false end  -- check_counts() found no key of the thread
+  local marks = META_C == '1' and 1 or 0
+  if marks == 1 and redis.call('HEXISTS', K_CHAIN, CHAIN_MARK) == 0 then return damaged('key chain was lost') end
+  local n = {redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)}
+  local names = {'cp', 'cp_ns', 'cp_id', 'chain'}
+  if META_NC ~= '1' then n[4] = redis.call('HLEN', K_CHAIN) - marks else n[4] = tonumber(META_N) or 0 end
+  local most = math.max(n[1], n[2], n[3], n[4] or 0)
+  for i = 1, #n do
+    if n[i] < most then
+      return damaged('key ' .. names[i] .. ' holds ' .. n[i] .. ' of ' .. most .. ' checkpoints')
+    end
+  end
+  -- all 4 gone: a thread that never had a checkpoint (or lost them all to deletes) has no run
+  -- links, and no blobs beside the blob mark (deletes collect the blobs of what they delete)
+  if most == 0 then
+    if redis.call('EXISTS', K_RUNS) == 1 then
+      return damaged('its checkpoint keys were lost')
+    elseif META_B == '1' and redis.call('HLEN', K_BLOB) > 1 then
+      return damaged('its checkpoint keys were lost (blobs remain)')
+    end
+  end
+  return false
+end
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+local function check_blob_missing(field)
+  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+    local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
+    return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
+  end
+  return false
+end
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+local function purge_expired(now)
+  local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
+  for _, thr in ipairs(dead) do
+    local te = enc(thr)
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    end
+    redis.call('ZREM', K_IXT, thr)
+  end
+end
+
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
+local function touch()
+  local expiring = TTL_MS > 0 and META_PIN ~= '1'
+  if TTL_MS == 0 and META_IX == 'inf' then
+    -- already indexed without expiry: every key is persistent; only their access time moves
+    -- (and the slot index key is put back if it was evicted: ZADD answers 1)
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
+    return
+  end
+  local now = now_ms()
+  local score = 'inf'
+  if expiring then
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    local step = math.max(1, math.floor(TTL_MS / 64))
+    score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
+    if META_IX == score then
+      -- the thread's keys: the PEXPIREs accessed them; the slot index as above
+      redis.call('TOUCH', K_IXR)
+      if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
+      return
+    end
+  else
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+  end
+  if META_IX ~= score then
+    redis.call('HSET', K_META, 'ix', score, 'wm', '1')
+    META_IX, META_WM = score, '1'
+    if score == 'inf' then
+      redis.call('HSET', K_WR, WR_MARK, FORMAT)
+    else
+      -- not the lean mark, but the wr mark all the same (see "Lost keys")
+      redis.call('HSET', K_WR, WR_MARK, 't')
+      redis.call('PEXPIRE', K_WR, TTL_MS)
+    end
+  end
+  purge_expired(now)
+  redis.call('ZADD', K_IXT, score, THREAD_ID)
+  fix_index_expiry()
+end
+
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+local function touch_read()
+  if REFRESH == '1' then
+    touch()
+  else
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
+  end
+end
+
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+local function init_meta(chain)
+  if META_V ~= FORMAT then  -- a new thread, or one an older release wrote: now FORMAT
+    -- the thread's first write, or its meta key was lost while others remain: the thread is
+    -- forgotten whole, as are the keys an expiry under way left (see thread_expiring())
+    if not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0 then
+      record_loss()
+    end
+    if not META_V and not chain then
+      -- a new thread keeps no chain entries (its records are small enough to walk)
+      redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT, 'nc', '1', 'n', '0')
+      META_NC, META_N = '1', '0'
+    else
+      redis.call('HSET', K_META, 'tid', THREAD_ID, 'v', FORMAT)
+    end
+    META_V = FORMAT
+  end
+end
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+local function mark_cps()
+  if META_C ~= '1' and META_NC ~= '1' then
+    redis.call('HSET', K_CHAIN, CHAIN_MARK, '1')
+    redis.call('HSET', K_META, 'c', '1')
+    META_C = '1'
+  end
+end
+
+local function mark_blobs()
+  if META_B ~= '1' then
+    redis.call('HSET', K_BLOB, BLOB_MARK, '1')
+    redis.call('HSET', K_META, 'b', '1')
+    META_B = '1'
+  end
+end
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+local function link_run(run_e, ns_e, cid_e)
+  redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e)
+  redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+end
+
+local function unlink_run_if_unused(run_e)
+  if #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
+    redis.call('ZREM', K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
+  end
+end
+

@@ -1,0 +1,332 @@
+--- _lib_values.lua: channel values: blob fields, encoded values and their streams, storing
+--- values (validated in full before anything is written) and the blob garbage collection.
+--- Included by _lib.lua after _lib_thread.lua (these "--- " notes are not sent).
+-- the blob field of a channel's version: e(ns)e(channel)..version
+local function blob_field(ns_e, ch, ver)
+  return ns_e .. enc(ch) .. ver
+end
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
+local function blob_fields(ns_e, v)
+  local fields, chans, n = {}, {}, 0
+  for i = 1, #v - 1, 2 do
+    n = n + 1
+    chans[n] = v[i]
+    fields[n] = blob_field(ns_e, v[i], v[i + 1])
+  end
+  return fields, chans
+end
+
+-- channel -> blob field, from a versions part
+local function blob_field_map(ns_e, v)
+  local fields, chans = blob_fields(ns_e, v)
+  local by_ch = {}
+  for i = 1, #chans do by_ch[chans[i]] = fields[i] end
+  return by_ch
+end
+
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+local STREAM_MARK = '\31s'
+local MAX_FRAMES = 32
+local STREAM_REC_MAX = 512  -- the client never writes a longer stream record
+
+-- the stream id a blob record names, or nil (not a stream record)
+local function stream_id(b)
+  local _, e, a = string.find(b, '^(%d+),%d+;')
+  if not e then return nil end
+  a = tonumber(a)
+  if a < 2 or string.sub(b, e + a - 1, e + a) ~= STREAM_MARK then return nil end
+  local p = e + a + 1
+  local l = tonumber(string.match(b, '^%d+', p))
+  local semi = string.find(b, ';', p, true)
+  if not l or not semi then fail('RS_BADARG', 'malformed stream record') end
+  return string.sub(b, semi + 1, semi + l)
+end
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+local function blob_prefix_of(field)
+  return string.sub(field, 1, skip(field, skip(field, 1)) - 1)
+end
+
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+local function is_stream_part(field)
+  return string.byte(field, skip(field, skip(field, 1))) == 0
+end
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+local function stored_stream(f, n)
+  n = n or redis.call('HSTRLEN', K_BLOB, f)
+  if n == 0 or n > STREAM_REC_MAX then return nil end
+  local sid = stream_id(redis.call('HGET', K_BLOB, f))
+  if sid then return blob_prefix_of(f) .. '\0' .. sid end
+  return nil
+end
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+local function fetch_streams(fields, blobs)
+  local dfields, sids, seen = {}, {}, {}
+  for i = 1, #fields do
+    local b = blobs[i]
+    if b and #b <= STREAM_REC_MAX then
+      local sid = stream_id(b)
+      if sid and not seen[sid] then
+        seen[sid] = true
+        sids[#sids + 1] = sid
+        dfields[#dfields + 1] = blob_prefix_of(fields[i]) .. '\0' .. sid
+      end
+    end
+  end
+  if #dfields == 0 then return {} end
+  local dirs = hmget(K_BLOB, dfields)
+  local out, ffields, owner = {}, {}, {}
+  for j = 1, #dfields do
+    local d = dirs[j]
+    if not d then
+      if damaged('the stream of a stored value is missing') then return nil end
+    end
+    out[j] = {sids[j], d}
+    local dir = unpack_rec(d)
+    for k = 4, #dir - 1, 2 do
+      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+      owner[#ffields] = j
+    end
+  end
+  local frames = hmget(K_BLOB, ffields)
+  for k = 1, #ffields do
+    if not frames[k] then
+      if damaged('a frame of a stream is missing') then return nil end
+    end
+    local o = out[owner[k]]
+    o[#o + 1] = frames[k]
+  end
+  return out
+end
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+local function stream_ref(dfield, n)
+  local d = redis.call('HGET', K_BLOB, dfield)
+  if not d then return end
+  local dir = unpack_rec(d)
+  local refs = tonumber(dir[2]) + n
+  if refs > 0 then
+    dir[2] = tostring(refs)
+    redis.call('HSET', K_BLOB, dfield, pack_rec(dir))
+    return
+  end
+  local gone = {dfield}
+  for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
+  redis.call('HDEL', K_BLOB, unpack(gone))
+end
+
+-- delete blob fields, and the streams no remaining record names
+local function drop_blobs(fields)
+  local unref = {}
+  for _, f in ipairs(fields) do
+    local d = stored_stream(f)
+    if d then unref[d] = (unref[d] or 0) - 1 end
+  end
+  local k = 0
+  for i = 1, #fields, 1000 do
+    k = k + redis.call('HDEL', K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
+  end
+  for d, n in pairs(unref) do stream_ref(d, n) end
+  return k
+end
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+local function check_stream_args(sargs)
+  if #sargs % 5 ~= 0 then fail('RS_BADARG', 'bad stream append') end
+  for k = 1, #sargs, 5 do
+    local mode, base, len = sargs[k + 1], tonumber(sargs[k + 2]), tonumber(sargs[k + 3])
+    if (mode ~= 'n' and mode ~= 'a' and mode ~= 'm') or not base or not len or len < base
+        or (mode == 'n' and base ~= 0) or not string.find(sargs[k], '\0', 1, true) then
+      fail('RS_BADARG', 'bad stream append')
+    end
+  end
+end
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+local function plan_blobs(pairs_, sargs, ns_e)
+  -- A record that names no stream is written as it comes: it can only replace the record of
+  -- the same version (a retry writes the same bytes). A stream record is written only if it
+  -- changes the field, and then counts a reference, and takes one from the stream of the
+  -- stream record it replaces. (A plain record replacing a stream record of the same version,
+  -- a re-put with compress switched off, leaves that stream one reference too many: it stays
+  -- until the thread goes; no command per plain record is spent to spare that.)
+  local writes, refs, unrefs = {}, {}, {}
+  for i = 1, #pairs_ - 1, 2 do
+    local f, b = pairs_[i], pairs_[i + 1]
+    local sid = stream_id(b)
+    if not sid then
+      writes[#writes + 1] = f
+      writes[#writes + 1] = b
+    else
+      if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
+      local n = redis.call('HSTRLEN', K_BLOB, f)
+      if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+        writes[#writes + 1] = f
+        writes[#writes + 1] = b
+        local d = blob_prefix_of(f) .. '\0' .. sid
+        refs[d] = (refs[d] or 0) + 1
+        local od = stored_stream(f, n)
+        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
+      end
+    end
+  end
+  -- appends to one stream apply in order (a rewrite sends several): each checked against the
+  -- stream as the appends before it leave it; dirs[d] = the directory as they leave it, parts
+  -- (its frames to delete in gone[d]); written once by apply_blobs()
+  local appends, dirs, gone = {}, {}, {}
+  for k = 1, #sargs - 4, 5 do
+    local d = ns_e .. sargs[k]
+    if refs[d] then
+      local mode, base, len, frame = sargs[k + 1], sargs[k + 2], sargs[k + 3], sargs[k + 4]
+      local dir = dirs[d]
+      if mode == 'n' then
+        if dir or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
+        dirs[d], gone[d] = {len, '0', '1', '0', len}, {}
+        appends[#appends + 1] = {d, d .. '\0' .. '0', frame}
+      else
+        if not dir then
+          local cur = redis.call('HGET', K_BLOB, d)
+          if not cur then return nil end
+          dir = unpack_rec(cur)
+          dirs[d], gone[d] = dir, {}
+        end
+        if dir[1] ~= base then return nil end
+        local fn = dir[3]
+        if mode == 'm' then
+          for j = 4, #dir - 1, 2 do gone[d][#gone[d] + 1] = d .. '\0' .. dir[j] end
+          dir = {len, dir[2], fn, fn, len}
+          dirs[d] = dir
+        else
+          if (#dir - 3) / 2 >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
+          dir[#dir + 1] = fn
+          dir[#dir + 1] = len
+          dir[1] = len
+        end
+        dir[3] = tostring(tonumber(fn) + 1)
+        appends[#appends + 1] = {d, d .. '\0' .. fn, frame}
+      end
+    end
+  end
+  for d, _ in pairs(refs) do
+    if not dirs[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
+  end
+  return {writes, refs, unrefs, appends, dirs, gone}
+end
+
+local function apply_blobs(plan)
+  local writes, refs, unrefs, appends, dirs, gone = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
+  if #writes == 0 then return end
+  mark_blobs()
+  local args, listed = {}, {}
+  for d, dir in pairs(dirs) do
+    for j = 4, #dir - 1, 2 do listed[d .. '\0' .. dir[j]] = true end
+    dir[2] = tostring(tonumber(dir[2]) + (refs[d] or 0))
+    refs[d] = nil
+    args[#args + 1] = d
+    args[#args + 1] = pack_rec(dir)
+  end
+  -- a merge drops the frames it replaces; a frame this call appended and then merged away is
+  -- never written
+  local del = {}
+  for _, fs in pairs(gone) do
+    for _, f in ipairs(fs) do
+      if not listed[f] then del[#del + 1] = f end
+    end
+  end
+  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+  for _, ap in ipairs(appends) do
+    if listed[ap[2]] then
+      args[#args + 1] = ap[2]
+      args[#args + 1] = ap[3]
+    end
+  end
+  for i = 1, #writes do args[#args + 1] = writes[i] end
+  redis.call('HSET', K_BLOB, unpack(args))
+  for d, n in pairs(refs) do stream_ref(d, n) end
+  for d, n in pairs(unrefs) do stream_ref(d, n) end
+end
+
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
+
+local function gc_candidates(ns_e, rec)
+  local fields = blob_fields(ns_e, rec[CP_VERSIONS])
+  if #fields == 0 then return end
+  local set = GC[ns_e]
+  if not set then set = {} GC[ns_e] = set end
+  for _, f in ipairs(fields) do set[f] = true end
+end
+
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+local function referenced_fields(ns_e, member, entry, out)
+  if entry then
+    local pos = skip(entry, 1)
+    while pos <= #entry do
+      local ch_end = skip(entry, pos + 1)
+      local ver, after = dec(entry, ch_end + 1)
+      out[#out + 1] = ns_e .. string.sub(entry, pos + 1, ch_end - 1) .. ver
+      pos = after
+    end
+    return
+  end
+  local raw = redis.call('HGET', K_CP, member)
+  if raw then
+    for _, f in ipairs(blob_fields(ns_e, cp_field(raw, CP_VERSIONS))) do out[#out + 1] = f end
+  end
+end
+
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+local function refs_of(ns_e, members, out)
+  if META_NC == '1' then
+    local raws = hmget(K_CP, members)
+    for j = 1, #members do
+      if raws[j] then
+        for _, f in ipairs(blob_fields(ns_e, cp_field(raws[j], CP_VERSIONS))) do out[#out + 1] = f end
+      end
+    end
+    return
+  end
+  local entries = hmget(K_CHAIN, members)
+  for j, m in ipairs(members) do referenced_fields(ns_e, m, entries[j], out) end
+end
+
+local function gc_blobs()
+  for ns_e, set in pairs(GC) do
+    local members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')
+    local refs = {}
+    refs_of(ns_e, members, refs)
+    for _, f in ipairs(refs) do set[f] = nil end
+    local gone = {}
+    for f, _ in pairs(set) do gone[#gone + 1] = f end
+    if #gone > 0 then drop_blobs(gone) end
+  end
+  GC = {}
+end
+
