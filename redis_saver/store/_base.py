@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Generator, Mapping
 from typing import Any
 
+import redis
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
@@ -35,6 +36,7 @@ STORE_OPTIONS = (
     "functions",
     "auto_pipeline",
     "vector_cache_bytes",
+    "vector_sets",
 )
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
@@ -85,6 +87,10 @@ class RedisStoreBase(BaseStore):
             this store searches (default 256 MiB; 0: off; needs numpy): a repeated semantic
             search scores locally and reads only its best items' records, in one round trip,
             exact whatever other workers write, expire or evict (docs/store.md).
+        vector_sets: on a server with vector sets (``VADD``: Redis 8), keep each namespace's
+            vectors also in one and answer semantic searches from it (``VSIM`` finds candidates,
+            the client scores them exactly; docs/store.md); default on, probed once per store.
+            ``False``: never (writes then take the namespaces they put vectors in out of sets).
         auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
             connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
     """
@@ -108,6 +114,7 @@ class RedisStoreBase(BaseStore):
         functions: bool = True,
         auto_pipeline: bool | None = None,
         vector_cache_bytes: int = 256 * 2**20,
+        vector_sets: bool = True,
     ) -> None:
         check_client(client)
         self.client = client
@@ -140,11 +147,23 @@ class RedisStoreBase(BaseStore):
             raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
         self._cfg = Config(self.keys, self.serde, compress, default_ttl, self.index_config, vcache=vcache)
+        if not vector_sets:
+            self._cfg.vsets = False
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
         self._driver = self._driver_cls(client, KeySchema(), retries, tel, functions)
         self._set_auto_pipeline(auto_pipeline)
         self._bound()
+
+    def _vsets_probe(self) -> tuple[str, bytes]:
+        """The command whose success says the server has vector sets (any reply: yes; an error,
+        unknown command or refused by an ACL: no). Probed by the first batch."""
+        return ("VCARD", self.keys.vset(0, b""))
+
+    def _vsets_answer(self, error: Exception | None) -> None:
+        if isinstance(error, (ConnectionError, TimeoutError, redis.ConnectionError, redis.TimeoutError)):
+            raise error
+        self._cfg.vsets = error is None
 
     def _set_auto_pipeline(self, auto_pipeline: bool | None) -> None:
         if auto_pipeline is not None:
