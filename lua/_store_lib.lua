@@ -105,7 +105,7 @@ local function st_vs_state(base, ens, states, fresh)
     if c ~= nil and redis.call('VCARD', sk) == c then
       st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil}
     else
-      if c ~= nil then st_vs_drop(base, ens) end  -- incomplete (evicted, deleted): no use now
+      st_vs_drop(base, ens)  -- incomplete (evicted, deleted, its count gone) or none: no use now
       st = false
     end
   end

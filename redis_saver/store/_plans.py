@@ -678,8 +678,7 @@ def batch_plan(
         # shard -> each read's (arguments, reply handler)
         reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]] = {}
         for task in tasks.values():  # searches from vector sets: their VSIM calls (_vset.py)
-            pipe = task.vsim_pipe() if isinstance(task, _Search) else None
-            if pipe is not None:
+            if isinstance(task, _Search) and (pipe := task.vsim_pipe()) is not None:
                 task.vsim_feed((yield pipe))
         if first:
             for i, s, op in gets:
