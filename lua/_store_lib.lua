@@ -135,7 +135,8 @@ local function st_vs_put(base, ens, ekey, st, p, nvec, had_old)
   for j = 0, nvec - 1 do
     local ep = st_vs_enc(ARGV[p + 2 * j])
     keep[ep] = true
-    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', ARGV[p + 2 * j + 1], ekey .. ep, 'NOQUANT')
+    -- searches scan the set (VSIM TRUTH), never its graph: the cheapest graph to build (EF 1, M 4)
+    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', ARGV[p + 2 * j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
     redis.call('SADD', base .. 't:' .. ens, ep)
   end
   if not had_old then
