@@ -94,8 +94,10 @@ def main() -> None:
         ns = ("docs",)
         queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(args.queries)]
         loaded = 0
-        print("| items | from vector sets p50 / p95 ms | scan p50 / p95 ms | recall@10 | identical answers"
-              " | load s (batches of 100) | used_memory MB |")
+        print(
+            "| items | from vector sets p50 / p95 ms | scan p50 / p95 ms | recall@10 | identical answers"
+            " | load s (batches of 100) | used_memory MB |"
+        )
         print("|---|---|---|---|---|---|---|")
         rows = []
         for size in args.semantic:
@@ -117,16 +119,25 @@ def main() -> None:
                 same += [(x.key, x.score) for x in got] == [(x.key, x.score) for x in want]
             hits = vs._cfg.vset_stats["hits"] - hits0
             mem = r.info("memory")["used_memory"] / 2**20
-            print(f"| {size:,} | {pct(a, .5) * 1e3:.2f} / {pct(a, .95) * 1e3:.2f} | {pct(b, .5) * 1e3:.1f} / "
-                  f"{pct(b, .95) * 1e3:.1f} | {statistics.mean(recall):.3f} | {same}/{len(queries)} "
-                  f"({hits} from sets) | {load:.1f} | {mem:.0f} |", flush=True)
+            print(
+                f"| {size:,} | {pct(a, 0.5) * 1e3:.2f} / {pct(a, 0.95) * 1e3:.2f} | {pct(b, 0.5) * 1e3:.1f} / "
+                f"{pct(b, 0.95) * 1e3:.1f} | {statistics.mean(recall):.3f} | {same}/{len(queries)} "
+                f"({hits} from sets) | {load:.1f} | {mem:.0f} |",
+                flush=True,
+            )
             # where VSIM runs: sent by the client, or from a script
             key = vs.keys.vset(0, enc_ns(ns))
             q = struct.pack(f"<{args.dims}f", *index["embed"]([queries[0]])[0])  # type: ignore[operator]
-            direct = worst_ping(url, lambda: r.execute_command("VSIM", key, "FP32", q, "WITHSCORES", "COUNT", 64,
-                                                               "TRUTH"), 10)  # fmt: skip
-            lua = worst_ping(url, lambda: r.eval("return redis.call('VSIM', KEYS[1], 'FP32', ARGV[1], 'WITHSCORES',"
-                                                 " 'COUNT', 64, 'TRUTH')", 1, key, q), 10)  # fmt: skip
+
+            def sent(key: bytes = key, q: bytes = q) -> None:
+                r.execute_command("VSIM", key, "FP32", q, "WITHSCORES", "COUNT", 64, "TRUTH")
+
+            def scripted(key: bytes = key, q: bytes = q) -> None:
+                r.eval("return redis.call('VSIM', KEYS[1], 'FP32', ARGV[1], 'WITHSCORES', 'COUNT', 64, 'TRUTH')",
+                       1, key, q)  # fmt: skip
+
+            direct = worst_ping(url, sent, 10)
+            lua = worst_ping(url, scripted, 10)
             rows.append(f"| {size:,} | {direct[0]:.2f} / {direct[1]:.2f} | {lua[0]:.2f} / {lua[1]:.2f} |")
         print("\nVSIM ... COUNT 64 TRUTH, p50 ms / worst PING of another client during it, ms")
         print("| items | sent by the client | from a Lua script |")

@@ -137,7 +137,8 @@ def test_deleted_set_falls_back_to_the_scan(r8, prefix, what):
     ns = ("u", "1")
     fill(vs, ref, 120, [ns])
     base = vs.keys.base(0)
-    assert r8.hget(base + b"c", enc_ns(ns)) == b"120" and r8.execute_command("VCARD", vs.keys.vset(0, enc_ns(ns))) == 120
+    assert r8.hget(base + b"c", enc_ns(ns)) == b"120"
+    assert r8.execute_command("VCARD", vs.keys.vset(0, enc_ns(ns))) == 120
     assert same(vs.search(("u",), query="apple kiwi", limit=5), ref.search(("u",), query="apple kiwi", limit=5))
     assert vs._cfg.vset_stats == {"hits": 1, "scans": 0}
     # deleted (or evicted: the same state) behind the store's back
@@ -228,8 +229,8 @@ def test_index_false_fields_and_filter(r8, prefix):
         vs.put(("f",), f"k{i}", v, index=ix)
         ref.put(("f",), f"k{i}", v, index=ix)
     for q, limit, offset in queries(7):
-        assert same(vs.search(("f",), query=q, limit=limit, offset=offset), ref.search(("f",), query=q, limit=limit, offset=offset))
-        assert same(vs.search(("f",), query=q, filter={"n": 1}, limit=limit), ref.search(("f",), query=q, filter={"n": 1}, limit=limit))
+        for kw in ({"offset": offset}, {"filter": {"n": 1}}):
+            assert same(vs.search(("f",), query=q, limit=limit, **kw), ref.search(("f",), query=q, limit=limit, **kw))
     assert vs._cfg.vset_stats == {"hits": 20, "scans": 0}  # filters take the scan path without trying sets
     got = vs.search(("f",), query="apple", limit=80)  # 67 items have vectors: 13 unscored fill the page
     assert same(got, ref.search(("f",), query="apple", limit=80)) and got[-1].score is None
@@ -272,3 +273,49 @@ def test_element_names_are_injective(r8, prefix):
     got = vs.batch([SearchOp(("n",), query="apple", limit=3)])[0]
     assert same(got, ref.batch([SearchOp(("n",), query="apple", limit=3)])[0])
     assert vs._cfg.vset_stats["hits"] == 1
+
+
+async def test_async_redis8(redis8, prefix):
+    """AsyncRedisStore: the same plan, its VSIM pipeline on the async client."""
+    import redis.asyncio as aredis
+
+    from redis_saver import AsyncRedisStore
+
+    client = aredis.Redis.from_url(redis8.url, socket_timeout=5.0)
+    store = AsyncRedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
+    ref = diff.reference(True)
+    rng = random.Random(9)
+    for i in range(120):
+        v = {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3)))}
+        await store.aput(("a", str(i % 2)), f"k{i}", v)
+        ref.put(("a", str(i % 2)), f"k{i}", v)
+    for q, limit, offset in queries(3):
+        assert same(await store.asearch(("a",), query=q, limit=limit, offset=offset),
+                    ref.search(("a",), query=q, limit=limit, offset=offset))  # fmt: skip
+    assert store._cfg.vset_stats["hits"] >= 15
+    await client.aclose()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shard_depth", [None, 1], ids=["whole", "depth1"])
+def test_cluster_redis8(redis8_cluster, shard_depth):
+    """The differential sequence on a Redis 8 cluster (16 shards over 3 primaries: each VSIM
+    pipeline goes to the node of its shard), then searches a set answers."""
+    from tests.deploy.helpers import delete_prefix, new_prefix
+
+    client = redis8_cluster.client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    prefix = new_prefix("st")
+    try:
+        store = RedisStore(client, prefix=prefix, shard_depth=shard_depth, vector_cache_bytes=0, **diff.options(True))
+        assert diff.check(diff.sequence(21, diff.N, True), diff.reference(True), store.batch) == 0
+        assert store._cfg.vsets is True
+        ref = diff.reference(True)
+        fill(store, ref, 90, [("c", "x"), ("c", "y")])
+        for q, limit, offset in queries(5, 10):
+            assert same(store.search(("c", "x"), query=q, limit=limit, offset=offset),
+                        ref.search(("c", "x"), query=q, limit=limit, offset=offset))  # fmt: skip
+        # a prefix fixes the shard only with shard_depth (else the search asks all 16: the scan)
+        assert store._cfg.vset_stats["hits"] >= 10 if shard_depth else store._cfg.vset_stats["hits"] == 0
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
