@@ -15,9 +15,10 @@ ARGV[3] number of reads, then each read, its code first:
   "V" e(prefix) dims: the namespaces under e(prefix) for a search from their vector sets
       (_store_lib.lua "vector sets"), if there are at most 16 and each is kept in a complete set
       of dimension dims (or an empty one)
-  "C" nns (e(ns) count) x nns nitems (e(ns) e(key)) x nitems: the records and vectors of the
+  "C" nns e(ns) x nns nitems (e(ns) e(key)) x nitems: the records and vectors of the
       candidates a client found with VSIM (nil: not found as a scan finds items), if each
-      namespace's set still holds count elements and is complete (at most 4096 items)
+      namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
+      between a scan's pages do)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
   "c" token count scored e(ns) e(key) ...: the records of count items (nil: not found as a scan
       finds items), if the shard's version token (_store_lib.lua st_bump) is token (a client's
@@ -57,10 +58,9 @@ for i = 1, n do
   elseif code == 'C' then
     local nns = st_int(ARGV[pos + 1], 'namespace count')
     if nns > VS_NAMESPACES then st_fail('RS_BADARG', 'too many namespaces') end
-    for j = 1, nns do st_int(ARGV[pos + 2 * j + 1] or '', 'element count') end
-    local nitems = st_int(ARGV[pos + 2 + 2 * nns] or '', 'item count')
+    local nitems = st_int(ARGV[pos + 2 + nns] or '', 'item count')
     if nitems > VS_ITEMS then st_fail('RS_BADARG', 'too many items') end
-    width = 3 + 2 * nns + 2 * nitems
+    width = 3 + nns + 2 * nitems
   end
   if width == nil then st_fail('RS_BADARG', 'unknown read ' .. tostring(code)) end
   if pos + width - 1 > #ARGV then st_fail('RS_BADARG', 'read arguments missing') end
@@ -186,11 +186,11 @@ local function cached(token, p, count, scored)
   return out
 end
 
--- the namespace's set: complete (it holds every vector of the namespace), with count elements
--- (any count: nil), of dimension dims (or empty)
-local function vs_complete(ens, count, dims)
+-- the namespace's set: complete (it holds every vector of the namespace), of dimension dims
+-- (any: nil) or empty
+local function vs_complete(ens, dims)
   local c = redis.call('HGET', base .. 'c', ens)
-  if not c or (count and tonumber(c) ~= tonumber(count)) then return false end
+  if not c then return false end
   local n = redis.call('VCARD', base .. 's:' .. ens)
   if n ~= tonumber(c) then return false end
   return n == 0 or not dims or redis.call('VDIM', base .. 's:' .. ens) == dims
@@ -210,7 +210,7 @@ local function vs_namespaces(eprefix, dims)
   for _, ens in ipairs(names) do
     local seq = redis.call('ZSCORE', base .. 'q', ens)
     if seq then
-      if not vs_complete(ens, nil, dims) then return {0} end
+      if not vs_complete(ens, dims) then return {0} end
       out[#out + 1] = ens
       out[#out + 1] = seq
       out[#out + 1] = redis.call('HGET', base .. 'c', ens)
@@ -222,9 +222,9 @@ end
 local function vs_candidates(p)
   local nns = tonumber(ARGV[p + 1])
   for j = 1, nns do
-    if not vs_complete(ARGV[p + 2 * j], ARGV[p + 2 * j + 1], nil) then return {0} end
+    if not vs_complete(ARGV[p + 1 + j], nil) then return {0} end
   end
-  local at = p + 2 + 2 * nns
+  local at = p + 2 + nns
   local out, listed = {1}, {}
   for i = 1, tonumber(ARGV[at]) do
     local ens, ekey = ARGV[at + 2 * i - 1], ARGV[at + 2 * i]

@@ -14,7 +14,8 @@ shard and covers at most ``VS_NAMESPACES`` namespaces then runs:
    an exact float32 linear scan's best ``window`` elements (an HNSW search, without ``TRUTH``,
    gives no bound on what it missed);
 3. a ``store_read`` "C" read: the candidates' records and stored vectors (absent ones, expired
-   or evicted, dropped as a scan drops them), if every set still holds the same count; the
+   or evicted, dropped as a scan drops them), if every set is still complete (writes between
+   the reads count as writes between a scan's pages: each item is as it is when read); the
    client scores them as a scan's page does (``_semantics.best_scores``: float64 on the stored
    float32 values, max over an item's vectors) and ranks them as a scan does (score, then
    search order).
@@ -88,8 +89,7 @@ class VsetSearch:
             return [b"V", self.eprefix, str(self.dims).encode()]
         if self.phase == "fetch":
             args = [b"C", str(len(self.spaces)).encode()]
-            for ens, (_, count) in self.spaces.items():
-                args += [ens, count]
+            args += list(self.spaces)
             args.append(str(len(self.pending)).encode())
             for ens, ekey in self.pending:
                 args += [ens, ekey]
