@@ -161,7 +161,7 @@ local function st_ns_expiry(base, ens)
     redis.call('ZREM', base .. 'n', ens)
     redis.call('ZREM', base .. 'q', ens)
     redis.call('ZREM', base .. 'x', ens)
-    if ST_VS then st_vs_drop(base, ens) end
+    if ST_VS or redis.call('HGET', base .. 'c', ens) then st_vs_drop(base, ens) end  -- any writer
   elseif redis.call('ZCARD', base .. 'e:' .. ens) < n then
     redis.call('ZREM', base .. 'x', ens)
   else

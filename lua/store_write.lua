@@ -141,7 +141,7 @@ for _, ens in ipairs(dead) do
   redis.call('ZREM', base .. 'n', ens)
   redis.call('ZREM', base .. 'q', ens)
   redis.call('ZREM', base .. 'x', ens)
-  if ST_VS then st_vs_drop(base, ens) end
+  if ST_VS or redis.call('HGET', base .. 'c', ens) then st_vs_drop(base, ens) end  -- any writer
 end
 if ST_VS then st_vs_save(base, vs) end
 if bump then st_bump(base) end

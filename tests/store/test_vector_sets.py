@@ -319,3 +319,20 @@ def test_cluster_redis8(redis8_cluster, shard_depth):
     finally:
         delete_prefix(client, prefix)
         client.close()
+
+
+def test_sets_go_with_their_namespace(r8, prefix):
+    """A namespace left without items loses its set and count, whoever emptied it (a writer
+    without sets too), as its index keys do; deleted items' elements go at once."""
+    vs, old = stores(r8, prefix)
+    for ns in [("g", "1"), ("g", "2")]:
+        fill(vs, None, 5, [ns])
+    sk1, sk2 = vs.keys.vset(0, enc_ns(("g", "1"))), vs.keys.vset(0, enc_ns(("g", "2")))
+    vs.delete(("g", "1"), "k0")
+    assert r8.execute_command("VCARD", sk1) == 4 and r8.hget(vs.keys.base(0) + b"c", enc_ns(("g", "1"))) == b"4"
+    for i in range(1, 5):
+        vs.delete(("g", "1"), f"k{i}")
+    for i in range(5):
+        old.delete(("g", "2"), f"k{i}")
+    assert not r8.exists(sk1, sk2, vs.keys.base(0) + b"t:" + enc_ns(("g", "1")))
+    assert r8.hlen(vs.keys.base(0) + b"c") == 0
