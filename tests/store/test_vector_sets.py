@@ -336,3 +336,19 @@ def test_sets_go_with_their_namespace(r8, prefix):
         old.delete(("g", "2"), f"k{i}")
     assert not r8.exists(sk1, sk2, vs.keys.base(0) + b"t:" + enc_ns(("g", "1")))
     assert r8.hlen(vs.keys.base(0) + b"c") == 0
+
+
+def test_import_keeps_sets(r8, prefix):
+    """import_items writes vectors through store_write: the imported namespaces get sets."""
+    vs, _ = stores(r8, prefix)
+    ref = diff.reference(True)
+    fill(vs, ref, 70, [("m", "1")])
+    other = RedisStore(r8, prefix=prefix + "2", index=INDEX, vector_cache_bytes=0)
+    assert other.import_items(vs.export_items(("m",))) == 70
+    assert r8.hget(other.keys.base(0) + b"c", enc_ns(("m", "1"))) == b"70"
+    for q, limit, offset in queries(11, 5):
+        assert same(other.search(("m",), query=q, limit=limit, offset=offset),
+                    ref.search(("m",), query=q, limit=limit, offset=offset))  # fmt: skip
+    assert other._cfg.vset_stats["hits"] == 5
+    for k in r8.scan_iter(match=prefix + "2*"):
+        r8.delete(k)
