@@ -130,9 +130,10 @@ def _small_first(init):
 
 
 # ---- the sets are never trusted when they may be incomplete ---------------------------
+@pytest.mark.parametrize("functions", [True, False], ids=["fcall", "evalsha"])
 @pytest.mark.parametrize("what", ["set", "count"])
-def test_deleted_set_falls_back_to_the_scan(r8, prefix, what):
-    vs, scan = stores(r8, prefix)
+def test_deleted_set_falls_back_to_the_scan(r8, prefix, what, functions):
+    vs, scan = stores(r8, prefix, functions=functions)
     ref = diff.reference(True)
     ns = ("u", "1")
     fill(vs, ref, 120, [ns])
