@@ -91,7 +91,8 @@ local function st_vs_fits(vec, dims)
 end
 
 -- the namespace's set state in this call: {n = elements, dims = its dimension or nil} while kept
--- (complete), false otherwise; fresh: the namespace had no items before this call (a new set)
+-- (complete), false otherwise; fresh: the namespace has no k: entries (no item a scan can
+-- find): it gets a new set
 local function st_vs_state(base, ens, states, fresh)
   local st = states[ens]
   if st ~= nil then return st end
@@ -121,27 +122,28 @@ local function st_vs_remove(base, ens, ekey, st, keep)
   end
 end
 
--- an item's vectors (ARGV[p], ARGV[p + 1], ... nvec (path, vector) pairs) go into the set; had_old:
--- the item was present (its other paths keep their vectors); returns the state (false: dropped)
-local function st_vs_put(base, ens, ekey, st, p, nvec, had_old)
-  for j = 0, nvec - 1 do
-    if not st_vs_fits(ARGV[p + 2 * j + 1], st.dims) then
+-- a put item's vectors, all of them (its v: hash after the put: the paths put now and those it
+-- keeps, which may predate the set if its namespace's index keys were evicted), go into the set,
+-- and its elements for other paths (an expired item's before it) go; returns the state (false:
+-- the namespace left sets, a vector VSIM cannot score within the bound)
+local function st_vs_put(base, ens, ekey, st)
+  local vecs = redis.call('HGETALL', base .. 'v:' .. ens .. ekey)
+  for j = 2, #vecs, 2 do
+    if not st_vs_fits(vecs[j], st.dims) then
       st_vs_drop(base, ens)
       return false
     end
-    st.dims = #ARGV[p + 2 * j + 1] / 4
+    st.dims = #vecs[j] / 4
   end
   local keep = {}
-  for j = 0, nvec - 1 do
-    local ep = st_vs_enc(ARGV[p + 2 * j])
+  for j = 1, #vecs, 2 do
+    local ep = st_vs_enc(vecs[j])
     keep[ep] = true
     -- searches scan the set (VSIM TRUTH), never its graph: the cheapest graph to build (EF 1, M 4)
-    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', ARGV[p + 2 * j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
+    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', vecs[j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
     redis.call('SADD', base .. 't:' .. ens, ep)
   end
-  if not had_old then
-    st_vs_remove(base, ens, ekey, st, keep)  -- a previous item's elements (it expired): its paths
-  end
+  st_vs_remove(base, ens, ekey, st, keep)
   return st
 end
 

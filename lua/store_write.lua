@@ -81,8 +81,7 @@ for i = 1, n do
       redis.call('SET', ik, rec)
     end
     local kk = base .. 'k:' .. ens
-    local st = ST_VS and st_vs_state(base, ens, vs, not redis.call('ZSCORE', base .. 'q', ens))
-    local had_vectors = st and redis.call('EXISTS', vk) == 1
+    local st = ST_VS and st_vs_state(base, ens, vs, redis.call('EXISTS', kk) == 0)
     if not (old and redis.call('ZSCORE', kk, ekey)) then  -- new (or its entry was swept): last in order
       if not redis.call('ZSCORE', base .. 'q', ens) then
         redis.call('ZADD', base .. 'q', next_seq(ordinal), ens)
@@ -98,7 +97,7 @@ for i = 1, n do
     local nvec = tonumber(ARGV[p + 7 + off])
     if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8 + off, p + 7 + off + 2 * nvec)) end
     if st then
-      vs[ens] = st_vs_put(base, ens, ekey, st, p + 8 + off, nvec, had_vectors)
+      vs[ens] = st_vs_put(base, ens, ekey, st)
     elseif nvec > 0 and not ST_VS and redis.call('HGET', base .. 'c', ens) then
       st_vs_drop(base, ens)  -- a writer that does not keep the set: it is not complete any more
     end

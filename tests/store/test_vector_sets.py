@@ -353,3 +353,44 @@ def test_import_keeps_sets(r8, prefix):
     assert other._cfg.vset_stats["hits"] == 5
     for k in r8.scan_iter(match=prefix + "2*"):
         r8.delete(k)
+
+
+def test_maxmemory_eviction_redis8(redis8_binary):
+    """A real maxmemory with allkeys-random on Redis 8: records, vectors, index keys, counts and
+    whole vector sets vanish while a worker writes; every search from the sets equals the scan's
+    on what the server holds (compared when no key was evicted between the two searches: a
+    server over its limit evicts before reads too)."""
+    from devkit.servers import start_standalone
+
+    server = start_standalone(redis8_binary, ["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-random"])
+    try:
+        cl = redis.Redis.from_url(server.url, **client_kwargs(5.0, 5.0))
+        vs, scan = stores(cl, "ev")
+        rng = random.Random(5)
+        pad = "".join(rng.choice("0123456789abcdef") for _ in range(3000))  # not compressible
+        before = cl.info("stats")["evicted_keys"]
+        nss = [("e", str(i)) for i in range(4)]
+
+        def put(i: int) -> None:
+            vs.put(nss[i % 4], f"k{i}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3))), "pad": pad})
+
+        for i in range(300):
+            put(i)
+        compared = 0
+        for step in range(60):
+            if step % 3 == 0:
+                for i in range(20):
+                    put(300 + 20 * step + i)
+            q = " ".join(rng.sample(WORDS, 2))
+            kw = {"limit": rng.choice([3, 10]), "offset": rng.choice([0, 2])}
+            prefix = ("e",) if step % 2 else nss[step % 4]
+            e0 = cl.info("stats")["evicted_keys"]
+            got, want = vs.search(prefix, query=q, **kw), scan.search(prefix, query=q, **kw)
+            if cl.info("stats")["evicted_keys"] == e0:  # else the two searches saw different data
+                assert same(got, want)
+                compared += 1
+        assert cl.info("stats")["evicted_keys"] - before > 50
+        assert compared >= 20 and vs._cfg.vset_stats["hits"] > 0
+        cl.close()
+    finally:
+        server.stop()
