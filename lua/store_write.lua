@@ -14,7 +14,7 @@ ARGV[3] number of writes, then each write, its code first:
   "d" e(ns) e(key): delete the item
   "r" e(ns) e(key): restart the item's expiry (a search returned it), if it has one
 ARGV[1] "<format>v" (a server with VADD): the namespaces' vector sets follow the puts and deletes
-(_store_lib.lua "vector sets"; a namespace made in this call gets one).
+(_store_lib.lua "vector sets"; a namespace without a k: index gets a new one).
 Every write is checked before the first is applied. A call with a put or a delete bumps the
 shard's version token "w" (_store_lib.lua st_bump); any call makes it when it is missing.
 Returns: the number of writes.
