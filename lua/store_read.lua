@@ -12,6 +12,13 @@ ARGV[3] number of reads, then each read, its code first:
       (ns_seq, item_seq) ("" "": from the start), at most budget of them;
       vectors "1": with each item's vectors (a page stops at budget items, or when it has
       examined 2048 entries)
+  "V" e(prefix) dims: the namespaces under e(prefix) for a search from their vector sets
+      (_store_lib.lua "vector sets"), if there are at most 16 and each is kept in a complete set
+      of dimension dims (or an empty one)
+  "C" nns e(ns) x nns nitems (e(ns) e(key)) x nitems: the records and vectors of the
+      candidates a client found with VSIM (nil: not found as a scan finds items), if each
+      namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
+      between a scan's pages do)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
   "c" token count scored e(ns) e(key) ...: the records of count items (nil: not found as a scan
       finds items), if the shard's version token (_store_lib.lua st_bump) is token (a client's
@@ -24,10 +31,15 @@ Returns one reply per read, in order:
        token ("": none)
   "c": {1, record or nil, ...} (one per item, in order) when the cache is current; else {0}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
+  "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order); {0}: search by a scan
+  "C": {1, record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0}: the
+       sets changed (search by a scan)
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
 local WORK = 2048  -- entries a search page examines at most
 local COLLECT = 1024  -- namespaces under a prefix sorted in the call; more: walk q in order
+local VS_NAMESPACES = 16  -- namespaces a search from vector sets covers at most
+local VS_ITEMS = 4096  -- candidates a "C" read returns at most
 st_check(ARGV[1])
 local base = st_base()
 local REFRESH = ARGV[2]
@@ -40,6 +52,15 @@ for i = 1, n do
   if code == 'c' then
     width = 4 + 2 * st_int(ARGV[pos + 2], 'item count')
     st_int(ARGV[pos + 3], 'scored count')
+  elseif code == 'V' then
+    width = 3
+    st_int(ARGV[pos + 2], 'dims')
+  elseif code == 'C' then
+    local nns = st_int(ARGV[pos + 1], 'namespace count')
+    if nns > VS_NAMESPACES then st_fail('RS_BADARG', 'too many namespaces') end
+    local nitems = st_int(ARGV[pos + 2 + nns] or '', 'item count')
+    if nitems > VS_ITEMS then st_fail('RS_BADARG', 'too many items') end
+    width = 3 + nns + 2 * nitems
   end
   if width == nil then st_fail('RS_BADARG', 'unknown read ' .. tostring(code)) end
   if pos + width - 1 > #ARGV then st_fail('RS_BADARG', 'read arguments missing') end
@@ -165,6 +186,69 @@ local function cached(token, p, count, scored)
   return out
 end
 
+-- the namespace's set: complete (it holds every vector of the namespace), of dimension dims
+-- (any: nil) or empty
+local function vs_complete(ens, dims)
+  local c = redis.call('HGET', base .. 'c', ens)
+  if not c then return false end
+  local n = redis.call('VCARD', base .. 's:' .. ens)
+  if n ~= tonumber(c) then return false end
+  return n == 0 or not dims or redis.call('VDIM', base .. 's:' .. ens) == dims
+end
+
+local function vs_namespaces(eprefix, dims)
+  local names
+  if eprefix == '' then
+    if redis.call('ZCARD', base .. 'n') > VS_NAMESPACES then return {0} end
+    names = redis.call('ZRANGE', base .. 'n', 0, -1)
+  else
+    local lo, hi = '[' .. eprefix, '(' .. eprefix .. '\255'
+    if redis.call('ZLEXCOUNT', base .. 'n', lo, hi) > VS_NAMESPACES then return {0} end
+    names = redis.call('ZRANGE', base .. 'n', lo, hi, 'BYLEX')
+  end
+  local out = {1}
+  for _, ens in ipairs(names) do
+    local seq = redis.call('ZSCORE', base .. 'q', ens)
+    if seq then
+      if not vs_complete(ens, dims) then return {0} end
+      out[#out + 1] = ens
+      out[#out + 1] = seq
+      out[#out + 1] = redis.call('HGET', base .. 'c', ens)
+    end
+  end
+  return out
+end
+
+local function vs_candidates(p)
+  local nns = tonumber(ARGV[p + 1])
+  for j = 1, nns do
+    if not vs_complete(ARGV[p + 1 + j], nil) then return {0} end
+  end
+  local at = p + 2 + nns
+  local out, listed = {1}, {}
+  for i = 1, tonumber(ARGV[at]) do
+    local ens, ekey = ARGV[at + 2 * i - 1], ARGV[at + 2 * i]
+    local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+    local seq = false
+    if rec then
+      if listed[ens] == nil then
+        listed[ens] = redis.call('ZSCORE', base .. 'q', ens) ~= false and redis.call('ZSCORE', base .. 'n', ens) ~= false
+      end
+      seq = listed[ens] and redis.call('ZSCORE', base .. 'k:' .. ens, ekey)
+    end
+    if seq then
+      out[#out + 1] = rec
+      out[#out + 1] = seq
+      out[#out + 1] = redis.call('HGETALL', base .. 'v:' .. ens .. ekey)
+    else
+      out[#out + 1] = false
+      out[#out + 1] = false
+      out[#out + 1] = false
+    end
+  end
+  return out
+end
+
 local function list(min, max, budget)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
   local names = redis.call('ZRANGE', base .. 'n', min, max, 'BYLEX', 'LIMIT', 0, budget)
@@ -189,6 +273,10 @@ for i = 1, n do
     local r = search(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], tonumber(ARGV[p + 4]), ARGV[p + 5] == '1')
     r[4] = version()
     replies[i] = r
+  elseif code == 'V' then
+    replies[i] = vs_namespaces(ARGV[p + 1], tonumber(ARGV[p + 2]))
+  elseif code == 'C' then
+    replies[i] = vs_candidates(p)
   elseif code == 'c' then
     replies[i] = cached(ARGV[p + 1], p + 2, tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3]))
   else

@@ -13,6 +13,8 @@ ARGV[3] number of writes, then each write, its code first:
       same with the item's created_at and updated_at (microseconds; an import)
   "d" e(ns) e(key): delete the item
   "r" e(ns) e(key): restart the item's expiry (a search returned it), if it has one
+ARGV[1] "<format>v" (a server with VADD): the namespaces' vector sets follow the puts and deletes
+(_store_lib.lua "vector sets"; a namespace without a k: index gets a new one).
 Every write is checked before the first is applied. A call with a put or a delete bumps the
 shard's version token "w" (_store_lib.lua st_bump); any call makes it when it is missing.
 Returns: the number of writes.
@@ -59,6 +61,7 @@ local function next_seq(ordinal)
 end
 
 local touched = {}
+local vs = {}  -- e(ns) -> its vector set state in this call (ST_VS)
 local bump = redis.call('EXISTS', base .. 'w') == 0
 for i = 1, n do
   local p = writes[i]
@@ -78,6 +81,7 @@ for i = 1, n do
       redis.call('SET', ik, rec)
     end
     local kk = base .. 'k:' .. ens
+    local st = ST_VS and st_vs_state(base, ens, vs, redis.call('EXISTS', kk) == 0)
     if not (old and redis.call('ZSCORE', kk, ekey)) then  -- new (or its entry was swept): last in order
       if not redis.call('ZSCORE', base .. 'q', ens) then
         redis.call('ZADD', base .. 'q', next_seq(ordinal), ens)
@@ -92,10 +96,17 @@ for i = 1, n do
     end
     local nvec = tonumber(ARGV[p + 7 + off])
     if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8 + off, p + 7 + off + 2 * nvec)) end
+    if st then
+      vs[ens] = st_vs_put(base, ens, ekey, st)
+    elseif nvec > 0 and not ST_VS and redis.call('HGET', base .. 'c', ens) then
+      st_vs_drop(base, ens)  -- a writer that does not keep the set: it is not complete any more
+    end
     if ttl > 0 then redis.call('PEXPIRE', vk, ttl) else redis.call('PERSIST', vk) end
     touched[ens] = true
     bump = true
   elseif code == 'd' then
+    local st = ST_VS and st_vs_state(base, ens, vs, false)
+    if st then st_vs_remove(base, ens, ekey, st) end
     redis.call('DEL', ik, vk)
     redis.call('ZREM', base .. 'k:' .. ens, ekey)
     redis.call('ZREM', base .. 'e:' .. ens, ekey)
@@ -114,6 +125,10 @@ end
 for ens in pairs(touched) do
   local gone = redis.call('ZRANGE', base .. 'e:' .. ens, '-inf', '(' .. now_ms, 'BYSCORE', 'LIMIT', 0, SWEEP_ITEMS)
   if #gone > 0 then
+    local st = ST_VS and st_vs_state(base, ens, vs, false)
+    if st then
+      for _, ekey in ipairs(gone) do st_vs_remove(base, ens, ekey, st) end
+    end
     redis.call('ZREM', base .. 'k:' .. ens, unpack(gone))
     redis.call('ZREM', base .. 'e:' .. ens, unpack(gone))
   end
@@ -125,7 +140,9 @@ for _, ens in ipairs(dead) do
   redis.call('ZREM', base .. 'n', ens)
   redis.call('ZREM', base .. 'q', ens)
   redis.call('ZREM', base .. 'x', ens)
+  if ST_VS or redis.call('HGET', base .. 'c', ens) then st_vs_drop(base, ens) end  -- any writer
 end
+if ST_VS then st_vs_save(base, vs) end
 if bump then st_bump(base) end
 if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f', last)) end
 return n

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import redis
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
@@ -72,6 +73,10 @@ class RedisStoreBase(Shell, BaseStore):
             this store searches (default 256 MiB; 0: off; needs numpy): a repeated semantic
             search scores locally and reads only its best items' records, in one round trip,
             exact whatever other workers write, expire or evict (docs/store.md).
+        vector_sets: on a server with vector sets (``VADD``: Redis 8), keep each namespace's
+            vectors also in one and answer semantic searches from it (``VSIM`` finds candidates,
+            the client scores them exactly; docs/store.md); default on, probed once per store.
+            ``False``: never (writes then take the namespaces they put vectors in out of sets).
         auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
             connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
     """
@@ -88,6 +93,7 @@ class RedisStoreBase(Shell, BaseStore):
         shard_depth: int | None = None,
         functions: bool = True,
         vector_cache_bytes: int = 256 * 2**20,
+        vector_sets: bool = True,
         **options: Unpack[Options],
     ) -> None:
         shared = self._options(options)
@@ -119,9 +125,21 @@ class RedisStoreBase(Shell, BaseStore):
             raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
         self._cfg = Config(self.keys, self.serde, shared["compress"], default_ttl, self.index_config, vcache=vcache)
+        if not vector_sets:
+            self._cfg.vsets = False
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
         self._attach(client, shared, KeySchema(), functions)
+
+    def _vsets_probe(self) -> tuple[str, bytes]:
+        """The command whose success says the server has vector sets (any reply: yes; an error,
+        unknown command or refused by an ACL: no). Probed by the first batch."""
+        return ("VCARD", self.keys.vset(0, b""))
+
+    def _vsets_answer(self, error: Exception | None) -> None:
+        if isinstance(error, (ConnectionError, TimeoutError, redis.ConnectionError, redis.TimeoutError)):
+            raise error
+        self._cfg.vsets = error is None
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""

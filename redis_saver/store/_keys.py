@@ -12,6 +12,9 @@ one script call serves any number of operations on the namespaces of one shard::
     <prefix>:store#{<shard tag>}:e:<e(ns)>        ZSET  e(key) -> item expiry (ms), items that expire
     <prefix>:store#{<shard tag>}:i:<e(ns)><e(key)> STRING the item record
     <prefix>:store#{<shard tag>}:v:<e(ns)><e(key)> HASH  index path -> float32 vector
+    <prefix>:store#{<shard tag>}:s:<e(ns)>        VSET  e(key)e(path) -> vector (servers with VADD: Redis 8)
+    <prefix>:store#{<shard tag>}:c               HASH  e(ns) -> elements of s:<e(ns)> while complete
+    <prefix>:store#{<shard tag>}:t:<e(ns)>        SET   e(path) of the paths put in the namespace
     <prefix>:store#{<shard 0 tag>}:schema         STRING store format, shards, shard depth
 
 ``e(ns)`` is ``keys.enc`` of each label, concatenated: self-delimiting and ordered as the
@@ -95,6 +98,14 @@ class StoreKeys:
 
     def item(self, namespace: Sequence[str], key: str) -> bytes:
         return self.base(self.shard(namespace)) + b"i:" + enc_ns(namespace) + enc(key)
+
+    def vset(self, shard: int, ens: bytes) -> bytes:
+        """The vector set of the namespace ``ens`` (``enc_ns``) on ``shard``: its elements are
+        ``enc(key) + enc(path)``, one per vector (injective: both parts self-delimiting)."""
+        return self.base(shard) + b"s:" + ens
+
+    def vset_element(self, ekey: bytes, path: str) -> bytes:
+        return ekey + enc(path)
 
     def schema(self) -> bytes:
         return self.base(0) + b"schema"

@@ -43,7 +43,7 @@ from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _semantics as sem
-from . import _vcache
+from . import _vcache, _vset
 from ._keys import STORE_FORMAT, StoreKeys, dec_ns, enc_ns
 
 PAGE = 256  # items of one search page that filters (values go to the client; lua MAX_BUDGET caps it)
@@ -79,6 +79,8 @@ class Config:
     index: dict[str, Any] | None  # IndexConfig with "__tokenized_fields", or None
     clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
     vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
+    vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
+    vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
 
 
 # ---- input ----------------------------------------------------------------------------
@@ -307,6 +309,36 @@ class _Search:
                 self._rank(self.entry)
             else:
                 self.fill = []
+        self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
+        if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
+            assert query_vector is not None
+            if _vset.usable_query(query_vector):
+                self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep)
+                self._vs_check()
+
+    # ---- from vector sets ---------------------------------------------------------------
+    def _vs_check(self) -> None:
+        """A vector set search that cannot answer exactly gives way to a scan (which fills the
+        vector cache, when there is one)."""
+        vs = self.vs
+        if vs is None:
+            return
+        if vs.failed:
+            self.cfg.vset_stats["scans"] += 1
+            self.vs = None
+            self.merge = _Merge([vs.shard])
+            self.fill = [] if self.ckey is not None else None
+        else:
+            self.merge.finished = True
+            self.fill = None
+
+    def vsim_pipe(self) -> Any:
+        return self.vs.pipe() if self.vs is not None else None
+
+    def vsim_feed(self, replies: Any) -> None:
+        assert self.vs is not None
+        self.vs.feed_pipe(replies)
+        self._vs_check()
 
     # ---- from the cache -----------------------------------------------------------------
     def _rank(self, entry: _vcache.Entry) -> None:
@@ -372,6 +404,9 @@ class _Search:
         self.asked = []
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
+        if self.vs is not None:
+            vargs = self.vs.request()
+            return [(self.vs.shard, vargs)] if vargs is not None else []
         if self.entry is not None and self.ckey is not None:
             args = self._cached_request()
             return [(self.ckey[0], args)] if args is not None else []
@@ -383,6 +418,10 @@ class _Search:
         return out
 
     def feed(self, shard: int, reply: Any) -> None:
+        if self.vs is not None:
+            self.vs.feed(reply)
+            self._vs_check()
+            return
         if self.entry is not None:
             self._cached_feed(reply)
             return
@@ -467,7 +506,13 @@ class _Search:
         op = self.op
         kept: list[tuple[float | None, _Found]]
         self._cache_fill()
-        if self.entry is not None:  # from the cache
+        if self.vs is not None:  # from vector sets
+            self.cfg.vset_stats["hits"] += 1
+            kept = [
+                (sc, _Found(dec_ns(ens), dec_ns(ekey)[0], rec, []))
+                for sc, _, _, ens, ekey, rec in self.vs.ranked[op.offset : op.offset + op.limit]
+            ]
+        elif self.entry is not None:  # from the cache
             if self.cfg.vcache is not None:
                 self.cfg.vcache.hits += 1
             kept = [(sc, f) for sc, f in self.kept_sc[op.offset : op.offset + op.limit]]
@@ -562,6 +607,11 @@ def _base_sequence(cfg: Config, n: int) -> bytes:
     return str(now).encode()
 
 
+def write_format(cfg: Config) -> str:
+    """ARGV[1] of store_write / store_delete: the store format, "v" when the server keeps vector sets."""
+    return STORE_FORMAT + "v" if cfg.vsets else STORE_FORMAT
+
+
 def batch_plan(
     cfg: Config, prep: Prepared, doc_vectors: list[list[float]], query_vectors: dict[str, list[float]]
 ) -> Plan[list[Result]]:
@@ -608,16 +658,17 @@ def batch_plan(
 
     def write_calls(per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
         base = _base_sequence(cfg, len(prep.puts))
+        fmt = write_format(cfg)
         calls = []
         for s, ws in per_shard.items():
             for j in range(0, max(1, len(ws)), CALL_OPS):  # no writes: a call that makes the version token
                 chunk = ws[j : j + CALL_OPS]
                 wargs: list[bytes | str | int]
                 if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
-                    wargs = [STORE_FORMAT, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
+                    wargs = [fmt, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
                     calls.append(Call("store_delete", [keys.index(s)], wargs))
                     continue
-                wargs = [STORE_FORMAT, base, str(len(chunk)).encode()]
+                wargs = [fmt, base, str(len(chunk)).encode()]
                 wargs += [a for w in chunk for a in w]
                 calls.append(Call("store_write", [keys.index(s)], wargs))
         return calls
@@ -626,6 +677,9 @@ def batch_plan(
     while True:
         # shard -> each read's (arguments, reply handler)
         reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]] = {}
+        for task in tasks.values():  # searches from vector sets: their VSIM calls (_vset.py)
+            if isinstance(task, _Search) and (pipe := task.vsim_pipe()) is not None:
+                task.vsim_feed((yield pipe))
         if first:
             for i, s, op in gets:
                 code = b"G" if op.refresh_ttl and cfg.refresh_in_read else b"g"

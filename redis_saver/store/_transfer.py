@@ -18,7 +18,7 @@ from ..core import values as _values
 from ..core.plans import Call, Out, Plan
 from ..keys import enc
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
-from ._plans import CALL_OPS, VECTOR_PAGE, Config, _base_sequence
+from ._plans import CALL_OPS, VECTOR_PAGE, Config, _base_sequence, write_format
 
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -125,7 +125,7 @@ def import_plan(cfg: Config, items: Iterable[StoredItem]) -> Plan[int]:
     for shard, ws in per_shard.items():
         for j in range(0, len(ws), CALL_OPS):
             chunk = ws[j : j + CALL_OPS]
-            wargs: list[bytes | str | int] = [STORE_FORMAT, base, str(len(chunk)).encode()]
+            wargs: list[bytes | str | int] = [write_format(cfg), base, str(len(chunk)).encode()]
             wargs += [a for w in chunk for a in w]
             calls.append(Call("store_write", [cfg.keys.index(shard)], wargs))
     yield (calls[0] if len(calls) == 1 else calls)

@@ -35,7 +35,17 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         prep = prepare(self._cfg, ops)
         if not prep.ops:
             return []
+        await self._avsets()
         return await self._driver.run(batch_plan(self._cfg, prep, *await self._aembed(prep)), op_name(prep.ops))
+
+    async def _avsets(self) -> None:
+        if self._cfg.vsets is None:
+            try:
+                await self.client.execute_command(*self._vsets_probe())
+            except Exception as exc:  # noqa: BLE001 (the answer is "no", unless the connection failed)
+                self._vsets_answer(exc)
+            else:
+                self._vsets_answer(None)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._sync(self.abatch(list(ops)))
@@ -49,5 +59,6 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
     async def aimport_items(self, items: Iterable[StoredItem]) -> int:
         """Async :meth:`RedisStore.import_items`."""
         self._bind()
+        await self._avsets()
         return await self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 

@@ -33,10 +33,20 @@ class RedisStore(SyncShell, RedisStoreBase):
         prep = prepare(self._cfg, ops)
         if not prep.ops:
             return []
+        self._vsets()
         return self._driver.run(batch_plan(self._cfg, prep, *self._embed(prep)), op_name(prep.ops))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
+
+    def _vsets(self) -> None:
+        if self._cfg.vsets is None:
+            try:
+                self.client.execute_command(*self._vsets_probe())
+            except Exception as exc:  # noqa: BLE001 (the answer is "no", unless the connection failed)
+                self._vsets_answer(exc)
+            else:
+                self._vsets_answer(None)
 
     def export_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
         """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
@@ -46,4 +56,5 @@ class RedisStore(SyncShell, RedisStoreBase):
     def import_items(self, items: Iterable[StoredItem]) -> int:
         """Write items as ``export_items`` gave them (replacing items already there), in one
         round trip per call of this method; returns how many."""
+        self._vsets()
         return self._driver.run(import_plan(self._cfg, list(items)), "store.import")

@@ -156,7 +156,7 @@ class SyncDriver(_Driver):
             client = self.client
             if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
                 return self._cluster_fanout(op.commands)
-            if op.node_key is not None:
+            if op.node_key is not None and self.engine.cluster:
                 client = client.get_redis_connection(client.get_node_from_key(op.node_key))
             pipe = client.pipeline(transaction=False)
             for cmd in op.commands:
@@ -252,7 +252,7 @@ class AsyncDriver(_Driver):
         if isinstance(op, Pipe):
             if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
                 return await self._cluster_fanout(op.commands)
-            if op.node_key is not None:
+            if op.node_key is not None and self.engine.cluster:
                 # one connection to the cluster node that serves the thread (WAIT counts its writes)
                 from redis.asyncio.cluster import PipelineCommand
 

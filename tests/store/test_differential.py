@@ -330,5 +330,6 @@ def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatc
     ]
     assert check(searches, ref, store.batch) == 0
     if vcache and shards == 1 and scoring == "numpy":
-        assert store._cfg.vcache.hits >= 30  # the searches were answered from the cache
+        # the searches were answered from the cache (from vector sets on a server with them)
+        assert store._cfg.vcache.hits + store._cfg.vset_stats["hits"] >= 30
     client.close()

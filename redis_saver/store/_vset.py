@@ -1,0 +1,184 @@
+"""Semantic search from Redis 8's vector sets: VSIM finds candidates, the client scores them exactly.
+
+On a server with vector sets (``VADD``; the store probes the command once), every namespace
+keeps its items' vectors also in a vector set (``lua/_store_lib.lua`` "vector sets"; written in
+the same ``store_write`` / ``store_delete`` call as the items), one element per (item, path),
+stored FP32 without quantisation. A semantic search without a filter whose prefix lies in one
+shard and covers at most ``VS_NAMESPACES`` namespaces then runs:
+
+1. a ``store_read`` "V" read: the namespaces under the prefix, if each is kept in a complete
+   set (its element count, kept in the same script calls, equals ``VCARD``: an evicted,
+   deleted or never-made set is not complete) -- else the search scans as before;
+2. one ``VSIM ... FP32 <query> WITHSCORES COUNT <window> TRUTH`` per namespace, sent by the client
+   (not from Lua: the server runs a client's VSIM in a thread, a script's on its main thread):
+   an exact float32 linear scan's best ``window`` elements (an HNSW search, without ``TRUTH``,
+   gives no bound on what it missed);
+3. a ``store_read`` "C" read: the candidates' records and stored vectors (absent ones, expired
+   or evicted, dropped as a scan drops them), if every set is still complete (writes between
+   the reads count as writes between a scan's pages: each item is as it is when read); the
+   client scores them as a scan's page does (``_semantics.best_scores``: float64 on the stored
+   float32 values, max over an item's vectors) and ranks them as a scan does (score, then
+   search order).
+
+Why it is exact: VSIM's similarity ``s`` is ``(1 + cos) / 2`` in float32 over vectors it
+normalised in float32; ``2 s - 1`` is within ``delta`` of the float64 cosine (``_vcache``'s
+bound ``(dims + 2) * 2**-24`` for the dot, a few ulps for the normalisations and for ``s``;
+``delta`` takes ``(dims + 32) * 2**-21``, more than 4x that). An element outside a namespace's
+window scores at most its window's last ``s``, so an item none of whose elements is in the
+window scores at most ``2 s_last - 1 + delta`` exactly. Once the ``offset + limit``-th best
+exact score is above that for every namespace whose window was full, no item outside can
+enter (nor tie: a tie would need the same exact score). Else the windows that could still
+hold one grow (x4, up to ``WINDOW_MAX``), and past that the search scans. The write scripts
+keep only vectors VSIM scores within that bound in a set (finite, a squared norm 0 or in
+[1e-30, 1e30]); a namespace that gets another vector leaves vector sets (it scans).
+
+InMemoryStore fills a page with unscored items when fewer than ``offset + limit`` are scored:
+the sets hold no unscored item, so that case (few items) scans.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+from ..core.engine import Pipe
+from ..errors import MalformedReplyError
+from ..keys import dec_first
+from . import _semantics as sem
+from ._keys import StoreKeys
+
+VS_NAMESPACES = 16  # lua/store_read.lua VS_NAMESPACES: namespaces a search from sets covers
+WINDOW_MIN = 64  # elements VSIM returns per namespace at first (at least 2 (offset + limit) + 16)
+WINDOW_MAX = 4096  # lua/store_read.lua VS_ITEMS: beyond, the search scans
+
+
+def usable_query(qv: list[float]) -> bool:
+    """A query VSIM scores within the bound: finite, squared norm in float32's comfortable range."""
+    n2 = math.fsum(x * x for x in qv)
+    return bool(qv) and math.isfinite(n2) and 1e-30 < n2 < 1e30
+
+
+class VsetSearch:
+    """One search's state on one shard: "list" (V read), "vsim" (the VSIM pipeline), "fetch" (C
+    read), "done"; ``failed`` when the search must scan instead."""
+
+    def __init__(self, keys: StoreKeys, shard: int, eprefix: bytes, qv: list[float], keep: int) -> None:
+        self.keys, self.shard, self.eprefix, self.qv, self.keep = keys, shard, eprefix, qv, keep
+        self.dims = len(qv)
+        self.delta = (self.dims + 32) * 2.0**-21
+        self.qblob = struct.pack(f"<{len(qv)}f", *qv)
+        self.phase = "list"
+        self.failed = False
+        self.spaces: dict[bytes, tuple[int, bytes]] = {}  # e(ns) -> (ns_seq, element count)
+        self.window: dict[bytes, int] = {}  # e(ns) -> the window asked next (0: none)
+        self.last: dict[bytes, int] = {}  # e(ns) -> the window asked last
+        self.bound: dict[bytes, float] = {}  # e(ns) -> exact-score bound of what its window left out
+        self.pending: list[tuple[bytes, bytes]] = []  # candidates to fetch: (e(ns), e(key))
+        self.seen: set[tuple[bytes, bytes]] = set()
+        # (e(ns), e(key)) -> (score, ns_seq, item_seq, record): the live scored candidates
+        self.scored: dict[tuple[bytes, bytes], tuple[float, int, int, bytes]] = {}
+        self.ranked: list[tuple[float, int, int, bytes, bytes, bytes]] = []
+        self.rounds = 0
+        self.first = max(WINDOW_MIN, 2 * keep + 16)
+        if self.first > WINDOW_MAX:
+            self.failed = True
+
+    def request(self) -> list[bytes] | None:
+        if self.phase == "list":
+            return [b"V", self.eprefix, str(self.dims).encode()]
+        if self.phase == "fetch":
+            args = [b"C", str(len(self.spaces)).encode()]
+            args += list(self.spaces)
+            args.append(str(len(self.pending)).encode())
+            for ens, ekey in self.pending:
+                args += [ens, ekey]
+            return args
+        return None
+
+    def feed(self, reply: Any) -> None:
+        if not isinstance(reply, list) or not reply:
+            raise MalformedReplyError(f"store_read replied {reply!r:.80}")
+        if reply[0] != 1:
+            self.failed = True
+            return
+        if self.phase == "list":
+            for i in range(1, len(reply), 3):
+                ens, seq, count = reply[i : i + 3]
+                self.spaces[ens] = (int(seq), count)
+                self.window[ens] = self.first
+            self.phase = "vsim" if self.spaces else "done"
+            if not self.spaces:
+                self.failed = True  # nothing scored under the prefix: a scan's answer (cheap)
+            return
+        # fetch: each candidate's record, item sequence and vectors
+        if len(reply) != 1 + 3 * len(self.pending):
+            raise MalformedReplyError(f"store_read replied {len(reply)} entries for {len(self.pending)} items")
+        vecs = [reply[2 + 3 * i + 1] or [] for i in range(len(self.pending))]
+        best = sem.best_scores(self.qv, [v[1::2] for v in vecs])
+        for i, (ens, ekey) in enumerate(self.pending):
+            rec, seq = reply[1 + 3 * i], reply[2 + 3 * i]
+            if rec and best[i] is not None:
+                self.scored[(ens, ekey)] = (float(best[i]), self.spaces[ens][0], int(float(seq)), rec)  # type: ignore[arg-type]
+        self.pending = []
+        self._decide()
+
+    def pipe(self) -> Pipe | None:
+        """The VSIM calls of this round (one pipeline, to the shard's node)."""
+        if self.phase != "vsim":
+            return None
+        cmds = [
+            ("VSIM", self.keys.vset(self.shard, ens), "FP32", self.qblob, "WITHSCORES", "COUNT", w, "TRUTH")
+            for ens, w in self.window.items()
+            if w
+        ]
+        self._asked = [ens for ens, w in self.window.items() if w]
+        return Pipe(cmds, self.keys.index(self.shard))
+
+    def feed_pipe(self, replies: list[Any]) -> None:
+        self.rounds += 1
+        for ens, reply in zip(self._asked, replies, strict=True):
+            pairs = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2], strict=True))
+            w = self.last[ens] = self.window[ens]
+            for elem, _ in pairs:
+                ekey = elem[: dec_first(elem, 0)[1]]
+                if (ens, ekey) not in self.seen:
+                    self.seen.add((ens, ekey))
+                    self.pending.append((ens, ekey))
+            if len(pairs) < w:  # the whole set was seen
+                self.bound.pop(ens, None)
+            else:
+                s = float(pairs[-1][1])
+                if not math.isfinite(s):
+                    self.failed = True
+                    return
+                self.bound[ens] = 2 * s - 1 + self.delta
+        if len(self.pending) > WINDOW_MAX:
+            self.failed = True
+            return
+        self.phase = "fetch"
+        if not self.pending:
+            self._decide()
+
+    def _decide(self) -> None:
+        ranked = sorted((-sc, ns_seq, item_seq) + k for k, (sc, ns_seq, item_seq, _) in self.scored.items())
+        if len(ranked) >= self.keep:
+            kth = -ranked[self.keep - 1][0]
+            grow = [ens for ens, b in self.bound.items() if b >= kth]
+        else:  # fewer scored than offset + limit so far: every window that is not whole grows
+            grow = list(self.bound)
+            if not grow:  # all seen: the page needs unscored items, which only a scan lists
+                self.failed = True
+                return
+        if not grow:
+            self.ranked = [(-r[0], r[1], r[2], r[3], r[4], self.scored[(r[3], r[4])][3]) for r in ranked[: self.keep]]
+            self.phase = "done"
+            return
+        for ens in self.window:
+            self.window[ens] = 0
+        for ens in grow:
+            w = self.window[ens] = 4 * self.last[ens]
+            if w > WINDOW_MAX:
+                self.failed = True
+                return
+        self.phase = "vsim"
