@@ -14,7 +14,8 @@ ARGV[3] number of writes, then each write, its code first:
   "d" e(ns) e(key): delete the item
   "r" e(ns) e(key): restart the item's expiry (a search returned it), if it has one
 Every write is checked before the first is applied. A call with a put or a delete bumps the
-shard's version token "w" (_store_lib.lua st_bump); any call makes it when it is missing.
+shard's version token "w" and logs the items it put or deleted in the shard's change log "l"
+(_store_lib.lua st_bump); any call makes the token when it is missing.
 Returns: the number of writes.
 ]]
 st_check(ARGV[1])
@@ -58,7 +59,7 @@ local function next_seq(ordinal)
   return string.format('%.0f', last)
 end
 
-local touched = {}
+local touched, changed = {}, {}
 local bump = redis.call('EXISTS', base .. 'w') == 0
 for i = 1, n do
   local p = writes[i]
@@ -94,12 +95,14 @@ for i = 1, n do
     if nvec > 0 then redis.call('HSET', vk, unpack(ARGV, p + 8 + off, p + 7 + off + 2 * nvec)) end
     if ttl > 0 then redis.call('PEXPIRE', vk, ttl) else redis.call('PERSIST', vk) end
     touched[ens] = true
+    changed[ens .. ekey] = true
     bump = true
   elseif code == 'd' then
     redis.call('DEL', ik, vk)
     redis.call('ZREM', base .. 'k:' .. ens, ekey)
     redis.call('ZREM', base .. 'e:' .. ens, ekey)
     touched[ens] = true
+    changed[ens .. ekey] = true
     bump = true
   else
     local rec = redis.call('GET', ik)
@@ -126,6 +129,6 @@ for _, ens in ipairs(dead) do
   redis.call('ZREM', base .. 'q', ens)
   redis.call('ZREM', base .. 'x', ens)
 end
-if bump then st_bump(base) end
+if bump then st_bump(base, changed) end
 if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f', last)) end
 return n
