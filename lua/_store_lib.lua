@@ -85,8 +85,10 @@ end
 -- the shard's version token changes: the counter goes up; a token that is missing (never
 -- made, evicted, deleted) starts a new incarnation (server time and a random part), so a token
 -- a client cached before never matches again
--- ``changed``: the items the call put or deleted (e(ns)..e(key), a set), logged (st_log)
-local function st_bump(base, changed)
+-- ``changed``: the items the call put or deleted (e(ns)..e(key), a set), logged; ``unlogged``:
+-- the call changed what a scan finds beyond them (a namespace listed again with the items its
+-- k: kept after its q entry was lost): no client behind this call may patch (the floor rises)
+local function st_bump(base, changed, unlogged)
   local k = base .. 'w'
   local inc, c = string.match(redis.call('GET', k) or '', '^(%w+):(%d+)$')
   if not inc then
@@ -103,7 +105,7 @@ local function st_bump(base, changed)
   -- a client that cached an earlier one finds no floor at or below its counter: not covered.
   -- The log keeps the CHANGE_LOG items changed last; those dropped raise F to their counter.
   local lk, floor = base .. 'l', '#' .. inc
-  redis.call('ZADD', lk, 'NX', string.format('%.0f', now - 1), floor)
+  redis.call('ZADD', lk, unlogged and 'GT' or 'NX', string.format('%.0f', unlogged and now or now - 1), floor)
   local args, score = {}, string.format('%.0f', now)
   for m in pairs(changed) do
     args[#args + 1] = score
@@ -116,9 +118,10 @@ local function st_bump(base, changed)
   if #args > 0 then redis.call('ZADD', lk, unpack(args)) end
   local cut = redis.call('ZCARD', lk) - 1 - CHANGE_LOG
   if cut > 0 then  -- at most this call's items (the log held CHANGE_LOG before it)
+    local f = redis.call('ZSCORE', lk, floor)
     redis.call('ZREM', lk, floor)
     local top = redis.call('ZRANGE', lk, cut - 1, cut - 1, 'WITHSCORES')
     redis.call('ZREMRANGEBYRANK', lk, 0, cut - 1)
-    redis.call('ZADD', lk, top[2], floor)
+    redis.call('ZADD', lk, math.max(tonumber(top[2]), tonumber(f)), floor)
   end
 end

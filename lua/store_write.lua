@@ -59,7 +59,7 @@ local function next_seq(ordinal)
   return string.format('%.0f', last)
 end
 
-local touched, changed = {}, {}
+local touched, changed, unlogged = {}, {}, false
 local bump = redis.call('EXISTS', base .. 'w') == 0
 for i = 1, n do
   local p = writes[i]
@@ -81,6 +81,8 @@ for i = 1, n do
     local kk = base .. 'k:' .. ens
     if not (old and redis.call('ZSCORE', kk, ekey)) then  -- new (or its entry was swept): last in order
       if not redis.call('ZSCORE', base .. 'q', ens) then
+        -- items its k: kept (its q entry lost: evicted) are found by scans again, not logged
+        if redis.call('EXISTS', kk) == 1 then unlogged = true end
         redis.call('ZADD', base .. 'q', next_seq(ordinal), ens)
         redis.call('ZADD', base .. 'n', 0, ens)
       end
@@ -129,6 +131,6 @@ for _, ens in ipairs(dead) do
   redis.call('ZREM', base .. 'q', ens)
   redis.call('ZREM', base .. 'x', ens)
 end
-if bump then st_bump(base, changed) end
+if bump then st_bump(base, changed, unlogged) end
 if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f', last)) end
 return n

@@ -305,6 +305,7 @@ class _Search:
             self.entry = cfg.vcache.get(self.ckey)
             self.known: dict[tuple[bytes, bytes], bytes | None] = {}  # records read at the entry's token
             self.patched = 0
+            self.checked = False  # a read found the entry current (or brought it up to date)
             if self.entry is not None:
                 self._rank(self.entry)
             else:
@@ -328,7 +329,7 @@ class _Search:
         entry's token (a change set brought them) are taken without one."""
         while True:
             args = self._cached_candidates()
-            if args is None or any(k not in self.known for _, k, _ in self.asked):
+            if args is None or not self.asked or any(k not in self.known for _, k, _ in self.asked):
                 return args
             self._cached_take([self.known[k] for _, k, _ in self.asked])
 
@@ -361,7 +362,7 @@ class _Search:
             end = min(len(self.sl_order), self.next_sl + want_sl + _vcache.MARGIN)
             asked += [(self.sl_order[j], None) for j in range(self.next_sl, end)]
             self.next_sl = end
-        if not asked:
+        if not asked and self.checked:
             self.asked = []
             return None
         self.asked = [(i, entry.keys[i], score) for i, score in asked]
@@ -394,6 +395,7 @@ class _Search:
         n = len(self.asked)
         ok = isinstance(reply, list) and bool(reply)
         if ok and reply[0] == 1 and len(reply) == n + 1:
+            self.checked = True
             self._cached_take(reply[1:])
             return
         if ok and reply[0] == 2 and len(reply) == n + 3 and self.patched < _vcache.PATCHES:
@@ -407,6 +409,7 @@ class _Search:
                     new = entry.compacted()
             if applied or entry.token != self.token:
                 if applied:
+                    self.checked = True
                     vcache.resized(ckey, entry, before, new)
                     if new is not None:
                         self.entry = entry = new

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
 from devkit.servers import client_kwargs
@@ -313,7 +314,8 @@ def test_maxmemory_eviction():
             check(a, c, q, ref=False, limit=rng.choice([3, 10]), offset=rng.choice([0, 2]))
         evicted = cl.info("stats")["evicted_keys"] - before
         assert evicted > 100, evicted
-        assert a._cfg.vcache.hits > 0 and a._cfg.vcache.misses > 0
+        vc = a._cfg.vcache
+        assert vc.hits > 0 and vc.misses > 0 and vc.patches > 0, (vc.hits, vc.misses, vc.patches)
         cl.close()
     finally:
         server.stop()
@@ -335,6 +337,16 @@ def test_index_keys_evicted(client, prefix, lost):
     got = check(a, c, "apple melon", ref=False, limit=3)
     assert top not in [r[1] for r in got] and a._cfg.vcache.hits == hits + 1
     check_all(a, c, ref=False)
+    # a new item in the namespace: with q lost, the namespace is listed again and the items its
+    # k: kept are found again, though the log names only the new one (the write raises the
+    # log's floor: the cache scans)
+    misses = a._cfg.vcache.misses
+    b.put(NS, "fresh", {"text": "lemon"})
+    check_all(a, c, ref=False)
+    assert a._cfg.vcache.misses == misses + (lost == "q")
+    b.put(NS, "fresh2", {"text": "lemon kiwi"})
+    check_all(a, c, ref=False)
+    assert a._cfg.vcache.misses == misses + (lost == "q")  # patched
 
 
 def test_data_of_the_previous_release(client, prefix):
@@ -371,3 +383,148 @@ async def test_async_store_uses_the_cache(redis_url, prefix, client):
         assert norm(await a.asearch(NS, query=q, **kw)) == norm(c.search(NS, query=q, **kw))
     assert a._cfg.vcache.misses == 0 and a._cfg.vcache.fills == 1 and a._cfg.vcache.patches == 1
     await ac.aclose()
+
+
+# ---- the change log: writes patched into the cached entries -----------------------------
+def test_three_caches_and_a_writer(client, prefix):
+    """Three stores with caches of their own search in turns while a fourth worker puts,
+    overwrites, deletes, imports, and items expire or vanish behind the store's back: every
+    search equals the scan's, and no write sends a cache back to a scan."""
+    import random
+
+    a, b, c = stores(client, prefix)
+    d = RedisStore(client, prefix=prefix, index=INDEX)
+    w = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
+    rng = random.Random(11)
+    fill(w, 40)
+    exported = list(c.export_items(NS))
+    base = w.keys.base(0)
+    for step in range(90):
+        op, key = rng.random(), f"k{rng.randrange(50)}"
+        if op < 0.35:
+            w.put(NS, key, {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3)))})
+        elif op < 0.45:
+            w.put(NS, key, {"text": rng.choice(WORDS)}, index=False if rng.random() < 0.3 else None)
+        elif op < 0.6:
+            w.delete(NS, key)
+        elif op < 0.68:
+            w.import_items([rng.choice(exported)])
+        elif op < 0.72:
+            client.delete(base + b"i:" + enc_ns(NS) + enc(key))  # evicted: no bump
+        elif op < 0.76:
+            w.batch([])
+        if step % 30 == 29:  # items that expire (300 ms), each cache searches, they expire
+            fill(w, 4, start=300 + step, ttl=0.005)
+            for r in (a, b, d):
+                check(r, c, "apple melon", ref=False, limit=10)
+            time.sleep(0.6)
+        r = (a, b, d)[step % 3]
+        check(r, c, " ".join(rng.sample(WORDS, 2)), ref=False, limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 2]))
+    for s in (a, b, d):
+        vc = s._cfg.vcache
+        assert vc.fills == 1 and vc.misses == 0 and vc.patches >= 20, (vc.fills, vc.misses, vc.patches)
+
+
+def test_change_log_lost_is_never_taken_for_no_change(client, prefix):
+    """The log key evicted (or deleted): a cache behind it must scan, not believe it current;
+    the token and the log vanishing together start a new incarnation."""
+    a, b, c = stores(client, prefix)
+    fill(b, 30)
+    check_all(a, c)
+    vc, base = a._cfg.vcache, b.keys.base(0)
+    log = base + b"l"
+    assert client.exists(log)
+    client.delete(log)
+    check_all(a, c)  # nothing changed since: the token alone says current
+    assert vc.misses == 0 and vc.fills == 1
+    b.put(NS, "best", {"text": "apple melon apple melon"})  # logged in the lost log: lost too
+    client.delete(log)
+    b.put(NS, "k2", {"text": "fig"})  # a new log, floor at the counter before it
+    assert "best" in [r[1] for r in check(a, c, "apple melon", limit=3)]
+    assert vc.misses == 1 and vc.fills == 2
+    b.put(NS, "k3", {"text": "kiwi"})
+    check_all(a, c)
+    assert vc.misses == 1 and vc.patches == 1  # the new log covers the refilled entry
+    client.delete(log, base + b"w")
+    b.put(NS, "k4", {"text": "apple melon melon"})
+    check_all(a, c)
+    assert vc.misses == 2
+
+
+def test_change_log_trimmed(client, prefix):
+    """More items changed in the shard than the log keeps since a cache's token: a scan."""
+    from redis_saver.store._vcache import CHANGE_LOG
+
+    a, b, c = stores(client, prefix)
+    fill(b, 20)
+    check_all(a, c)
+    vc = a._cfg.vcache
+    b.put(NS, "k1", {"text": "apple apple melon"})
+    other = RedisStore(client, prefix=prefix)  # no index: fast puts
+    other.batch([PutOp(("other",), f"o{i}", {"i": i}) for i in range(CHANGE_LOG - 2)])
+    check_all(a, c)
+    assert vc.misses == 0 and vc.patches == 1  # 2047 changed: covered (one under the prefix)
+    assert client.zcard(b.keys.base(0) + b"l") == CHANGE_LOG + 1  # the items and the floor
+    b.put(NS, "k2", {"text": "apple apple melon"})
+    other.batch([PutOp(("other",), f"p{i}", {"i": i}) for i in range(CHANGE_LOG)])
+    check_all(a, c)
+    assert vc.misses == 1 and vc.fills == 2
+    assert client.zcard(b.keys.base(0) + b"l") == CHANGE_LOG + 1
+
+
+def test_change_budget(client, prefix, monkeypatch):
+    """More changed items under the prefix than one read brings: a scan."""
+    from redis_saver.store import _vcache
+
+    monkeypatch.setattr(_vcache, "CHANGE_BUDGET", 3)
+    a, b, c = stores(client, prefix)
+    fill(b, 20)
+    check_all(a, c)
+    vc = a._cfg.vcache
+    fill(b, 3, start=50)
+    check_all(a, c)
+    assert vc.misses == 0 and vc.patches == 1
+    fill(b, 4, start=60)
+    check_all(a, c)
+    assert vc.misses == 1 and vc.fills == 2
+
+
+def test_changes_under_the_prefix_only(client, prefix):
+    """Changes to namespaces beside the prefix (a shorter one whose key spells the prefix's
+    last label, a label that starts like it, one holding NUL) are not the prefix's; a deeper
+    namespace's are."""
+    a, b, c = stores(client, prefix)
+    fill(b, 20)
+    check_all(a, c)
+    vc = a._cfg.vcache
+    text = {"text": "apple melon apple melon"}
+    b.put(("mem",), "u1", text)
+    b.put(("mem", "u10"), "x", text)
+    b.batch([PutOp(("mem", "u1\x00"), "y", text), PutOp(("mem", "u1", "deep"), "z", text)])
+    got = check(a, c, "apple melon", ref=False, limit=5)  # (the reference holds one namespace)
+    assert (("mem", "u1", "deep"), "z") in [g[:2] for g in got] and {g[0] for g in got} <= {NS, NS + ("deep",)}
+    assert vc.misses == 0 and vc.patches == 1
+    entry = next(iter(vc.entries.values()))
+    assert {k for k in entry.index} >= {(enc_ns(("mem", "u1", "deep")), enc("z"))}
+    assert len(entry.index) == 21
+    check_all(a, c, ref=False)
+    b.delete(("mem", "u1", "deep"), "z")
+    check_all(a, c)
+    assert vc.misses == 0 and vc.patches == 2 and len(entry.index) == 20
+
+
+def test_many_overwrites_compact_the_entry(client, prefix):
+    """Each overwrite leaves a dead row; once more are dead than live (and over 1024) the
+    entry is rebuilt from the live ones."""
+    a, b, c = stores(client, prefix)
+    fill(b, 40)
+    check_all(a, c)
+    vc = a._cfg.vcache
+    first = next(iter(vc.entries.values()))
+    for r in range(30):
+        b.batch([PutOp(NS, f"k{i}", {"text": f"{WORDS[(i + r) % 10]} {WORDS[r % 10]}"}) for i in range(40)])
+        check(a, c, WORDS[r % 10], limit=5)
+    entry = next(iter(vc.entries.values()))
+    assert entry is not first and len(entry.keys) < 1024 + 80 and vc.misses == 0 and vc.patches == 30
+    check_all(a, c)
+    assert vc.nbytes == entry.nbytes
