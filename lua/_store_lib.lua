@@ -120,8 +120,10 @@ local function st_bump(base, changed, unlogged)
   if cut > 0 then  -- at most this call's items (the log held CHANGE_LOG before it)
     local f = redis.call('ZSCORE', lk, floor)
     redis.call('ZREM', lk, floor)
-    local top = redis.call('ZRANGE', lk, cut - 1, cut - 1, 'WITHSCORES')
-    redis.call('ZREMRANGEBYRANK', lk, 0, cut - 1)
-    redis.call('ZADD', lk, math.max(tonumber(top[2]), tonumber(f)), floor)
+    local old = redis.call('ZRANGE', lk, 0, cut - 1, 'WITHSCORES')
+    local names = {}
+    for i = 1, #old, 2 do names[#names + 1] = old[i] end
+    redis.call('ZREM', lk, unpack(names))
+    redis.call('ZADD', lk, math.max(tonumber(old[#old]), tonumber(f)), floor)
   end
 end
