@@ -7,11 +7,14 @@ it; a token key that goes missing starts a new incarnation, which never matches 
 
 A search with a cached entry ranks every item locally (a float32 matrix product finds the
 candidates, a float64 one scores them as a scan's page does, ``_semantics.best_scores``: see
-``Entry.ranking``), then sends ONE read: the token and the
-best candidates (offset + limit, and a margin). The script answers "not current" (the token
-moved, or an item's vectors alone are gone: the search scans as without a cache, and refills),
-or each candidate's record: a candidate gone without a bump (expiry, eviction) is dropped from
-the entry, and the search goes on down its ranking (another read) until it has offset + limit
+``Entry.ranking``), then sends ONE read: the token, the prefix and the best candidates (offset
++ limit, and a margin). The script answers with each candidate's record when the token is
+current; when it moved and the shard's change log (``lua/_store_lib.lua`` ``st_bump``) still
+covers it, with the new token and the items under the prefix changed since (records, places,
+vectors): the search patches the entry (``Entry.patch``) and ranks again; else "not current"
+(also when an unchanged candidate's vectors alone are gone): the search scans as without a
+cache, and refills. A candidate gone without a bump (expiry, eviction) is dropped from the
+entry, and the search goes on down its ranking (another read) until it has offset + limit
 present items. So the answer is what a full scan of what Redis holds gives, never bytes Redis
 no longer holds.
 
@@ -45,7 +48,7 @@ class Entry:
 
     __slots__ = (
         "token", "keys", "index", "dims", "matrix", "nrows", "norms", "starts", "counts", "scored",
-        "scoreless", "alive", "nsid", "iseq", "nsseq", "nsids", "nbytes", "dead_rows", "lock",
+        "scoreless", "alive", "nsid", "iseq", "nsseq", "nsids", "nbytes", "keybytes", "lock",
     )  # fmt: skip
 
     def __init__(
@@ -72,8 +75,7 @@ class Entry:
         self.scoreless: list[int] = []
         self.matrix = np.zeros((0, dims), dtype=np.float32)  # float32, as stored
         self.norms = np.zeros(0)
-        self.nrows = self.dead_rows = 0
-        self.nbytes = 0
+        self.nrows = self.keybytes = self.nbytes = 0
         if seqs is None:
             seqs = [(0, i) for i in range(len(keys))]
         self._add([(k[0], k[1], s[0], s[1], v) for k, s, v in zip(keys, seqs, vectors, strict=True)])
@@ -82,17 +84,22 @@ class Entry:
         """Number the items (e(ns), e(key), ns_seq, item_seq, vectors) after the others."""
         np = sem._np
         first = len(self.keys)
-        nsid = []
-        for n, (ens, ekey, nsq, _, _) in enumerate(items):
-            self.keys.append((ens, ekey))
-            self.index[(ens, ekey)] = first + n
-            i = self.nsids.get(ens)
-            if i is None:
-                i = self.nsids[ens] = len(self.nsids)
-                self.nsseq = np.append(self.nsseq, nsq)
-            elif self.nsseq[i] != nsq:  # the namespace was made again (its q entry lost): all its items move
-                self.nsseq[i] = nsq
-            nsid.append(i)
+        keys = [(it[0], it[1]) for it in items]
+        self.keys += keys
+        self.index.update(zip(keys, range(first, first + len(items)), strict=True))
+        seqs = self.nsseq.tolist()
+        nsid, nsids, last, at = [], self.nsids, None, -1
+        for ens, _, nsq, _, _ in items:
+            if ens != last:  # a scan's items come namespace by namespace
+                at = nsids.get(ens, -1)
+                if at < 0:
+                    at = nsids[ens] = len(seqs)
+                    seqs.append(nsq)
+                last = ens
+            if seqs[at] != nsq:  # the namespace was made again (its q entry lost): all its items move
+                seqs[at] = nsq
+            nsid.append(at)
+        self.nsseq = np.asarray(seqs, dtype=np.int64)
         self.nsid = np.concatenate((self.nsid, np.asarray(nsid, dtype=np.int64)))
         self.iseq = np.concatenate((self.iseq, np.asarray([it[3] for it in items], dtype=np.int64)))
         self.alive = np.concatenate((self.alive, np.ones(len(items), dtype=bool)))
@@ -118,8 +125,8 @@ class Entry:
         self.scored = np.concatenate((self.scored, first + np.asarray(scored, dtype=np.int64)))
         self.starts = np.concatenate((self.starts, starts))
         self.counts = np.concatenate((self.counts, counts))
-        self.nbytes = self.matrix.nbytes + self.norms.nbytes + 48 * len(self.keys)
-        self.nbytes += sum(len(a) + len(b) + 200 for a, b, _, _, _ in items)
+        self.keybytes += sum(len(a) + len(b) + 240 for a, b, _, _, _ in items)  # names, tuples, index
+        self.nbytes = self.matrix.nbytes + self.norms.nbytes + self.keybytes
 
     def patch(self, token: bytes, flat: list[Any]) -> bool:
         """Apply the changes a cached read brought (a "s" page's items: a changed item that a
