@@ -193,9 +193,10 @@ local function changes(token, cur, eprefix, budget, listed)
   if not floor or tonumber(floor) > tonumber(c) then return nil end
   local np, out, set, n = #eprefix, {}, {}, 0
   for _, m in ipairs(redis.call('ZRANGE', lk, '(' .. c, '+inf', 'BYSCORE')) do
-    if string.sub(m, 1, 1) ~= '#' or string.byte(m, -1) == 0 then
+    -- under the prefix (a label boundary there: not an escaped NUL), an item (the floor is not)
+    if string.sub(m, 1, np) == eprefix and string.byte(m, np + 1) ~= 255 and string.byte(m, -1) == 0 then
       local ens, ekey = split(m)
-      if #ens >= np and string.sub(ens, 1, np) == eprefix and string.byte(ens, np + 1) ~= 255 then
+      if #ens >= np then  -- the prefix is the namespace's, not spelled by its key
         n = n + 1
         if n > budget then return nil end
         set[m] = true
