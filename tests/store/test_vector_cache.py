@@ -528,3 +528,27 @@ def test_many_overwrites_compact_the_entry(client, prefix):
     assert entry is not first and len(entry.keys) < 1024 + 80 and vc.misses == 0 and vc.patches == 30
     check_all(a, c)
     assert vc.nbytes == entry.nbytes
+
+
+def test_threads_share_one_entry(client, prefix):
+    """Searches from several threads on one store (one entry) after each write: one of them
+    patches, the others find the entry patched meanwhile and rank it again, or patch it too
+    from the same token; every answer is the scan's."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b, c = stores(client, prefix)
+    fill(b, 60)
+    rng = random.Random(3)
+    check_all(a, c)
+    with ThreadPoolExecutor(4) as pool:
+        for step in range(25):
+            for _ in range(rng.randint(1, 3)):
+                b.put(NS, f"k{rng.randrange(70)}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3)))})
+            if step % 5 == 4:
+                b.delete(NS, f"k{rng.randrange(70)}")
+            queries = [(" ".join(rng.sample(WORDS, 2)), rng.choice([1, 3, 10])) for _ in range(4)]
+            got = list(pool.map(lambda qk: norm(a.search(NS, query=qk[0], limit=qk[1])), queries))
+            assert got == [norm(c.search(NS, query=q, limit=k)) for q, k in queries]
+    vc = a._cfg.vcache
+    assert vc.misses == 0 and vc.fills == 1 and vc.patches >= 25
