@@ -312,11 +312,17 @@ class _Search:
                 self.fill = []
 
     # ---- from the cache -----------------------------------------------------------------
-    def _rank(self, entry: _vcache.Entry) -> None:
+    def _rank(self, entry: _vcache.Entry, ranking: _vcache.Ranking | None = None) -> None:
         assert self.qv is not None and self.keep is not None
-        with entry.lock:  # the ranking and the token it holds for
+        if ranking is not None:  # made under the lock with the patch: self.token is the one sent
             self.token = entry.token
-            self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(self.qv, self.keep + 2 * _vcache.MARGIN)
+            self.ranked, self.scores, self.sl_order, self.whole = ranking
+        else:
+            with entry.lock:  # the ranking and the token it holds for
+                self.token = entry.token
+                self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(
+                    self.qv, self.keep + 2 * _vcache.MARGIN
+                )
         self.next_sc = self.next_sl = 0  # the next candidates to ask
         self.kept_sc: list[tuple[float, _Found]] = []
         self.kept_sl: list[_Found] = []
@@ -404,9 +410,14 @@ class _Search:
             self.patched += 1
             before, new = entry.nbytes, None
             with entry.lock:
+                first = len(entry.keys)
                 applied = entry.token == self.token and entry.patch(token, flat)
-                if applied and entry.wasted():
-                    new = entry.compacted()
+                if applied:
+                    assert self.qv is not None
+                    # the ranking before the patch, its items that changed out, the new ones in
+                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first)
+                    if entry.wasted():
+                        new = entry.compacted()
             if applied or entry.token != self.token:
                 if applied:
                     self.checked = True
@@ -416,10 +427,13 @@ class _Search:
                     # records now valid at the entry's token: the changed items' and the asked ones'
                     self.known = {k: r for (_, k, _), r in zip(self.asked, recs, strict=True)}
                     self.known.update(((flat[i], flat[i + 1]), flat[i + 4]) for i in range(0, len(flat), 6))
+                    if new is None:
+                        self._rank(entry, ranking)
+                    else:  # compacted: its items are numbered anew
+                        self._rank(entry)
                 else:  # another search patched it meanwhile: rank what it holds now
                     self.known = {}
-                self.asked = []
-                self._rank(entry)
+                    self._rank(entry)
                 return
         # not current: scan as without a cache, and cache what the scan reads
         vcache.drop(ckey, entry)

@@ -31,6 +31,9 @@ from typing import Any
 
 from . import _semantics as sem
 
+# a ranking: the live scored items best first, their scores, the live items without vectors in
+# order, and whether it is whole (else its head)
+Ranking = tuple[list[int], list[float], list[int], bool]
 MARGIN = 8  # candidates asked beyond what is needed, for the ones that vanished
 CHANGE_BUDGET = 256  # changed items under the prefix one cached read brings (more: a scan)
 CHANGE_LOG = 2048  # items a shard's change log keeps (lua/_store_lib.lua CHANGE_LOG)
@@ -190,7 +193,46 @@ class Entry:
             scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0)
         return np.maximum.reduceat(scores, np.concatenate(([0], np.cumsum(counts)[:-1])))
 
-    def ranking(self, query: list[float], k: int | None) -> tuple[list[int], list[float], list[int], bool]:
+    def _scoreless(self) -> list[int]:
+        """The live items without vectors, in search order."""
+        np = sem._np
+        sl = [i for i in self.scoreless if self.alive[i]]
+        if len(sl) > 1:
+            sl = [sl[j] for j in np.lexsort(self._order(np.asarray(sl, dtype=np.int64)))]
+        return sl
+
+    def reranked(
+        self, query: list[float], ranked: list[int], scores: list[float], whole: bool, first: int
+    ) -> Ranking:
+        """``ranking`` after a patch that numbered its items from ``first`` on, from the ranking
+        before it (``ranked`` best first, exact, ``whole`` or the head of the whole): the items
+        of it still live, and the patch's live items scored exactly, merged. Every item outside
+        ``ranked`` ranks below each of it, so the merge is exact up to its last item still live
+        (past it, an item outside ``ranked`` may beat a new one): the result stops there, unless
+        ``ranked`` was whole. The new items only are scored: no product over the whole matrix."""
+        np = sem._np
+        sl = self._scoreless()
+        kept = [(i, sc) for i, sc in zip(ranked, scores, strict=True) if i < first and self.alive[i]]
+        at = int(np.searchsorted(self.scored, first))  # the patch's scored items: the tail of scored
+        pos = at + np.nonzero(self.alive[self.scored[at:]])[0]
+        q = np.asarray(query, dtype=np.float64)
+        qn = float(np.sqrt(q @ q))
+        new = self._exact(pos, q, qn).tolist() if len(pos) else []
+        items = np.asarray([i for i, _ in kept] + self.scored[pos].tolist(), dtype=np.int64)
+        best = np.asarray([sc for _, sc in kept] + new)
+        if not len(items):
+            return [], [], sl, whole
+        order = np.lexsort((*self._order(items), -best))
+        out, out_scores = items[order].tolist(), best[order].tolist()
+        if not whole:
+            if not kept:
+                return [], [], sl, False
+            old = {i for i, _ in kept}
+            end = max(j for j, i in enumerate(out) if i in old) + 1
+            out, out_scores = out[:end], out_scores[:end]
+        return out, out_scores, sl, whole
+
+    def ranking(self, query: list[float], k: int | None) -> Ranking:
         """The live scored items best first (ties: search order), their scores, the live items
         without vectors in order, and whether the ranking is whole: with ``k``, it may hold the
         best ``k`` only.
@@ -203,9 +245,7 @@ class Entry:
         and every item below that line scores under the k-th best exactly. The candidates above
         the line are ranked exactly; their first ``k`` are the exact first ``k``."""
         np = sem._np
-        sl = [i for i in self.scoreless if self.alive[i]]
-        if len(sl) > 1:
-            sl = [sl[j] for j in np.lexsort(self._order(np.asarray(sl, dtype=np.int64)))]
+        sl = self._scoreless()
         if not len(self.scored):
             return [], [], sl, True
         q = np.asarray(query, dtype=np.float64)
