@@ -597,3 +597,14 @@ def test_ranking_after_a_patch_is_the_head_of_the_exact_one(seed):
         if whole:
             assert got == full
         n = len(e.keys)
+
+
+def test_change_log_length_is_one_number():
+    """The log length the Lua trims to and the one the client and docs assume agree."""
+    import re
+
+    from redis_saver.core.scripts import lua_dir
+    from redis_saver.store._vcache import CHANGE_LOG
+
+    lib = (lua_dir() / "_store_lib.lua").read_text()
+    assert int(re.search(r"local CHANGE_LOG = (\d+)", lib).group(1)) == CHANGE_LOG
