@@ -608,3 +608,26 @@ def test_change_log_length_is_one_number():
 
     lib = (lua_dir() / "_store_lib.lua").read_text()
     assert int(re.search(r"local CHANGE_LOG = (\d+)", lib).group(1)) == CHANGE_LOG
+
+
+def test_cached_read_is_what_the_header_documents(client, prefix):
+    """The "c" read the plan sends has the fixed arguments store_read.lua's header lists, then
+    two per candidate (the header check in test_store.py sends no cached read)."""
+    from langgraph.store.base import SearchOp
+
+    from redis_saver.core.scripts import lua_dir
+    from redis_saver.store._plans import batch_plan, prepare
+
+    a, b, c = stores(client, prefix)
+    fill(b, 30)
+    check(a, c, "apple", limit=3)  # fills the cache
+    cfg = a._cfg
+    call = next(batch_plan(cfg, prepare(cfg, [SearchOp(NS, query="kiwi", limit=3)]), [], {"kiwi": embed(["kiwi"])[0]}))
+    read = list(call.args)[3:]
+    header = (lua_dir() / "store_read.lua").read_text().split("]]", 1)[0]
+    line = next(x for x in header.splitlines() if x.strip().startswith('"c" '))
+    words = line.split(":")[0].split()
+    fixed = words.index("scored") + 1
+    assert words[fixed:fixed + 2] == ["e(ns)", "e(key)"]
+    assert read[0] == b"c" and len(read) == fixed + 2 * int(read[fixed - 2]) and int(read[fixed - 2]) > 0
+    assert read[2] == enc_ns(NS) and int(read[3]) > 0  # the prefix, the change budget
