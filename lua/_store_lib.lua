@@ -15,12 +15,15 @@
 --   v:<e(ns)><e(key)>  HASH    index path -> float32 vector (the item's expiry)
 --   w   STRING               the shard's version token "<incarnation>:<counter>": every call
 --                            that puts or deletes items bumps it (clients' vector caches)
+--   l   ZSET                 the shard's change log (st_log): e(ns)..e(key) -> the counter of
+--                            the item's last change; "#<incarnation>" -> the log's floor
 -- e(ns) is the concatenation of e(label) per label (keys.enc): self-delimiting, and ordered
 -- as the tuples are. An item expires as a Redis key; the index entries it leaves are skipped
 -- by reads and dropped, a few at a time, by the next write to its namespace or shard.
 local STORE_FORMAT = '1'
 local SWEEP_ITEMS = 16  -- expired entries a write drops from the namespace it touches
 local SWEEP_NAMESPACES = 4  -- expired namespaces a write drops from its shard
+local CHANGE_LOG = 2048  -- items the change log "l" keeps (the last changed; _vcache.py CHANGE_LOG)
 
 local function st_fail(code, msg) error({err = code .. ' ' .. msg}) end
 
@@ -190,14 +193,46 @@ end
 -- the shard's version token changes: the counter goes up; a token that is missing (never
 -- made, evicted, deleted) starts a new incarnation (server time and a random part), so a token
 -- a client cached before never matches again
-local function st_bump(base)
+-- ``changed``: the items the call put or deleted (e(ns)..e(key), a set), logged; ``unlogged``:
+-- the call changed what a scan finds beyond them (a namespace listed again with the items its
+-- k: kept after its q entry was lost): no client behind this call may patch (the floor rises)
+local function st_bump(base, changed, unlogged)
   local k = base .. 'w'
   local inc, c = string.match(redis.call('GET', k) or '', '^(%w+):(%d+)$')
   if not inc then
     local t = redis.call('TIME')
     inc = t[1] .. string.format('%06d', tonumber(t[2])) .. string.format('x%x', math.random(0, 1073741823))
     c = 0
+    redis.call('DEL', base .. 'l')  -- an older incarnation's log (its floor names that incarnation)
   end
-  redis.call('SET', k, inc .. ':' .. string.format('%.0f', tonumber(c) + 1))
+  local now = tonumber(c) + 1
+  redis.call('SET', k, inc .. ':' .. string.format('%.0f', now))
+  -- the change log: each changed item scored by this counter (an item changed again keeps its
+  -- latest), and "#<incarnation>" scored by the floor F: every change after F is in the log.
+  -- A log that is missing (never made, evicted) starts at the counter before this call's, so
+  -- a client that cached an earlier one finds no floor at or below its counter: not covered.
+  -- The log keeps the CHANGE_LOG items changed last; those dropped raise F to their counter.
+  local lk, floor = base .. 'l', '#' .. inc
+  redis.call('ZADD', lk, unlogged and 'GT' or 'NX', string.format('%.0f', unlogged and now or now - 1), floor)
+  local args, score = {}, string.format('%.0f', now)
+  for m in pairs(changed) do
+    args[#args + 1] = score
+    args[#args + 1] = m
+    if #args >= 512 then
+      redis.call('ZADD', lk, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('ZADD', lk, unpack(args)) end
+  local cut = redis.call('ZCARD', lk) - 1 - CHANGE_LOG
+  if cut > 0 then  -- at most this call's items (the log held CHANGE_LOG before it)
+    local f = redis.call('ZSCORE', lk, floor)
+    redis.call('ZREM', lk, floor)
+    local old = redis.call('ZRANGE', lk, 0, cut - 1, 'WITHSCORES')
+    local names = {}
+    for i = 1, #old, 2 do names[#names + 1] = old[i] end
+    redis.call('ZREM', lk, unpack(names))
+    redis.call('ZADD', lk, math.max(tonumber(old[#old]), tonumber(f)), floor)
+  end
 end
 

@@ -20,16 +20,22 @@ ARGV[3] number of reads, then each read, its code first:
       namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
       between a scan's pages do)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
-  "c" token count scored e(ns) e(key) ...: the records of count items (nil: not found as a scan
-      finds items), if the shard's version token (_store_lib.lua st_bump) is token (a client's
-      vector cache is current) and each of the first scored items that is present still has
-      its vectors
+  "c" token e(prefix) budget count scored e(ns) e(key) ...: the records of count items (nil:
+      not found as a scan finds items), if the shard's version token (_store_lib.lua st_bump)
+      is token (a client's vector cache is current), or if the shard's change log "l" covers
+      token's counter in its incarnation and holds at most budget items under e(prefix) (the
+      cache is current once it applies them); and each of the first scored items that is
+      present, and not among those changed, still has its vectors
 Returns one reply per read, in order:
   "g" / "G": the item record, or nil
   "s": {{e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}}, ...} flattened 6 by 6,
        then the cursor ns_seq, item_seq to go on from ("" "": done), then the shard's version
        token ("": none)
-  "c": {1, record or nil, ...} (one per item, in order) when the cache is current; else {0}
+  "c": {1, record or nil, ...} (one per item, in order) when the cache is current;
+       {2, token, changes, record or nil, ...} when the log brings it up to date: the shard's
+       token now, and the items under e(prefix) changed after the client's token, as a "s"
+       page's items ({e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}} flattened 6
+       by 6; an item a scan does not find: "" "" nil {}); else {0}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
   "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order); {0}: search by a scan
   "C": {1, record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0}: the
@@ -50,8 +56,9 @@ for i = 1, n do
   if code == 'G' and not (REFRESH == '1') then st_fail('RS_BADARG', 'G reads need REFRESH') end
   local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4) or nil
   if code == 'c' then
-    width = 4 + 2 * st_int(ARGV[pos + 2], 'item count')
-    st_int(ARGV[pos + 3], 'scored count')
+    width = 6 + 2 * st_int(ARGV[pos + 4], 'item count')
+    st_int(ARGV[pos + 3], 'change budget')
+    st_int(ARGV[pos + 5], 'scored count')
   elseif code == 'V' then
     width = 3
     st_int(ARGV[pos + 2], 'dims')
@@ -167,21 +174,87 @@ end
 -- an item counts as present as a scan finds it: its record, its entry in its namespace's k:, its
 -- namespace in n and q (index keys evicted without a bump hide items from a scan, so from this
 -- too); an item whose vectors alone were evicted is unscored for a scan: the cache is not current
-local function cached(token, p, count, scored)
-  if token == '' or version() ~= token then return {0} end
-  local out, listed = {1}, {}
+-- the position in search order a scan finds the item at (ns_seq, item_seq), or nil; listed
+-- caches each namespace's sequence (false: not listed in n and q)
+local function place(ens, ekey, listed)
+  if listed[ens] == nil then
+    local seq = redis.call('ZSCORE', base .. 'q', ens)
+    listed[ens] = seq and redis.call('ZSCORE', base .. 'n', ens) and seq or false
+  end
+  if not listed[ens] then return nil end
+  local iseq = redis.call('ZSCORE', base .. 'k:' .. ens, ekey)
+  if not iseq then return nil end
+  return listed[ens], iseq
+end
+
+-- e(ns), e(key) of a change log member e(ns)..e(key): the key is its last label
+local function split(m)
+  local last, prev, pos = 0, 0, 1
+  while true do
+    local i = string.find(m, '\0', pos, true)
+    if not i then break end
+    if string.byte(m, i + 1) == 255 then
+      pos = i + 2
+    else
+      prev, last, pos = last, i, i + 1
+    end
+  end
+  return string.sub(m, 1, prev), string.sub(m, prev + 1)
+end
+
+-- the items under eprefix changed since token (the shard's token now is cur), as a "s" page's,
+-- and the set of them; nil when the log does not cover token (another incarnation, a floor
+-- above its counter, no log) or more than budget of them changed. Work: the log's length.
+local function changes(token, cur, eprefix, budget, listed)
+  local inc, c = string.match(token, '^(%w+):(%d+)$')
+  local cinc, cc = string.match(cur, '^(%w+):(%d+)$')
+  if not inc or inc ~= cinc or tonumber(c) > tonumber(cc) then return nil end
+  local lk = base .. 'l'
+  local floor = redis.call('ZSCORE', lk, '#' .. inc)
+  if not floor or tonumber(floor) > tonumber(c) then return nil end
+  local np, out, set, n = #eprefix, {}, {}, 0
+  for _, m in ipairs(redis.call('ZRANGE', lk, '(' .. c, '+inf', 'BYSCORE')) do
+    -- under the prefix (a label boundary there: not an escaped NUL), an item (the floor is not)
+    if string.sub(m, 1, np) == eprefix and string.byte(m, np + 1) ~= 255 and string.byte(m, -1) == 0 then
+      local ens, ekey = split(m)
+      if #ens >= np then  -- the prefix is the namespace's, not spelled by its key
+        n = n + 1
+        if n > budget then return nil end
+        set[m] = true
+        local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+        local ns_seq, item_seq = place(ens, ekey, listed)
+        local at = #out
+        out[at + 1], out[at + 2] = ens, ekey
+        if rec and ns_seq then
+          out[at + 3], out[at + 4], out[at + 5] = ns_seq, item_seq, rec
+          out[at + 6] = redis.call('HGETALL', base .. 'v:' .. ens .. ekey)
+        else
+          out[at + 3], out[at + 4], out[at + 5], out[at + 6] = '', '', false, {}
+        end
+      end
+    end
+  end
+  return out, set
+end
+
+local function cached(token, eprefix, budget, p, count, scored)
+  if token == '' then return {0} end
+  local out, listed, changed = {1}, {}, {}
+  local cur = version()
+  if cur ~= token then
+    local delta, set = changes(token, cur, eprefix, budget, listed)
+    if not delta then return {0} end
+    out, changed = {2, cur, delta}, set
+  end
   for i = 1, count do
     local j = p + 2 * i
     local ens, ekey = ARGV[j], ARGV[j + 1]
     local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
-    if rec then
-      if listed[ens] == nil then
-        listed[ens] = redis.call('ZSCORE', base .. 'q', ens) ~= false and redis.call('ZSCORE', base .. 'n', ens) ~= false
-      end
-      if not listed[ens] or not redis.call('ZSCORE', base .. 'k:' .. ens, ekey) then rec = nil end
+    if rec and not place(ens, ekey, listed) then rec = nil end
+    if rec and i <= scored and not changed[ens .. ekey] and redis.call('EXISTS', base .. 'v:' .. ens .. ekey) == 0 then
+      return {0}
     end
-    if rec and i <= scored and redis.call('EXISTS', base .. 'v:' .. ens .. ekey) == 0 then return {0} end
-    out[i + 1] = rec or false
+    out[#out + 1] = rec or false
   end
   return out
 end
@@ -278,7 +351,7 @@ for i = 1, n do
   elseif code == 'C' then
     replies[i] = vs_candidates(p)
   elseif code == 'c' then
-    replies[i] = cached(ARGV[p + 1], p + 2, tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3]))
+    replies[i] = cached(ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3]), p + 4, tonumber(ARGV[p + 4]), tonumber(ARGV[p + 5]))
   else
     replies[i] = list(ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3]))
   end

@@ -16,7 +16,8 @@ ARGV[3] number of writes, then each write, its code first:
 ARGV[1] "<format>v" (a server with VADD): the namespaces' vector sets follow the puts and deletes
 (_store_lib.lua "vector sets"; a namespace without a k: index gets a new one).
 Every write is checked before the first is applied. A call with a put or a delete bumps the
-shard's version token "w" (_store_lib.lua st_bump); any call makes it when it is missing.
+shard's version token "w" and logs the items it put or deleted in the shard's change log "l"
+(_store_lib.lua st_bump); any call makes the token when it is missing.
 Returns: the number of writes.
 ]]
 st_check(ARGV[1])
@@ -60,7 +61,7 @@ local function next_seq(ordinal)
   return string.format('%.0f', last)
 end
 
-local touched = {}
+local touched, changed, unlogged = {}, {}, false
 local vs = {}  -- e(ns) -> its vector set state in this call (ST_VS)
 local bump = redis.call('EXISTS', base .. 'w') == 0
 for i = 1, n do
@@ -84,6 +85,8 @@ for i = 1, n do
     local st = ST_VS and st_vs_state(base, ens, vs, redis.call('EXISTS', kk) == 0)
     if not (old and redis.call('ZSCORE', kk, ekey)) then  -- new (or its entry was swept): last in order
       if not redis.call('ZSCORE', base .. 'q', ens) then
+        -- items its k: kept (its q entry lost: evicted) are found by scans again, not logged
+        if redis.call('EXISTS', kk) == 1 then unlogged = true end
         redis.call('ZADD', base .. 'q', next_seq(ordinal), ens)
         redis.call('ZADD', base .. 'n', 0, ens)
       end
@@ -103,6 +106,7 @@ for i = 1, n do
     end
     if ttl > 0 then redis.call('PEXPIRE', vk, ttl) else redis.call('PERSIST', vk) end
     touched[ens] = true
+    changed[ens .. ekey] = true
     bump = true
   elseif code == 'd' then
     local st = ST_VS and st_vs_state(base, ens, vs, false)
@@ -111,6 +115,7 @@ for i = 1, n do
     redis.call('ZREM', base .. 'k:' .. ens, ekey)
     redis.call('ZREM', base .. 'e:' .. ens, ekey)
     touched[ens] = true
+    changed[ens .. ekey] = true
     bump = true
   else
     local rec = redis.call('GET', ik)
@@ -143,6 +148,6 @@ for _, ens in ipairs(dead) do
   if ST_VS or redis.call('HGET', base .. 'c', ens) then st_vs_drop(base, ens) end  -- any writer
 end
 if ST_VS then st_vs_save(base, vs) end
-if bump then st_bump(base) end
+if bump then st_bump(base, changed, unlogged) end
 if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f', last)) end
 return n

@@ -8,6 +8,7 @@ one script call serves any number of operations on the namespaces of one shard::
     <prefix>:store#{<shard tag>}:x               ZSET  e(ns) -> latest expiry of its items (ms), if all expire
     <prefix>:store#{<shard tag>}:m               HASH  seq -> the shard's last sequence number
     <prefix>:store#{<shard tag>}:w               STRING version token "<incarnation>:<counter>" (vector caches)
+    <prefix>:store#{<shard tag>}:l               ZSET  change log: e(ns)e(key) -> counter, "#<incarnation>" -> floor
     <prefix>:store#{<shard tag>}:k:<e(ns)>        ZSET  e(key) -> item sequence
     <prefix>:store#{<shard tag>}:e:<e(ns)>        ZSET  e(key) -> item expiry (ms), items that expire
     <prefix>:store#{<shard tag>}:i:<e(ns)><e(key)> STRING the item record

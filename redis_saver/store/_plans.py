@@ -298,13 +298,16 @@ class _Search:
         # the vector cache: a search scored without a filter on one shard
         self.ckey: tuple[int, bytes] | None = None
         self.entry: _vcache.Entry | None = None
-        self.fill: list[tuple[bytes, bytes, list[bytes]]] | None = None  # a scan's items, to cache
+        self.fill: list[tuple[bytes, bytes, int, int, list[bytes]]] | None = None  # a scan's items, to cache
         self.tokens: set[bytes] = set()  # the version tokens the scan's pages saw
         self.unversioned: int | None = None  # a shard without a token (a write call makes one)
         shards = self.merge.buffers
         if cfg.vcache is not None and self.scored and not op.filter and self.keep and len(shards) == 1:
             self.ckey = (next(iter(shards)), self.eprefix)
             self.entry = cfg.vcache.get(self.ckey)
+            self.known: dict[tuple[bytes, bytes], bytes | None] = {}  # records read at the entry's token
+            self.patched = 0
+            self.checked = False  # a read found the entry current (or brought it up to date)
             if self.entry is not None:
                 self._rank(self.entry)
             else:
@@ -341,16 +344,34 @@ class _Search:
         self._vs_check()
 
     # ---- from the cache -----------------------------------------------------------------
-    def _rank(self, entry: _vcache.Entry) -> None:
+    def _rank(self, entry: _vcache.Entry, ranking: _vcache.Ranking | None = None) -> None:
         assert self.qv is not None and self.keep is not None
-        self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(self.qv, self.keep + 2 * _vcache.MARGIN)
+        if ranking is not None:  # made under the lock with the patch: self.token is the one sent
+            self.token = entry.token
+            self.ranked, self.scores, self.sl_order, self.whole = ranking
+        else:
+            with entry.lock:  # the ranking and the token it holds for
+                self.token = entry.token
+                self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(
+                    self.qv, self.keep + 2 * _vcache.MARGIN
+                )
         self.next_sc = self.next_sl = 0  # the next candidates to ask
         self.kept_sc: list[tuple[float, _Found]] = []
         self.kept_sl: list[_Found] = []
-        self.asked: list[tuple[int, float | None]] = []  # (item, score or None) of the read in flight
+        # (item, its (e(ns), e(key)), score or None) of the read in flight
+        self.asked: list[tuple[int, tuple[bytes, bytes], float | None]] = []
         self.merge.finished = True  # no scan unless the cache is not current
 
     def _cached_request(self) -> list[bytes] | None:
+        """The next cached read; candidates whose records this search already read at the
+        entry's token (a change set brought them) are taken without one."""
+        while True:
+            args = self._cached_candidates()
+            if args is None or not self.asked or any(k not in self.known for _, k, _ in self.asked):
+                return args
+            self._cached_take([self.known[k] for _, k, _ in self.asked])
+
+    def _cached_candidates(self) -> list[bytes] | None:
         entry, keep, limit = self.entry, self.keep, self.op.limit
         assert entry is not None and keep is not None
         asked: list[tuple[int, float | None]] = []
@@ -358,7 +379,14 @@ class _Search:
         if want_sc > 0 and self.next_sc + want_sc > len(self.ranked) and not self.whole:
             assert self.qv is not None  # more vanished than the partial ranking holds: all of it
             # (the ones asked so far lead it: those present, kept; those gone, out of it now)
-            self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+            with entry.lock:
+                current = entry.token == self.token
+                if current:
+                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+            if not current:  # patched by another search meanwhile: start again from what it holds
+                self.known = {}
+                self._rank(entry)
+                return self._cached_candidates()
             self.next_sc = len(self.kept_sc)
         if want_sc > 0 and self.next_sc < len(self.ranked):
             end = min(len(self.ranked), self.next_sc + want_sc + _vcache.MARGIN)
@@ -372,29 +400,25 @@ class _Search:
             end = min(len(self.sl_order), self.next_sl + want_sl + _vcache.MARGIN)
             asked += [(self.sl_order[j], None) for j in range(self.next_sl, end)]
             self.next_sl = end
-        if not asked:
+        if not asked and self.checked:
+            self.asked = []
             return None
-        self.asked = asked
-        args = [b"c", entry.token, str(len(asked)).encode(), str(n_scored).encode()]
-        for i, _ in asked:
-            args += entry.keys[i]
+        self.asked = [(i, entry.keys[i], score) for i, score in asked]
+        args = [b"c", self.token, self.eprefix, str(_vcache.CHANGE_BUDGET).encode()]
+        args += [str(len(asked)).encode(), str(n_scored).encode()]
+        for _, k, _ in self.asked:
+            args += k
         return args
 
-    def _cached_feed(self, reply: Any) -> None:
-        entry, ckey = self.entry, self.ckey
-        assert entry is not None and ckey is not None and self.cfg.vcache is not None
-        if not isinstance(reply, list) or not reply or reply[0] != 1 or len(reply) != len(self.asked) + 1:
-            # not current: scan as without a cache, and cache what the scan reads
-            self.cfg.vcache.drop(ckey, entry)
-            self.cfg.vcache.misses += 1
-            self.entry, self.fill, self.asked = None, [], []
-            self.merge = _Merge([ckey[0]])
-            return
-        for (i, score), rec in zip(self.asked, reply[1:], strict=True):
+    def _cached_take(self, recs: list[Any]) -> None:
+        """The records of the candidates asked (None: gone), in order."""
+        entry = self.entry
+        assert entry is not None
+        for (i, (ens, ekey), score), rec in zip(self.asked, recs, strict=True):
             if rec is None:  # gone without a version bump (expired, evicted): never again
-                entry.alive[i] = False
+                if entry.index.get((ens, ekey)) == i:
+                    entry.alive[i] = False
                 continue
-            ens, ekey = entry.keys[i]
             found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, [])
             if score is None:
                 if len(self.kept_sl) < self.op.limit:
@@ -402,6 +426,52 @@ class _Search:
             elif len(self.kept_sc) < (self.keep or 0):
                 self.kept_sc.append((score, found))
         self.asked = []
+
+    def _cached_feed(self, reply: Any) -> None:
+        entry, ckey, vcache = self.entry, self.ckey, self.cfg.vcache
+        assert entry is not None and ckey is not None and vcache is not None
+        n = len(self.asked)
+        ok = isinstance(reply, list) and bool(reply)
+        if ok and reply[0] == 1 and len(reply) == n + 1:
+            self.checked = True
+            self._cached_take(reply[1:])
+            return
+        if ok and reply[0] == 2 and len(reply) == n + 3 and self.patched < _vcache.PATCHES:
+            # the shard was written since the entry's token; the log brought what changed
+            token, flat, recs = reply[1], reply[2], reply[3:]
+            self.patched += 1
+            before, new = entry.nbytes, None
+            with entry.lock:
+                first = len(entry.keys)
+                applied = entry.token == self.token and entry.patch(token, flat)
+                if applied:
+                    assert self.qv is not None
+                    # the ranking before the patch, its items that changed out, the new ones in
+                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first)
+                    if entry.wasted():
+                        new = entry.compacted()
+            if applied or entry.token != self.token:
+                if applied:
+                    self.checked = True
+                    vcache.resized(ckey, entry, before, new)
+                    if new is not None:
+                        self.entry = entry = new
+                    # records now valid at the entry's token: the changed items' and the asked ones'
+                    self.known = {k: r for (_, k, _), r in zip(self.asked, recs, strict=True)}
+                    self.known.update(((flat[i], flat[i + 1]), flat[i + 4]) for i in range(0, len(flat), 6))
+                    if new is None:
+                        self._rank(entry, ranking)
+                    else:  # compacted: its items are numbered anew
+                        self._rank(entry)
+                else:  # another search patched it meanwhile: rank what it holds now
+                    self.known = {}
+                    self._rank(entry)
+                return
+        # not current: scan as without a cache, and cache what the scan reads
+        vcache.drop(ckey, entry)
+        vcache.misses += 1
+        self.entry, self.fill, self.asked = None, [], []
+        self.merge = _Merge([ckey[0]])
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
         if self.vs is not None:
@@ -428,7 +498,10 @@ class _Search:
         flat, c_ns, c_item, token = reply
         if self.fill is not None:
             self.tokens.add(token)
-            self.fill += [(flat[i], flat[i + 1], flat[i + 5][1::2]) for i in range(0, len(flat), 6)]
+            self.fill += [
+                (flat[i], flat[i + 1], int(flat[i + 2]), int(flat[i + 3]), flat[i + 5][1::2])
+                for i in range(0, len(flat), 6)
+            ]
             if not token:
                 self.unversioned = shard
         entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
@@ -494,12 +567,13 @@ class _Search:
             return
         token = next(iter(self.tokens))
         dims = len(self.qv or ())
-        if not token or not dims or any(len(b) != 4 * dims for _, _, vs in fill for b in vs):
+        if not token or not dims or any(len(b) != 4 * dims for *_, vs in fill for b in vs):
             return
         if len(fill) * dims * 4 > vcache.max_bytes:
             vcache.drop(ckey)
             return
-        vcache.put(ckey, _vcache.Entry(token, [(a, b) for a, b, _ in fill], [vs for _, _, vs in fill], dims))
+        keys, seqs, vectors = [(f[0], f[1]) for f in fill], [(f[2], f[3]) for f in fill], [f[4] for f in fill]
+        vcache.put(ckey, _vcache.Entry(token, keys, vectors, dims, seqs))
 
     def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
         """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""

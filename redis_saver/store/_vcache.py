@@ -7,11 +7,14 @@ it; a token key that goes missing starts a new incarnation, which never matches 
 
 A search with a cached entry ranks every item locally (a float32 matrix product finds the
 candidates, a float64 one scores them as a scan's page does, ``_semantics.best_scores``: see
-``Entry.ranking``), then sends ONE read: the token and the
-best candidates (offset + limit, and a margin). The script answers "not current" (the token
-moved, or an item's vectors alone are gone: the search scans as without a cache, and refills),
-or each candidate's record: a candidate gone without a bump (expiry, eviction) is dropped from
-the entry, and the search goes on down its ranking (another read) until it has offset + limit
+``Entry.ranking``), then sends ONE read: the token, the prefix and the best candidates (offset
++ limit, and a margin). The script answers with each candidate's record when the token is
+current; when it moved and the shard's change log (``lua/_store_lib.lua`` ``st_bump``) still
+covers it, with the new token and the items under the prefix changed since (records, places,
+vectors): the search patches the entry (``Entry.patch``) and ranks again; else "not current"
+(also when an unchanged candidate's vectors alone are gone): the search scans as without a
+cache, and refills. A candidate gone without a bump (expiry, eviction) is dropped from the
+entry, and the search goes on down its ranking (another read) until it has offset + limit
 present items. So the answer is what a full scan of what Redis holds gives, never bytes Redis
 no longer holds.
 
@@ -28,29 +31,148 @@ from typing import Any
 
 from . import _semantics as sem
 
+# a ranking: the live scored items best first, their scores, the live items without vectors in
+# order, and whether it is whole (else its head)
+Ranking = tuple[list[int], list[float], list[int], bool]
 MARGIN = 8  # candidates asked beyond what is needed, for the ones that vanished
+CHANGE_BUDGET = 256  # changed items under the prefix one cached read brings (more: a scan)
+CHANGE_LOG = 2048  # items a shard's change log keeps (lua/_store_lib.lua CHANGE_LOG)
+PATCHES = 8  # change sets one search applies at most (writes racing it: then it scans)
 
 
 class Entry:
-    """A full scan's vectors under one prefix of one shard, at one version token."""
+    """A full scan's vectors under one prefix of one shard, valid at one version token, and
+    patched forward with the changes the shard's log reports (``patch``).
 
-    __slots__ = ("token", "keys", "matrix", "norms", "starts", "counts", "scored", "scoreless", "alive", "nbytes")
+    Items are numbered as they enter (a scan's in search order, a patch's after them); a changed
+    item's old number dies and it enters again. Search order is (namespace sequence, item
+    sequence), kept per item (``nsid``, ``iseq``) and per namespace (``nsseq``). Rows of the
+    float32 matrix (``nrows`` of its capacity) hold each scored item's vectors, contiguous."""
 
-    def __init__(self, token: bytes, keys: list[tuple[bytes, bytes]], vectors: list[list[bytes]], dims: int) -> None:
+    __slots__ = (
+        "token", "keys", "index", "dims", "matrix", "nrows", "norms", "starts", "counts", "scored",
+        "scoreless", "alive", "nsid", "iseq", "nsseq", "nsids", "nbytes", "keybytes", "lock",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        token: bytes,
+        keys: list[tuple[bytes, bytes]],
+        vectors: list[list[bytes]],
+        dims: int,
+        seqs: list[tuple[int, int]] | None = None,
+    ) -> None:
         np = sem._np
+        self.token, self.dims = token, dims
+        self.lock = threading.Lock()
+        self.keys: list[tuple[bytes, bytes]] = []  # (e(ns), e(key)) of each item
+        self.index: dict[tuple[bytes, bytes], int] = {}  # the live number of each (e(ns), e(key))
+        self.nsids: dict[bytes, int] = {}
+        self.nsseq = np.zeros(0, dtype=np.int64)  # namespace id -> its sequence
+        self.nsid = np.zeros(0, dtype=np.int64)
+        self.iseq = np.zeros(0, dtype=np.int64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.scored = np.zeros(0, dtype=np.int64)  # the items with vectors, by number
+        self.starts = np.zeros(0, dtype=np.int64)  # first row of each scored item
+        self.counts = np.zeros(0, dtype=np.int64)  # its rows
+        self.scoreless: list[int] = []
+        self.matrix = np.zeros((0, dims), dtype=np.float32)  # float32, as stored
+        self.norms = np.zeros(0)
+        self.nrows = self.keybytes = self.nbytes = 0
+        if seqs is None:
+            seqs = [(0, i) for i in range(len(keys))]
+        self._add([(k[0], k[1], s[0], s[1], v) for k, s, v in zip(keys, seqs, vectors, strict=True)])
+
+    def _add(self, items: list[tuple[bytes, bytes, int, int, list[bytes]]]) -> None:
+        """Number the items (e(ns), e(key), ns_seq, item_seq, vectors) after the others."""
+        np = sem._np
+        first = len(self.keys)
+        keys = [(it[0], it[1]) for it in items]
+        self.keys += keys
+        self.index.update(zip(keys, range(first, first + len(items)), strict=True))
+        seqs = self.nsseq.tolist()
+        nsid, nsids, last, at = [], self.nsids, None, -1
+        for ens, _, nsq, _, _ in items:
+            if ens != last:  # a scan's items come namespace by namespace
+                at = nsids.get(ens, -1)
+                if at < 0:
+                    at = nsids[ens] = len(seqs)
+                    seqs.append(nsq)
+                last = ens
+            if seqs[at] != nsq:  # the namespace was made again (its q entry lost): all its items move
+                seqs[at] = nsq
+            nsid.append(at)
+        self.nsseq = np.asarray(seqs, dtype=np.int64)
+        self.nsid = np.concatenate((self.nsid, np.asarray(nsid, dtype=np.int64)))
+        self.iseq = np.concatenate((self.iseq, np.asarray([it[3] for it in items], dtype=np.int64)))
+        self.alive = np.concatenate((self.alive, np.ones(len(items), dtype=bool)))
+        scored = [n for n, it in enumerate(items) if it[4]]
+        self.scoreless += [first + n for n, it in enumerate(items) if not it[4]]
+        counts = np.asarray([len(items[n][4]) for n in scored], dtype=np.int64)
+        starts = self.nrows + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if scored else counts
+        rows = int(counts.sum())
+        if self.nrows + rows > len(self.matrix):  # grow by a quarter (a patch adds a few rows)
+            cap = max(self.nrows + rows, len(self.matrix) + len(self.matrix) // 4 + 64) if first else rows
+            m = np.empty((cap, self.dims), dtype=np.float32)
+            m[: self.nrows] = self.matrix[: self.nrows]
+            nm = np.empty(cap)
+            nm[: self.nrows] = self.norms[: self.nrows]
+            self.matrix, self.norms = m, nm
+        if rows:
+            raw = b"".join(b for n in scored for b in items[n][4])
+            new = np.frombuffer(raw, dtype="<f4").reshape(-1, self.dims)
+            self.matrix[self.nrows : self.nrows + rows] = new
+            m64 = new.astype(np.float64)
+            self.norms[self.nrows : self.nrows + rows] = np.sqrt(np.einsum("ij,ij->i", m64, m64))  # as a page's
+        self.nrows += rows
+        self.scored = np.concatenate((self.scored, first + np.asarray(scored, dtype=np.int64)))
+        self.starts = np.concatenate((self.starts, starts))
+        self.counts = np.concatenate((self.counts, counts))
+        self.keybytes += sum(len(a) + len(b) + 240 for a, b, _, _, _ in items)  # names, tuples, index
+        self.nbytes = self.matrix.nbytes + self.norms.nbytes + self.keybytes
+
+    def patch(self, token: bytes, flat: list[Any]) -> bool:
+        """Apply the changes a cached read brought (a "s" page's items: a changed item that a
+        scan does not find has no record) and move to ``token``; False (the entry unchanged) when
+        a vector is not of the entry's dims. Call with ``lock`` held.
+
+        An entry valid at token T (every item not changed after T is as it was at T) is valid at
+        any earlier token of its incarnation; changes since T0 <= T, applied, make it valid at
+        the token they were read at: so two searches may patch one entry in any order."""
+        if any(len(b) != 4 * self.dims for i in range(5, len(flat), 6) for b in flat[i][1::2]):
+            return False
+        add = []
+        for i in range(0, len(flat), 6):
+            ens, ekey, nsq, isq, rec, vecs = flat[i : i + 6]
+            old = self.index.pop((ens, ekey), None)
+            if old is not None:
+                self.alive[old] = False
+            if rec is not None:
+                add.append((ens, ekey, int(nsq), int(isq), list(vecs[1::2])))
+        self._add(add)
         self.token = token
-        self.keys = keys  # (e(ns), e(key)) of each item, in search order
-        scored = [i for i, v in enumerate(vectors) if v]
-        self.scored = np.asarray(scored, dtype=np.int64)  # the items with vectors, in order
-        self.scoreless = [i for i, v in enumerate(vectors) if not v]
-        self.counts = np.asarray([len(vectors[i]) for i in scored], dtype=np.int64)
-        self.starts = np.concatenate(([0], np.cumsum(self.counts)[:-1])).astype(np.int64) if scored else self.counts
-        raw = b"".join(b for i in scored for b in vectors[i])
-        self.matrix = np.frombuffer(raw, dtype="<f4").reshape(-1, dims)  # float32, as stored
-        m64 = self.matrix.astype(np.float64)
-        self.norms = np.sqrt(np.einsum("ij,ij->i", m64, m64))  # as a page's (_semantics.best_scores)
-        self.alive = np.ones(len(keys), dtype=bool)
-        self.nbytes = self.matrix.nbytes + self.norms.nbytes + sum(len(a) + len(b) + 120 for a, b in keys)
+        return True
+
+    def wasted(self) -> bool:
+        """Whether more items are dead than live (``compacted`` then takes less memory)."""
+        return len(self.keys) - len(self.index) > max(1024, len(self.index))
+
+    def compacted(self) -> Entry:
+        """A new entry of the live items only (searches holding this one go on with it)."""
+        at = {int(item): j for j, item in enumerate(self.scored)}
+        keys, seqs, vectors = [], [], []
+        for (ens, ekey), i in sorted(self.index.items(), key=lambda kv: kv[1]):
+            j = at.get(i)
+            rows = [] if j is None else self.matrix[self.starts[j] : self.starts[j] + self.counts[j]]
+            keys.append((ens, ekey))
+            seqs.append((int(self.nsseq[self.nsid[i]]), int(self.iseq[i])))
+            vectors.append([r.tobytes() for r in rows])
+        return Entry(self.token, keys, vectors, self.dims, seqs)
+
+    def _order(self, items: Any) -> tuple[Any, Any]:
+        """Sort keys of ``items`` (numbers) in search order, for ``np.lexsort``: item sequence,
+        then namespace sequence."""
+        return self.iseq[items], self.nsseq[self.nsid[items]]
 
     def _exact(self, items: Any, q: Any, qn: float) -> Any:
         """The best score of each of ``items`` (positions among the scored), float64 arithmetic
@@ -71,7 +193,46 @@ class Entry:
             scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0)
         return np.maximum.reduceat(scores, np.concatenate(([0], np.cumsum(counts)[:-1])))
 
-    def ranking(self, query: list[float], k: int | None) -> tuple[list[int], list[float], list[int], bool]:
+    def _scoreless(self) -> list[int]:
+        """The live items without vectors, in search order."""
+        np = sem._np
+        sl = [i for i in self.scoreless if self.alive[i]]
+        if len(sl) > 1:
+            sl = [sl[j] for j in np.lexsort(self._order(np.asarray(sl, dtype=np.int64)))]
+        return sl
+
+    def reranked(
+        self, query: list[float], ranked: list[int], scores: list[float], whole: bool, first: int
+    ) -> Ranking:
+        """``ranking`` after a patch that numbered its items from ``first`` on, from the ranking
+        before it (``ranked`` best first, exact, ``whole`` or the head of the whole): the items
+        of it still live, and the patch's live items scored exactly, merged. Every item outside
+        ``ranked`` ranks below each of it, so the merge is exact up to its last item still live
+        (past it, an item outside ``ranked`` may beat a new one): the result stops there, unless
+        ``ranked`` was whole. The new items only are scored: no product over the whole matrix."""
+        np = sem._np
+        sl = self._scoreless()
+        kept = [(i, sc) for i, sc in zip(ranked, scores, strict=True) if i < first and self.alive[i]]
+        at = int(np.searchsorted(self.scored, first))  # the patch's scored items: the tail of scored
+        pos = at + np.nonzero(self.alive[self.scored[at:]])[0]
+        q = np.asarray(query, dtype=np.float64)
+        qn = float(np.sqrt(q @ q))
+        new = self._exact(pos, q, qn).tolist() if len(pos) else []
+        items = np.asarray([i for i, _ in kept] + self.scored[pos].tolist(), dtype=np.int64)
+        best = np.asarray([sc for _, sc in kept] + new)
+        if not len(items):
+            return [], [], sl, whole
+        order = np.lexsort((*self._order(items), -best))
+        out, out_scores = items[order].tolist(), best[order].tolist()
+        if not whole:
+            if not kept:
+                return [], [], sl, False
+            old = {i for i, _ in kept}
+            end = max(j for j, i in enumerate(out) if i in old) + 1
+            out, out_scores = out[:end], out_scores[:end]
+        return out, out_scores, sl, whole
+
+    def ranking(self, query: list[float], k: int | None) -> Ranking:
         """The live scored items best first (ties: search order), their scores, the live items
         without vectors in order, and whether the ranking is whole: with ``k``, it may hold the
         best ``k`` only.
@@ -84,7 +245,7 @@ class Entry:
         and every item below that line scores under the k-th best exactly. The candidates above
         the line are ranked exactly; their first ``k`` are the exact first ``k``."""
         np = sem._np
-        sl = [i for i in self.scoreless if self.alive[i]]
+        sl = self._scoreless()
         if not len(self.scored):
             return [], [], sl, True
         q = np.asarray(query, dtype=np.float64)
@@ -93,18 +254,19 @@ class Entry:
         if k is not None and k < len(pos) and qn > 0 and np.isfinite(qn):
             dims = self.matrix.shape[1]
             delta = (dims + 16) * 2.0**-22
-            dots = self.matrix @ q.astype(np.float32)
+            dots = self.matrix[: self.nrows] @ q.astype(np.float32)
+            norms = self.norms[: self.nrows]
             with np.errstate(divide="ignore", invalid="ignore"):
-                rough = np.where(self.norms > 0, dots / (qn * self.norms), 0.0)
+                rough = np.where(norms > 0, dots / (qn * norms), 0.0)
             live = (rough if len(rough) == len(self.starts) else np.maximum.reduceat(rough, self.starts))[pos]
             if np.isfinite(live).all():
                 kth = live[np.argpartition(-live, k - 1)[k - 1]]
                 cand = pos[live >= kth - 2 * delta]
                 best = self._exact(cand, q, qn)
-                order = np.lexsort((cand, -best))[:k]
+                order = np.lexsort((*self._order(self.scored[cand]), -best))[:k]
                 return self.scored[cand[order]].tolist(), best[order].tolist(), sl, False
         best = self._exact(pos, q, qn)
-        order = np.lexsort((pos, -best))
+        order = np.lexsort((*self._order(self.scored[pos]), -best))
         return self.scored[pos[order]].tolist(), best[order].tolist(), sl, True
 
 
@@ -117,6 +279,7 @@ class VectorCache:
         self.nbytes = 0
         self.lock = threading.Lock()
         self.hits = self.misses = self.fills = 0  # searches answered from it, found it not current, filled it
+        self.patches = 0  # change sets applied to entries (searches that found the shard written since)
 
     def get(self, key: tuple[int, bytes]) -> Entry | None:
         with self.lock:
@@ -144,6 +307,20 @@ class VectorCache:
             self.nbytes += entry.nbytes
             self.fills += 1
             while self.nbytes > self.max_bytes:
+                _, e = self.entries.popitem(last=False)
+                self.nbytes -= e.nbytes
+
+    def resized(self, key: tuple[int, bytes], entry: Entry, before: int, new: Entry | None = None) -> None:
+        """``entry`` (patched) took ``entry.nbytes`` instead of ``before``; ``new`` replaces it."""
+        with self.lock:
+            self.patches += 1
+            if self.entries.get(key) is not entry:
+                return
+            self.nbytes += entry.nbytes - before
+            if new is not None:
+                self.entries[key] = new
+                self.nbytes += new.nbytes - entry.nbytes
+            while self.nbytes > self.max_bytes and self.entries:
                 _, e = self.entries.popitem(last=False)
                 self.nbytes -= e.nbytes
 
