@@ -334,8 +334,8 @@ class Engine:
             lost = None
             if rec is not None:
                 for c in step if isinstance(step, list) else [step] if isinstance(step, Call) else []:
-                    thread = None if c.script.startswith(("ix_query", "store_", "cache_")) else str(c.args[1])
-                    rec.script(c.script, c.args, thread)
+                    s = self.scripts.get(c.script)
+                    rec.script(c.script, c.args, str(c.args[1]) if s is not None and s.per_thread else None)
             if isinstance(step, Out):
                 if self.policy_pending:
                     yield from self.check_policy()

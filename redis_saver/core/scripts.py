@@ -75,17 +75,21 @@ class Script:
     source: bytes  # with shebang
     sha: str
     writes: bool
+    # a per-thread script (it includes _lib.lua): its ARGV[1..4] are the saver's header, the
+    # thread id ARGV[2], which telemetry records as the span's thread; other scripts (the
+    # cross-thread index, the store's, the node cache's) name no one thread
+    per_thread: bool = False
 
     def without_shebang(self) -> Script:
         """The same script for servers that reject ``#!lua`` lines (fakeredis, Redis < 7)."""
         body = self.source.split(b"\n", 1)[1]
-        return Script(self.name, body, hashlib.sha1(body).hexdigest(), self.writes)
+        return Script(self.name, body, hashlib.sha1(body).hexdigest(), self.writes, self.per_thread)
 
 
-def _make(name: str, source: str) -> Script:
+def _make(name: str, source: str, per_thread: bool = False) -> Script:
     data = source.encode()
     first = source.split("\n", 1)[0]
-    return Script(name, data, hashlib.sha1(data).hexdigest(), "no-writes" not in first)
+    return Script(name, data, hashlib.sha1(data).hexdigest(), "no-writes" not in first, per_thread)
 
 
 def _names(code: str) -> list[str]:
@@ -128,21 +132,22 @@ def load_all() -> dict[str, Script]:
         raw = path.read_text()
         text = _expand(d, raw)
         name = path.stem
-        out[name] = _make(name, text)
+        t = _LIB_INCLUDE in raw
+        out[name] = _make(name, text, t)
         first, rest = text.split("\n", 1)
         if "no-writes" in first and "REFRESH == '1'" in rest:
-            out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest)
+            out[name + "+rw"] = _make(name + "+rw", "#!lua\n" + rest, t)
         if "--- @forget-variant" in raw:
             # the forgetting variant: it only deletes (a damaged thread), so it runs even when
             # the server is out of memory, as delete_thread does
-            out[name + "+forget"] = _make(name + "+forget", "#!lua flags=allow-oom\n" + rest)
+            out[name + "+forget"] = _make(name + "+forget", "#!lua flags=allow-oom\n" + rest, t)
         if "--- @lean-variant" in raw:
             # without its @full-only lines, so the helpers only they use are shaken out too
             full_only_dropped = _expand(d, _FULL_ONLY.sub("", raw))
             lean, n = _KEYS_BLOCK.subn(lambda _: (d / "_keys_lean.lua").read_text(), full_only_dropped)
             if n != 1:
                 raise ValueError(f"{path.name}: @lean-variant needs exactly one @keys block")
-            out[name + "+lean"] = _make(name + "+lean", lean)
+            out[name + "+lean"] = _make(name + "+lean", lean, t)
     return out
 
 

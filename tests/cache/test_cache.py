@@ -252,6 +252,8 @@ def test_spans_and_metrics(redis_url, prefix):
     assert all(s.kind == SpanKind.CLIENT and s.attributes["db.system.name"] == "redis" for s in got.values())
     assert got["cache_get"].attributes["redis_saver.bytes_received"] > 100
     assert got["cache_clear"].attributes["db.stored_procedure.name"] == "cache_clear"
+    # the cache's calls name no thread (its script's ARGV[2] is not one)
+    assert all("redis_saver.thread_id" not in s.attributes for s in got.values())
     failed = [s for s in spans.get_finished_spans() if s.status.status_code == StatusCode.ERROR]
     assert len(failed) == 1 and failed[0].attributes["error.type"] == "TypeError"
     names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics

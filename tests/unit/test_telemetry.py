@@ -173,3 +173,16 @@ def test_global_providers_set_before_or_after_import(order, redis_url, prefix):
     names, durations = out.stdout.strip().splitlines()
     assert names.split(",") == ["put", "get_tuple", "get_tuple", "put_writes"]
     assert durations == "get_tuple=2,put=1,put_writes=1"
+
+
+def test_only_per_thread_scripts_name_a_thread():
+    """The span's thread id comes from the script's declared interface (a script including
+    _lib.lua takes the saver's header, thread id in ARGV[2]), not from its name."""
+    from redis_saver.core.scripts import load_all
+
+    scripts = load_all()
+    per_thread = {n for n, s in scripts.items() if s.per_thread}
+    assert {"put", "put_writes", "get_tuple", "list", "delete_thread", "prune"} <= per_thread
+    assert not per_thread & {"ix_query", "store_read", "store_write", "store_delete"}
+    assert all(s.per_thread == (n.split("+")[0] in per_thread) for n, s in scripts.items())
+    assert all(s.without_shebang().per_thread == s.per_thread for s in scripts.values())
