@@ -66,8 +66,9 @@ local function namespaces(eprefix, from, limit)
   local lo = from == '' and '-inf' or from
   if eprefix ~= '' then
     local hi = eprefix .. '\255'
-    if redis.call('ZLEXCOUNT', base .. 'n', '[' .. eprefix, '(' .. hi) <= COLLECT then
-      local names = redis.call('ZRANGE', base .. 'n', '[' .. eprefix, '(' .. hi, 'BYLEX')
+    -- one call for the common case (a few namespaces): more than COLLECT, walk q instead
+    local names = redis.call('ZRANGE', base .. 'n', '[' .. eprefix, '(' .. hi, 'BYLEX', 'LIMIT', 0, COLLECT + 1)
+    if #names <= COLLECT then
       if #names == 0 then return {}, false, nil, 0 end
       local seqs = redis.call('ZMSCORE', base .. 'q', unpack(names))
       local out = {}
@@ -113,9 +114,15 @@ local function search(eprefix, c_ns, c_item, budget, vectors)
         local want = math.max(1, math.min(budget - found, WORK - spent))
         local rows = redis.call('ZRANGE', base .. 'k:' .. ens, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want, 'WITHSCORES')
         local last_item = nil
+        local recs = {}
+        if #rows > 0 then  -- the records in one call (want <= MAX_BUDGET keys, one slot)
+          local names = {}
+          for i = 1, #rows, 2 do names[#names + 1] = base .. 'i:' .. ens .. rows[i] end
+          recs = redis.call('MGET', unpack(names))
+        end
         for i = 1, #rows, 2 do
           local ekey = rows[i]
-          local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+          local rec = recs[(i + 1) / 2]
           if rec then
             out[#out + 1] = ens
             out[#out + 1] = ekey
@@ -169,12 +176,15 @@ local function list(min, max, budget)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
   local names = redis.call('ZRANGE', base .. 'n', min, max, 'BYLEX', 'LIMIT', 0, budget)
   local out = {}
-  if #names > 0 then
+  -- no namespace's items all expired by now (the common case): nothing to look up
+  if #names > 0 and redis.call('ZCOUNT', base .. 'x', '-inf', string.format('%.0f', now_ms)) > 0 then
     local exp = redis.call('ZMSCORE', base .. 'x', unpack(names))
     for i, ens in ipairs(names) do
       local e = exp[i] and tonumber(exp[i])
       if not e or e > now_ms then out[#out + 1] = ens end  -- no entry: an item never expires
     end
+  else
+    out = names
   end
   return {out, #names == budget and names[#names] or ''}
 end
