@@ -394,3 +394,34 @@ def test_maxmemory_eviction_redis8(redis8_binary):
         cl.close()
     finally:
         server.stop()
+
+
+def test_restricted_acl_user_gets_vector_sets(r8, redis8, prefix):
+    """The store's documented ACL rule plus the vector sets' commands is enough on Redis 8: the
+    probe succeeds, puts keep the sets, searches are answered from them (VSIM sent by the
+    client, the namespace read inside the script) and deletes remove elements."""
+    import uuid
+
+    from tests.deploy.test_acl import _user_url
+    from tests.store.test_acl import STORE_ACL_COMMANDS, STORE_ACL_VSET_COMMANDS
+
+    user, password = f"vs-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    commands = f"{STORE_ACL_COMMANDS} {STORE_ACL_VSET_COMMANDS}"
+    rule = f"reset on >{password} ~{prefix}:store#{{* resetchannels -@all {commands}"
+    r8.execute_command("ACL", "SETUSER", user, *rule.split())
+    client = redis.Redis.from_url(_user_url(redis8.url, user, password), **client_kwargs(5.0, 5.0))
+    try:
+        vs = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
+        vs.setup()
+        ref = diff.reference(True)
+        fill(vs, ref, 60, [("acl", "a"), ("acl", "b")])
+        for q, limit, offset in queries(n=6):
+            assert same(vs.search(("acl",), query=q, limit=limit, offset=offset),
+                        ref.search(("acl",), query=q, limit=limit, offset=offset))
+        assert vs._cfg.vsets is True and vs._cfg.vset_stats["hits"] >= 1
+        vs.delete(("acl", "a"), "k0")
+        ref.delete(("acl", "a"), "k0")
+        assert same(vs.search(("acl",), query="apple", limit=10), ref.search(("acl",), query="apple", limit=10))
+    finally:
+        client.close()
+        r8.execute_command("ACL", "DELUSER", user)
