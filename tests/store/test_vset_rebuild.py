@@ -11,6 +11,7 @@ searches still equal the scan.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -363,3 +364,27 @@ def test_rebuilds_under_eviction(redis8_binary):
         cl.close()
     finally:
         server.stop()
+
+
+def test_cli_reindex(redis8, r8, prefix):
+    """``redis-saver store reindex [NAMESPACE]``: a namespace an old writer made gets its set."""
+    pytest.importorskip("click", reason="the CLI needs the 'cli' extra (click, rich)")
+    from click.testing import CliRunner
+
+    from redis_saver.cli._app import cli as app
+
+    vs, old, scan = three(r8, prefix)
+    fill(old, None, 50, [("c", "1"), ("c", "2")])
+    fill(old, None, 10, [("other",)], seed=4)
+    runner = CliRunner()
+    res = runner.invoke(app, ["--url", redis8.url, "--prefix", prefix, "store", "reindex", "c", "--budget", "9",
+                              "--json"], catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == [{"namespace": ["c", "1"], "status": "done"},
+                                      {"namespace": ["c", "2"], "status": "done"}]  # fmt: skip
+    assert count(r8, vs, ("other",)) is None  # not under the prefix: untouched
+    searches_equal(vs, scan, ("c",), n=3)
+    assert vs._cfg.vset_stats == {"hits": 3, "scans": 0}
+    res = runner.invoke(app, ["--url", redis8.url, "--prefix", prefix, "store", "reindex"], catch_exceptions=False)
+    assert res.exit_code == 0 and "3 of 3 namespace(s) in vector sets" in res.stderr
+    assert res.stdout.splitlines() == ["c.1  done", "c.2  done", "other  done"]
