@@ -388,3 +388,25 @@ def test_cli_reindex(redis8, r8, prefix):
     res = runner.invoke(app, ["--url", redis8.url, "--prefix", prefix, "store", "reindex"], catch_exceptions=False)
     assert res.exit_code == 0 and "3 of 3 namespace(s) in vector sets" in res.stderr
     assert res.stdout.splitlines() == ["c.1  done", "c.2  done", "other  done"]
+
+
+@pytest.mark.cluster
+def test_rebuild_on_a_cluster(redis8_cluster):
+    """16 shards over 3 primaries: each namespace's pages go to its shard's node."""
+    from tests.deploy.helpers import delete_prefix, new_prefix
+
+    client = redis8_cluster.client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    prefix = new_prefix("st")
+    try:
+        vs = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0, shard_depth=2)
+        old = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0, shard_depth=2, vector_sets=False)
+        nss = [("c", str(i)) for i in range(6)]
+        fill(old, None, 120, nss)
+        assert len({vs.keys.shard(ns) for ns in nss}) > 2
+        assert vs.rebuild_vector_sets(("c",), budget=6) == {ns: "done" for ns in sorted(nss)}
+        for ns in nss:
+            searches_equal(vs, old, ns, n=2)
+        assert vs._cfg.vset_stats == {"hits": 12, "scans": 0}
+    finally:
+        delete_prefix(client, prefix)
+        client.close()
