@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 
 import pytest
 import redis
@@ -410,3 +411,31 @@ def test_rebuild_on_a_cluster(redis8_cluster):
     finally:
         delete_prefix(client, prefix)
         client.close()
+
+
+def test_expiring_items_during_a_rebuild(r8, prefix):
+    """Items that expire before or after their page: the pages add what is still there, the
+    writers' sweeps remove what expired (their elements too); the finished set is complete and
+    every search equals the scan, from the set."""
+    vs, old, scan = three(r8, prefix)
+    ns = ("ttl",)
+    fill(old, None, 60, [ns])
+    old.batch([PutOp(ns, f"gone{i}", {"text": "lll"}, ttl=0.005) for i in range(30)])  # 0.3 s
+    status, token, _ = page(vs, ns, "t", True, 40)  # the 60 items, then some that expire
+    assert status == "more"
+    status, token, _ = page(vs, ns, token, False, 20)
+    time.sleep(0.5)
+    vs.put(ns, "k0", {"text": "date"})  # sweeps 16 expired items (and their elements)
+    while status == "more":
+        status, token, _ = page(vs, ns, token, False, 7)
+    assert status == "done"
+    sk = vs.keys.vset(0, enc_ns(ns))
+    assert count(r8, vs, ns) == str(r8.execute_command("VCARD", sk)).encode()
+    for q, limit, offset in [("lll", 10, 0), ("lll kiwi", 3, 2), ("apple", 5, 0)]:
+        got = vs.search(ns, query=q, limit=limit, offset=offset)
+        assert same(got, scan.search(ns, query=q, limit=limit, offset=offset))
+        assert not any(x.key.startswith("gone") for x in got)
+    assert vs._cfg.vset_stats == {"hits": 3, "scans": 0}
+    for _ in range(2):
+        vs.put(ns, "k1", {"text": "fig"})  # the rest swept
+    assert_exact_set(r8, vs, ns)
