@@ -11,8 +11,10 @@ search over ``--semantic`` items in one namespace with a deterministic embedding
 words, ``--dims``), with recall@10 against InMemoryStore's exact ranking; ``--semantic
 1000,10000`` grows the one namespace and measures at each size. Redis runs on a
 fresh ``redis-server`` of its own (devkit/servers.py; ``BENCH_REDIS_URL``: a server of yours,
-under a unique prefix), PostgresStore on ``BENCH_POSTGRES_URL``
-or ``postgresql://postgres@127.0.0.1:5432/test`` in a temporary schema it drops. The official
+under a unique prefix), PostgresStore on ``BENCH_POSTGRES_URL``, else
+``postgresql://postgres@127.0.0.1:5432/test`` if it offers pgvector, else a PostgreSQL 16 +
+pgvector of its own from the ``pgserver`` wheel (``postgres_server()``), in a temporary schema
+it drops (its semantic search: PostgresStore's default pgvector HNSW index). The official
 ``langgraph.store.redis.RedisStore`` (langgraph-checkpoint-redis; RedisJSON + RediSearch) runs on
 a fresh Redis 7.4 with those modules (bench/infra.py ``start_stack()``, as for the official
 saver), with its default FLAT vector index and, for semantic search, a second one with
@@ -103,8 +105,51 @@ def redis_runners(url: str, prefix: str, **options: Any) -> list[Runner]:
     return [Runner("RedisStore", sync), Runner("AsyncRedisStore", loop.run_until_complete(make()), loop)]
 
 
-def postgres_runner(schema: str, **options: Any) -> tuple[Runner | None, str, Callable[[], None]]:
-    url = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def postgres_server(cleanups: list[Callable[[], None]]) -> tuple[str, str]:
+    """(url, what it is) of the PostgreSQL for PostgresStore: ``BENCH_POSTGRES_URL``; else the
+    local 5432 if it offers pgvector; else a fresh PostgreSQL 16 + pgvector from the ``pgserver``
+    wheel (bench/requirements.txt) in a temporary directory, on a Unix socket; else the local 5432
+    (semantic search then skipped: setup() cannot create the vector extension)."""
+    if "BENCH_POSTGRES_URL" in os.environ:
+        return os.environ["BENCH_POSTGRES_URL"], "BENCH_POSTGRES_URL"
+    local_why = ""
+    try:
+        import psycopg
+
+        with psycopg.connect(LOCAL_POSTGRES, autocommit=True, connect_timeout=3) as c:
+            if c.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
+                return LOCAL_POSTGRES, "the local PostgreSQL (pgvector available)"
+        local_why = "the local PostgreSQL has no pgvector"
+    except Exception as e:  # noqa: BLE001 - no local server / no psycopg: try pgserver
+        local_why = f"the local PostgreSQL: {type(e).__name__}"
+    try:
+        import shutil
+        import tempfile
+
+        import pgserver
+    except ImportError:
+        return LOCAL_POSTGRES, f"{local_why}; pgserver not installed (pip install pgserver)"
+    data = tempfile.mkdtemp(prefix="bench-pg-")
+    try:
+        server = pgserver.get_server(data, cleanup_mode="stop")
+    except Exception as e:  # noqa: BLE001 - it could not start: the local one, without pgvector
+        shutil.rmtree(data, ignore_errors=True)
+        return LOCAL_POSTGRES, f"{local_why}; pgserver did not start: {type(e).__name__}: {e}"
+
+    def stop() -> None:
+        server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
+
+    cleanups.append(stop)
+    from importlib.metadata import version
+
+    return server.get_uri(), f"{local_why}: pgserver {version('pgserver')}, pgvector"
+
+
+def postgres_runner(url: str, schema: str, **options: Any) -> tuple[Runner | None, str, Callable[[], None]]:
     try:
         import psycopg
         from langgraph.store.postgres import PostgresStore
@@ -252,13 +297,15 @@ def main() -> None:
         runners = [Runner("InMemoryStore", InMemoryStore())]
         if url is not None:
             runners += redis_runners(url, prefix)
-        pg, why, drop = postgres_runner("bench_store_" + uuid.uuid4().hex[:8])
+        pg_url, pg_what = postgres_server(cleanups)
+        pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8])
         cleanups.append(drop)
         if pg is None:
             skipped.append(f"PostgresStore: {why}")
         else:
             runners.append(pg)
-            where.append(f"PostgresStore: {why}")
+            version = pg.store.conn.execute("SELECT version()").fetchone()["version"].split(" on ")[0]
+            where.append(f"PostgresStore: {version} at {why} ({pg_what})")
         if off_url is not None:
             runners.append(official_runner(off_url, prefix))
         for w in where:
@@ -323,7 +370,7 @@ def main() -> None:
         sem = [Runner("InMemoryStore", InMemoryStore(index=index))]
         if url is not None:
             sem += redis_runners(url, prefix + "s", index=index)
-        pg, why, drop = postgres_runner("bench_store_" + uuid.uuid4().hex[:8], index=index)
+        pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8], index=index)
         cleanups.append(drop)
         if pg is None:
             skipped.append(f"PostgresStore (semantic): {why}")

@@ -94,8 +94,9 @@ local function namespaces(eprefix, from, limit)
   local lo = from == '' and '-inf' or from
   if eprefix ~= '' then
     local hi = eprefix .. '\255'
-    if redis.call('ZLEXCOUNT', base .. 'n', '[' .. eprefix, '(' .. hi) <= COLLECT then
-      local names = redis.call('ZRANGE', base .. 'n', '[' .. eprefix, '(' .. hi, 'BYLEX')
+    -- one call for the common case (a few namespaces): more than COLLECT, walk q instead
+    local names = redis.call('ZRANGE', base .. 'n', '[' .. eprefix, '(' .. hi, 'BYLEX', 'LIMIT', 0, COLLECT + 1)
+    if #names <= COLLECT then
       if #names == 0 then return {}, false, nil, 0 end
       local seqs = redis.call('ZMSCORE', base .. 'q', unpack(names))
       local out = {}
@@ -141,9 +142,15 @@ local function search(eprefix, c_ns, c_item, budget, vectors)
         local want = math.max(1, math.min(budget - found, WORK - spent))
         local rows = redis.call('ZRANGE', base .. 'k:' .. ens, lo, '+inf', 'BYSCORE', 'LIMIT', 0, want, 'WITHSCORES')
         local last_item = nil
+        local recs = {}
+        if #rows > 0 then  -- the records in one call (want <= MAX_BUDGET keys, one slot)
+          local names = {}
+          for i = 1, #rows, 2 do names[#names + 1] = base .. 'i:' .. ens .. rows[i] end
+          recs = redis.call('MGET', unpack(names))
+        end
         for i = 1, #rows, 2 do
           local ekey = rows[i]
-          local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+          local rec = recs[(i + 1) / 2]
           if rec then
             out[#out + 1] = ens
             out[#out + 1] = ekey
@@ -270,15 +277,11 @@ local function vs_complete(ens, dims)
 end
 
 local function vs_namespaces(eprefix, dims)
-  local names
-  if eprefix == '' then
-    if redis.call('ZCARD', base .. 'n') > VS_NAMESPACES then return {0} end
-    names = redis.call('ZRANGE', base .. 'n', 0, -1)
-  else
-    local lo, hi = '[' .. eprefix, '(' .. eprefix .. '\255'
-    if redis.call('ZLEXCOUNT', base .. 'n', lo, hi) > VS_NAMESPACES then return {0} end
-    names = redis.call('ZRANGE', base .. 'n', lo, hi, 'BYLEX')
-  end
+  -- one bounded range read (no ZLEXCOUNT first: the store's ACL rule does not grant it)
+  local lo, hi = '-', '+'
+  if eprefix ~= '' then lo, hi = '[' .. eprefix, '(' .. eprefix .. '\255' end
+  local names = redis.call('ZRANGE', base .. 'n', lo, hi, 'BYLEX', 'LIMIT', 0, VS_NAMESPACES + 1)
+  if #names > VS_NAMESPACES then return {0} end
   local out = {1}
   for _, ens in ipairs(names) do
     local seq = redis.call('ZSCORE', base .. 'q', ens)
@@ -326,12 +329,15 @@ local function list(min, max, budget)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
   local names = redis.call('ZRANGE', base .. 'n', min, max, 'BYLEX', 'LIMIT', 0, budget)
   local out = {}
-  if #names > 0 then
+  -- no namespace's items all expired by now (the common case): nothing to look up
+  if #names > 0 and redis.call('ZCOUNT', base .. 'x', '-inf', string.format('%.0f', now_ms)) > 0 then
     local exp = redis.call('ZMSCORE', base .. 'x', unpack(names))
     for i, ens in ipairs(names) do
       local e = exp[i] and tonumber(exp[i])
       if not e or e > now_ms then out[#out + 1] = ens end  -- no entry: an item never expires
     end
+  else
+    out = names
   end
   return {out, #names == budget and names[#names] or ''}
 end

@@ -48,7 +48,8 @@ def enc_ns(namespace: Sequence[str]) -> bytes:
 def dec_ns(e: bytes) -> tuple[str, ...]:
     """The namespace of ``enc_ns``."""
     if b"\xff" not in e:  # no escaped NUL (UTF-8 never holds 0xff): every NUL ends a label
-        return tuple([x.decode() for x in e[:-1].split(b"\x00")]) if e else ()
+        # (one decode, then a split: a NUL byte is never part of a longer UTF-8 sequence)
+        return tuple(e[:-1].decode().split("\x00")) if e else ()
     out: list[str] = []
     pos, n = 0, len(e)
     while pos < n:

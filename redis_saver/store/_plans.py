@@ -190,17 +190,38 @@ def _when(us: bytes) -> datetime:
     return _EPOCH + timedelta(microseconds=int(us))
 
 
-def _decode(cfg: Config, rec: bytes) -> tuple[dict[str, Any], datetime, datetime, int]:
-    """An item record: value, created_at, updated_at, ttl ms."""
+def _decode(
+    cfg: Config, rec: bytes, value: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], datetime, datetime, int]:
+    """An item record: value (``value`` when already decoded), created_at, updated_at, ttl ms."""
     head, sep, data = rec.partition(b"\n")
     parts = head.split(b" ", 3)
     if not sep or len(parts) != 4:
         raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
     created, updated, ttl, type_ = parts
+    if value is None:
+        if type_.endswith(_values.ZSTD_MARK):
+            type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
+        value = cfg.serde.loads_typed((type_.decode(), data))
+    return value, _when(created), _when(updated), int(ttl)
+
+
+def _decode_value(cfg: Config, rec: bytes) -> dict[str, Any]:
+    """An item record's value alone (what a filter reads; the times only for the results)."""
+    head, sep, data = rec.partition(b"\n")
+    parts = head.split(b" ", 3)
+    if not sep or len(parts) != 4:
+        raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
+    type_ = parts[3]
     if type_.endswith(_values.ZSTD_MARK):
         type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
-    value = cfg.serde.loads_typed((type_.decode(), data))
-    return value, _when(created), _when(updated), int(ttl)
+    value: dict[str, Any] = cfg.serde.loads_typed((type_.decode(), data))
+    return value
+
+
+def _dec_key(e: bytes) -> str:
+    """The key of ``enc(key)`` (one label: ``dec_ns`` when it holds an escaped NUL)."""
+    return e[:-1].decode() if b"\xff" not in e else dec_ns(e)[0]
 
 
 def _item(cfg: Config, ns: tuple[str, ...], key: str, rec: bytes) -> tuple[Item, int]:
@@ -234,13 +255,19 @@ class _Merge:
         if self.finished or self.wanted():
             return
         buffers = self.buffers
+        if len(buffers) == 1:  # one shard: its page in order (the common case)
+            s, buf = next(iter(buffers.items()))
+            while buf:
+                if not take(buf.pop()[1]):
+                    self.finished = True
+                    return
+            if self.cursors[s] is False:
+                self.finished = True
+            return  # else that shard may hold more: its next page first
         while True:
-            if len(buffers) == 1:
-                s, buf = next(iter(buffers.items()))
-            else:
-                heads = [(b[-1][0], s) for s, b in buffers.items() if b]
-                s = min(heads)[1] if heads else -1
-                buf = buffers.get(s, [])
+            heads = [(b[-1][0], s) for s, b in buffers.items() if b]
+            s = min(heads)[1] if heads else -1
+            buf = buffers.get(s, [])
             if not buf:
                 self.finished = True
                 return
@@ -254,15 +281,25 @@ class _Merge:
 class _Found:
     """A search candidate; its value is decoded when a filter or the result needs it."""
 
-    __slots__ = ("ns", "key", "rec", "vectors", "_item")
+    __slots__ = ("ns", "key", "rec", "vectors", "_item", "_value")
 
     def __init__(self, ns: tuple[str, ...], key: str, rec: bytes, vectors: list[list[float]]) -> None:
         self.ns, self.key, self.rec, self.vectors = ns, key, rec, vectors
         self._item: Item | None = None
+        self._value: dict[str, Any] | None = None
+
+    def value(self, cfg: Config) -> dict[str, Any]:
+        """The value alone (a filter's candidate: most are not returned, their times unread)."""
+        if self._item is not None:
+            return self._item.value
+        if self._value is None:
+            self._value = _decode_value(cfg, self.rec)
+        return self._value
 
     def item(self, cfg: Config) -> Item:
         if self._item is None:
-            self._item = _item(cfg, self.ns, self.key, self.rec)[0]
+            value, created, updated, _ = _decode(cfg, self.rec, self._value)
+            self._item = Item(value=value, key=self.key, namespace=self.ns, created_at=created, updated_at=updated)
         return self._item
 
     def ttl(self) -> int:
@@ -293,6 +330,7 @@ class _Search:
         self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
         self.flat = 0
         self.scoreless: list[_Found] = []
+        self.names: dict[bytes, tuple[str, ...]] = {}  # e(ns) -> ns, of the candidates taken
         if self.want == 0:
             self.merge.finished = True
         # the vector cache: a search scored without a filter on one shard
@@ -536,8 +574,11 @@ class _Search:
         if self.qv is not None and best is not None and not self.op.filter and self._below(best):
             self.flat += 1  # scored below the kept ones: not decoded
             return True
-        found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, [])
-        if self.op.filter and not sem.matches(found.item(self.cfg).value, self.op.filter):
+        ns = self.names.get(ens)
+        if ns is None:  # decoded once per namespace of the search
+            ns = self.names[ens] = dec_ns(ens)
+        found = _Found(ns, _dec_key(ekey), rec, [])
+        if self.op.filter and not sem.matches(found.value(self.cfg), self.op.filter):
             return True
         if self.qv is None:
             self.found.append(found)
@@ -643,6 +684,12 @@ class _List:
                     lit = fixed
         e = enc_ns(lit)
         self.lo, self.hi = (b"[" + e, b"(" + e + b"\xff") if lit else (b"-", b"+")
+        # a prefix condition without wildcards that lit starts with holds for every namespace
+        # of that lex range (e(ns) starts with e(lit), labels self-delimiting): not checked again
+        self.conditions = [
+            c for c in self.conditions
+            if not (c.match_type == "prefix" and "*" not in c.path and tuple(lit[: len(c.path)]) == tuple(c.path))
+        ]
         self.want = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
         self.merge = _Merge(cfg.keys.shards_under(lit))
         self.found: list[tuple[str, ...]] = []
@@ -660,7 +707,7 @@ class _List:
 
     def _take(self, ens: bytes) -> bool:
         ns = dec_ns(ens)
-        if not all(sem.does_match(c, ns) for c in self.conditions):
+        if self.conditions and not all(sem.does_match(c, ns) for c in self.conditions):
             return True
         if self.op.max_depth is not None:
             ns = ns[: self.op.max_depth]

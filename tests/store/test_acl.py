@@ -29,7 +29,7 @@ STORE_ACL_COMMANDS = (
     "+get +set "  # setup(): the layout key
     # called from inside lua/store_*.lua
     "+time +del +exists +pexpire +persist +hget +hset +hgetall "
-    "+zadd +zcard +zlexcount +zmscore +zrange +zrem +zscore"
+    "+mget +zadd +zcard +zcount +zmscore +zrange +zrem +zscore"
 )
 # and on a server with vector sets (Redis 8: the store probes VCARD, sends VSIM itself, and its
 # scripts keep the sets); without them, the probe is refused and the store scans

@@ -46,4 +46,8 @@ def test_large_batches_and_namespaces_take_bounded_calls(redis_url, prefix):
     ops.clear()
     names = store.list_namespaces(prefix=("many",), limit=2000)
     assert names == [("many", f"n{i:04d}") for i in range(1500)] and len(ops) == 2  # 1024 a page
+    # a search under more namespaces than one call sorts (1024) walks them in search order
+    assert [i.value["i"] for i in store.search(("many",), limit=1500)] == list(range(1500))
+    assert [i.namespace for i in store.search(("many",), filter={"i": 1499})] == [("many", "n1499")]
+    assert [i.namespace for i in store.search(("many", "n0001"), limit=3)] == [("many", "n0001")]
     client.close()
