@@ -60,7 +60,9 @@ end
 --   c          HASH   e(ns) -> the number of elements s:<e(ns)> holds; the set is complete (it
 --                     holds every vector of the namespace) while VCARD equals it; no field: the
 --                     namespace is not kept in a set (made before, evicted, a vector VSIM cannot
---                     score exactly): searches scan it
+--                     score exactly): searches scan it; "<number> <token> <cursor>": a
+--                     rebuild runs (store_rebuild.lua): writers keep the set in step, searches
+--                     scan it until the rebuild's last page makes the field a number
 --   t:<e(ns)>  SET    e(path) of each path a vector of the namespace was put under (to remove an
 --                     item's elements when its vectors are gone: deleted, expired)
 -- Neither expires: as k: and e:, they go with their namespace (st_vs_drop).
@@ -93,6 +95,17 @@ local function st_vs_fits(vec, dims)
   return s == 0 or (s > VS_MIN_NORM2 and s < VS_MAX_NORM2)
 end
 
+-- the namespace's count in "c": a number (the set is complete while VCARD equals it), or
+-- "<number> <token> <cursor>" while a rebuild runs (store_rebuild.lua: the set holds that many
+-- elements, kept in step by the writers, but not yet every vector): the number and the marker
+local function st_vs_count(raw)
+  if not raw then return nil end
+  local c = tonumber(raw)
+  if c then return c end
+  local n, rb = string.match(raw, '^(%d+)( %w+ %S+)$')
+  return tonumber(n), rb
+end
+
 -- the namespace's set state in this call: {n = elements, dims = its dimension or nil} while kept
 -- (complete), false otherwise; fresh: the namespace has no k: entries (no item a scan can
 -- find): it gets a new set
@@ -105,9 +118,10 @@ local function st_vs_state(base, ens, states, fresh)
     redis.call('HSET', base .. 'c', ens, 0)
     st = {n = 0}
   else
-    local c = tonumber(redis.call('HGET', base .. 'c', ens) or '')
+    local c, rb = st_vs_count(redis.call('HGET', base .. 'c', ens))
     if c ~= nil and redis.call('VCARD', sk) == c then
-      st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil}
+      -- rb: a rebuild runs (store_rebuild.lua): the set is kept in step, the marker kept
+      st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil, rb = rb}
     else
       st_vs_drop(base, ens)  -- incomplete (evicted, deleted, its count gone) or none: no use now
       st = false
@@ -153,7 +167,9 @@ end
 -- the counts of the namespaces a call kept in sets
 local function st_vs_save(base, states)
   for ens, st in pairs(states) do
-    if st and redis.call('EXISTS', base .. 'k:' .. ens) == 1 then redis.call('HSET', base .. 'c', ens, st.n) end
+    if st and redis.call('EXISTS', base .. 'k:' .. ens) == 1 then
+      redis.call('HSET', base .. 'c', ens, string.format('%d', st.n) .. (st.rb or ''))
+    end
   end
 end
 

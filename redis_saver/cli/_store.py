@@ -1,6 +1,7 @@
-"""``redis-saver store ...``: the RedisStore's namespaces and items (ls, show, export, import,
-migrate from PostgresStore or SqliteStore). Namespaces are written ``users.u1.memories`` (LangGraph's text
-form: labels hold no dot) or as a JSON array (``'["users", "u1"]'``)."""
+"""``redis-saver store ...``: the RedisStore's namespaces and items (ls, show, export, import, migrate
+from PostgresStore or SqliteStore, reindex: rebuild vector sets on Redis 8). Namespaces are written
+``users.u1.memories`` (LangGraph's text form: labels hold no dot) or as a JSON array (``'["users",
+"u1"]'``)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,32 @@ def export_cmd(st: State, prefix: str | None, path: str) -> None:
             n += 1
         f.write(json.dumps({"type": "end", "items": n}) + "\n")
     err.print(f"exported {n} item(s) to {path}")
+
+
+@store.command()
+@click.argument("prefix", required=False, metavar="[NAMESPACE]")
+@click.option("--budget", type=click.IntRange(1, 4096), default=512, show_default=True,
+              help="Vectors a script call adds at most (a page).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@pass_state
+def reindex(st: State, prefix: str | None, budget: int, as_json: bool) -> None:
+    """Rebuild the vector sets (Redis 8) of the namespaces (under NAMESPACE) whose searches scan:
+    sets evicted or deleted, namespaces written before sets or by a store with vector_sets=False.
+    Bounded pages, safe while applications write; a namespace left out ("ended": an eviction or
+    such a writer meanwhile) can be reindexed again. Exits 1 if any ended."""
+    s = _store(st)
+    try:
+        res = s.rebuild_vector_sets(parse_ns(prefix), budget=budget)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([{"namespace": list(ns), "status": v} for ns, v in res.items()], ensure_ascii=False))
+    else:
+        for ns, v in res.items():
+            out.print(f"{'.'.join(ns)}  {v}", markup=False, highlight=False)
+        err.print(f"{sum(v == 'done' for v in res.values())} of {len(res)} namespace(s) in vector sets")
+    if any(v == "ended" for v in res.values()):
+        raise SystemExit(1)
 
 
 def _read_stream(path: str) -> Iterator[Any]:

@@ -15,6 +15,7 @@ one script call serves any number of operations on the namespaces of one shard::
     <prefix>:store#{<shard tag>}:v:<e(ns)><e(key)> HASH  index path -> float32 vector
     <prefix>:store#{<shard tag>}:s:<e(ns)>        VSET  e(key)e(path) -> vector (servers with VADD: Redis 8)
     <prefix>:store#{<shard tag>}:c               HASH  e(ns) -> elements of s:<e(ns)> while complete
+                                                        ("<elements> <token> <cursor>": being rebuilt)
     <prefix>:store#{<shard tag>}:t:<e(ns)>        SET   e(path) of the paths put in the namespace
     <prefix>:store#{<shard 0 tag>}:schema         STRING store format, shards, shard depth
 

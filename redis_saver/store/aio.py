@@ -10,6 +10,7 @@ from langgraph.store.base import Op, Result
 from .._shell import LoopBound
 from ._base import RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
+from ._rebuild import BUDGET, rebuild_plan
 from ._transfer import StoredItem, export_plan, import_plan
 
 T = TypeVar("T")
@@ -62,3 +63,13 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         await self._avsets()
         return await self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
+
+    async def arebuild_vector_sets(
+        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET
+    ) -> dict[tuple[str, ...], str]:
+        """Async :meth:`RedisStore.rebuild_vector_sets`."""
+        self._bind()
+        await self._avsets()
+        if not self._cfg.vsets:
+            raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
+        return await self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget), "store.rebuild")

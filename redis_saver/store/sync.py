@@ -10,6 +10,7 @@ from langgraph.store.base import Op, Result
 from .._shell import SyncShell
 from ._base import RedisStoreBase, op_name
 from ._plans import batch_plan, prepare
+from ._rebuild import BUDGET, rebuild_plan
 from ._transfer import StoredItem, export_plan, import_plan
 
 
@@ -58,3 +59,18 @@ class RedisStore(SyncShell, RedisStoreBase):
         round trip per call of this method; returns how many."""
         self._vsets()
         return self._driver.run(import_plan(self._cfg, list(items)), "store.import")
+
+    def rebuild_vector_sets(
+        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET
+    ) -> dict[tuple[str, ...], str]:
+        """Bring the namespaces under ``namespace_prefix`` that are out of vector sets back into
+        them (their semantic searches scan meanwhile): a resumable rebuild of each one's set, one
+        script call per page of at most ``budget`` vectors, racing writers safely. Returns each
+        namespace's outcome: ``"done"`` (its set is complete: searches use it), ``"ended"``
+        (something made it incomplete meanwhile, an eviction, a writer with ``vector_sets=False``,
+        a vector the set cannot hold: still out, call again), ``"none"`` (no items). Needs a
+        server with vector sets (Redis 8) and ``vector_sets=True``."""
+        self._vsets()
+        if not self._cfg.vsets:
+            raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
+        return self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget), "store.rebuild")
