@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000[,10000]]
                                     [--queries 30] [--dims 256] [--simple] [--official-index both|flat|hnsw]
-                                    [--no-official]
+                                    [--vector-cache-bytes N] [--no-official]
 
 Latency (p50 / p95, microseconds) of ``get``, ``put`` (an update), ``search`` with a filter in
 one namespace (limit 10), ``list_namespaces`` (prefix, limit 100), each store in turn per
@@ -257,6 +257,9 @@ def main() -> None:
     ap.add_argument("--official-index", choices=["flat", "hnsw", "both"], default="both",
                     help="the official store's vector index(es) for semantic search (default both; each loads the"
                     " items again, ~0.6 ms an item for FLAT, ~0.9 for HNSW)")
+    ap.add_argument("--vector-cache-bytes", type=int, default=None,
+                    help="RedisStore's vector_cache_bytes for semantic search (0: every query scans; default: the"
+                    " store's default)")
     ap.add_argument("--no-official", action="store_true",
                     help="skip the official langgraph-checkpoint-redis RedisStore (and its Redis Stack server)")
     args = ap.parse_args()
@@ -369,7 +372,10 @@ def main() -> None:
         index = {"dims": args.dims, "embed": embed, "fields": ["text"]}
         sem = [Runner("InMemoryStore", InMemoryStore(index=index))]
         if url is not None:
-            sem += redis_runners(url, prefix + "s", index=index)
+            opts: dict[str, Any] = {}
+            if args.vector_cache_bytes is not None:
+                opts["vector_cache_bytes"] = args.vector_cache_bytes
+            sem += redis_runners(url, prefix + "s", index=index, **opts)
         pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8], index=index)
         cleanups.append(drop)
         if pg is None:

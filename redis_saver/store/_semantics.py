@@ -134,16 +134,19 @@ def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> lis
     None for an item without vectors. With numpy, one matrix product for the whole page (float64
     arithmetic on the stored float32 values, as the pure-Python path); without, ``cosine``."""
     dims = len(query)
-    counts = [len(p) for p in pages]
-    if _np is not None and dims and any(counts) and all(len(b) == 4 * dims for p in pages for b in p):
+    counts = list(map(len, pages))
+    vectors = [b for p in pages for b in p]  # (a page's Python work is per item: keep it in C calls)
+    if _np is not None and dims and vectors and set(map(len, vectors)) == {4 * dims}:
         np = _np
-        m = np.frombuffer(b"".join(b for p in pages for b in p), dtype="<f4").reshape(-1, dims).astype(np.float64)
+        m = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(-1, dims).astype(np.float64)
         q = np.asarray(query, dtype=np.float64)
         qn = float(np.sqrt(q @ q))
         norms = np.sqrt(np.einsum("ij,ij->i", m, m))
         dots = row_dots(m, q)
         with np.errstate(divide="ignore", invalid="ignore"):
             scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0).tolist()
+        if counts.count(1) == len(counts):  # one vector an item (the common case)
+            return scores  # type: ignore[no-any-return]
         out: list[float | None] = []
         at = 0
         for c in counts:

@@ -57,3 +57,12 @@ def test_vectors_of_another_length_use_the_pure_path(path):
     q = [1.0, 0.0, 1.0]
     page = [[pack([1.0, 0.0])], [pack([1.0, 0.0, 1.0])]]
     assert sem.best_scores(q, page) == pytest.approx(reference(q, page))
+
+
+def test_items_with_zero_one_or_several_vectors(path):
+    # as many vectors as items, not one each: each item's best, None for the one without
+    q = [1.0, 0.0]
+    page = [[], [pack([0.0, 1.0]), pack([1.0, 0.0])], [pack([1.0, 1.0])]]
+    got, want = sem.best_scores(q, page), reference(q, page)
+    assert got[0] is None and got[1] == pytest.approx(1.0) and got[1:] == pytest.approx(want[1:])
+    assert sem.best_scores(q, [[pack([0.0, 2.0])], [pack([3.0, 0.0])]]) == pytest.approx([0.0, 1.0])
