@@ -1,7 +1,8 @@
 """RedisStore and AsyncRedisStore: LangGraph's long-term memory (``BaseStore``) on plain Redis.
 
 Layout: ``_keys.py`` (key names), ``_semantics.py`` (InMemoryStore's filters, matching and
-scoring), ``_plans.py`` (a batch as a pure plan of script calls), ``_base.py`` (options),
+scoring), ``_plans.py`` (a batch as a pure plan of script calls), ``_search.py`` (its paged
+reads: searches and listings), ``_records.py`` (settings, records), ``_budgets.py``, ``_base.py`` (options),
 ``sync.py`` / ``aio.py`` (the I/O shells); the scripts are ``lua/store_*.lua``.
 """
 

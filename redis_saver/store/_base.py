@@ -19,7 +19,8 @@ from ..keys import KeySchema
 from . import _semantics as sem
 from . import _vcache
 from ._keys import STORE_FORMAT, StoreKeys
-from ._plans import Config, Prepared
+from ._plans import Prepared
+from ._records import Config
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -22,7 +22,7 @@ from typing import Any
 from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
-from ._plans import Config
+from ._records import Config
 
 BUDGET = 512  # vectors a store_rebuild call adds at most (lua/store_rebuild.lua: 1-4096)
 LIST_PAGE = 256  # namespaces a "l" read lists a call

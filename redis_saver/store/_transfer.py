@@ -17,8 +17,10 @@ from typing import Any
 from ..core import values as _values
 from ..core.plans import Call, Out, Plan
 from ..keys import enc
+from . import _budgets as B
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
-from ._plans import CALL_OPS, VECTOR_PAGE, Config, _base_sequence, write_format
+from ._plans import _base_sequence, write_format
+from ._records import Config
 
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -83,7 +85,7 @@ def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
     for shard in cfg.keys.shards_under(prefix):
         c_ns, c_item = b"", b""
         while True:
-            args = [b"s", enc_ns(prefix), c_ns, c_item, str(VECTOR_PAGE).encode(), b"1"]
+            args = [b"s", enc_ns(prefix), c_ns, c_item, str(B.VECTOR_PAGE).encode(), b"1"]
             reply = yield Call("store_read", [cfg.keys.index(shard)], [STORE_FORMAT, b"0", b"1", *args])
             flat, c_ns, c_item = reply[0][:3]
             out = []
@@ -106,7 +108,7 @@ def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
 
 def import_plan(cfg: Config, items: Iterable[StoredItem]) -> Plan[int]:
     """Write ``items`` as they were (value bytes, times, ttl, vectors): one pipeline of calls of
-    at most CALL_OPS writes; an item already there is replaced. Checked before anything is sent."""
+    at most B.CALL_OPS writes; an item already there is replaced. Checked before anything is sent."""
     per_shard: dict[int, list[list[bytes]]] = {}
     n = 0
     for ordinal, it in enumerate(items):
@@ -123,8 +125,8 @@ def import_plan(cfg: Config, items: Iterable[StoredItem]) -> Plan[int]:
     base = _base_sequence(cfg, n)
     calls = []
     for shard, ws in per_shard.items():
-        for j in range(0, len(ws), CALL_OPS):
-            chunk = ws[j : j + CALL_OPS]
+        for j in range(0, len(ws), B.CALL_OPS):
+            chunk = ws[j : j + B.CALL_OPS]
             wargs: list[bytes | str | int] = [write_format(cfg), base, str(len(chunk)).encode()]
             wargs += [a for w in chunk for a in w]
             calls.append(Call("store_write", [cfg.keys.index(shard)], wargs))

@@ -253,11 +253,11 @@ async def test_async_standalone(redis_url, prefix, indexed):
 def test_sync_standalone_pages(redis_url, prefix, shards, monkeypatch, scoring):
     """Tiny pages: every search and listing takes several calls per shard, merged (semantic
     pages too: later pages meet a full top, whose floor drops items before the merge)."""
-    from redis_saver.store import _plans
+    from redis_saver.store import _budgets
 
-    monkeypatch.setattr(_plans, "PAGE", 2)
-    monkeypatch.setattr(_plans, "VECTOR_PAGE", 2)
-    monkeypatch.setattr(_plans, "LIST_PAGE", 2)
+    monkeypatch.setattr(_budgets, "PAGE", 2)
+    monkeypatch.setattr(_budgets, "VECTOR_PAGE", 2)
+    monkeypatch.setattr(_budgets, "LIST_PAGE", 2)
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, shards=shards, **options(True))
     assert check(sequence(5, N, True), reference(True), store.batch) == 0
@@ -310,9 +310,9 @@ def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatc
     """Many items, pages of 4 vectors: most pages arrive with the kept top full, and items
     scoring at most its worst are dropped before the merge; the results stay InMemoryStore's
     (ties included: the texts repeat, so do scores)."""
-    from redis_saver.store import _plans
+    from redis_saver.store import _budgets
 
-    monkeypatch.setattr(_plans, "VECTOR_PAGE", 4)
+    monkeypatch.setattr(_budgets, "VECTOR_PAGE", 4)
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     store = RedisStore(client, prefix=prefix, shards=shards, vector_cache_bytes=vcache, **options(True))
     ref = reference(True)

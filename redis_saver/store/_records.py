@@ -1,0 +1,85 @@
+"""The store's settings as the plans read them (``Config``) and its records as replies carry them:
+an item's record decoded (value, timestamps, ttl), a vector packed as the scripts store it."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import (
+    Item,
+)
+
+from ..core import values as _values
+from ..errors import MalformedReplyError
+from . import _vcache
+from ._keys import StoreKeys, dec_ns
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class Config:
+    """The store's settings the plans read."""
+
+    keys: StoreKeys
+    serde: SerializerProtocol
+    compress: bool
+    refresh_in_read: bool  # "G" reads (the +rw variant) rather than "g" and a refresh write when needed
+    index: dict[str, Any] | None  # IndexConfig with "__tokenized_fields", or None
+    clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
+    vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
+    vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
+    vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
+
+
+def pack_vector(v: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(v)}f", *v)
+
+
+# ---- replies --------------------------------------------------------------------------
+def _when(us: bytes) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def _decode(
+    cfg: Config, rec: bytes, value: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], datetime, datetime, int]:
+    """An item record: value (``value`` when already decoded), created_at, updated_at, ttl ms."""
+    head, sep, data = rec.partition(b"\n")
+    parts = head.split(b" ", 3)
+    if not sep or len(parts) != 4:
+        raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
+    created, updated, ttl, type_ = parts
+    if value is None:
+        if type_.endswith(_values.ZSTD_MARK):
+            type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
+        value = cfg.serde.loads_typed((type_.decode(), data))
+    return value, _when(created), _when(updated), int(ttl)
+
+
+def _decode_value(cfg: Config, rec: bytes) -> dict[str, Any]:
+    """An item record's value alone (what a filter reads; the times only for the results)."""
+    head, sep, data = rec.partition(b"\n")
+    parts = head.split(b" ", 3)
+    if not sep or len(parts) != 4:
+        raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
+    type_ = parts[3]
+    if type_.endswith(_values.ZSTD_MARK):
+        type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
+    value: dict[str, Any] = cfg.serde.loads_typed((type_.decode(), data))
+    return value
+
+
+def _dec_key(e: bytes) -> str:
+    """The key of ``enc(key)`` (one label: ``dec_ns`` when it holds an escaped NUL)."""
+    return e[:-1].decode() if b"\xff" not in e else dec_ns(e)[0]
+
+
+def _item(cfg: Config, ns: tuple[str, ...], key: str, rec: bytes) -> tuple[Item, int]:
+    value, created, updated, ttl = _decode(cfg, rec)
+    return Item(value=value, key=key, namespace=ns, created_at=created, updated_at=updated), ttl

@@ -1,0 +1,513 @@
+"""Reads that take pages: a search (filtered, or semantic by the vector cache, the vector sets or
+the exact scan) and a namespace listing, each a state machine the batch plan feeds with one
+shard's reply at a time and asks for its next requests; the shards' pages merged in search order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.store.base import (
+    Item,
+    ListNamespacesOp,
+    SearchItem,
+    SearchOp,
+)
+
+from . import _budgets as B
+from . import _semantics as sem
+from . import _vcache, _vset
+from ._keys import dec_ns, enc_ns
+from ._records import Config, _dec_key, _decode, _decode_value
+
+
+# ---- reads that take pages: searches and namespace listings, merged over shards --------
+class _Merge:
+    """Sorted pages from several shards, merged: a shard is asked for its next page when its
+    buffer runs dry and it may hold more; ``take`` is offered entries in order until it says
+    stop."""
+
+    def __init__(self, shards: list[int]) -> None:
+        self.buffers: dict[int, list[tuple[Any, Any]]] = {s: [] for s in shards}
+        self.cursors: dict[int, Any] = {s: None for s in shards}  # None: the first page; False: done
+        self.finished = False
+
+    def wanted(self) -> list[int]:
+        if self.finished:
+            return []
+        return [s for s, c in self.cursors.items() if c is not False and not self.buffers[s]]
+
+    def feed(self, shard: int, entries: list[tuple[Any, Any]], cursor: Any) -> None:
+        entries.reverse()  # popped from the end
+        self.buffers[shard] = entries
+        self.cursors[shard] = cursor
+
+    def run(self, take: Callable[[Any], bool]) -> None:
+        """Offer entries in merged order while every shard that may hold more has some."""
+        if self.finished or self.wanted():
+            return
+        buffers = self.buffers
+        if len(buffers) == 1:  # one shard: its page in order (the common case)
+            s, buf = next(iter(buffers.items()))
+            while buf:
+                if not take(buf.pop()[1]):
+                    self.finished = True
+                    return
+            if self.cursors[s] is False:
+                self.finished = True
+            return  # else that shard may hold more: its next page first
+        while True:
+            heads = [(b[-1][0], s) for s, b in buffers.items() if b]
+            s = min(heads)[1] if heads else -1
+            buf = buffers.get(s, [])
+            if not buf:
+                self.finished = True
+                return
+            if not take(buf.pop()[1]):
+                self.finished = True
+                return
+            if not buf and self.cursors[s] is not False:
+                return  # that shard may hold more: its next page first
+
+
+class _Found:
+    """A search candidate; its value is decoded when a filter or the result needs it."""
+
+    __slots__ = ("ns", "key", "rec", "vectors", "_item", "_value")
+
+    def __init__(self, ns: tuple[str, ...], key: str, rec: bytes, vectors: list[list[float]]) -> None:
+        self.ns, self.key, self.rec, self.vectors = ns, key, rec, vectors
+        self._item: Item | None = None
+        self._value: dict[str, Any] | None = None
+
+    def value(self, cfg: Config) -> dict[str, Any]:
+        """The value alone (a filter's candidate: most are not returned, their times unread)."""
+        if self._item is not None:
+            return self._item.value
+        if self._value is None:
+            self._value = _decode_value(cfg, self.rec)
+        return self._value
+
+    def item(self, cfg: Config) -> Item:
+        if self._item is None:
+            value, created, updated, _ = _decode(cfg, self.rec, self._value)
+            self._item = Item(value=value, key=self.key, namespace=self.ns, created_at=created, updated_at=updated)
+        return self._item
+
+    def ttl(self) -> int:
+        return int(self.rec.split(b" ", 3)[2])
+
+
+class _Search:
+    def __init__(self, cfg: Config, op: SearchOp, query_vector: list[float] | None) -> None:
+        self.cfg, self.op, self.qv = cfg, op, query_vector
+        self.scored = query_vector is not None
+        self.eprefix = enc_ns(op.namespace_prefix)
+        # a search stops at offset + limit matches (InMemoryStore filters every item under the
+        # prefix first: a comparison that raises on a later item raises there, not here)
+        bounded = not self.scored and min(op.offset, op.limit) >= 0
+        self.want = op.offset + op.limit if bounded else None
+        # pages: the items wanted, or B.PAGE (values to filter), or B.VECTOR_PAGE (vectors to score)
+        if self.scored and not op.filter:
+            self.budget = B.VECTOR_PAGE
+        else:
+            self.budget = max(1, min(self.want or B.PAGE, B.PAGE) if not op.filter else B.PAGE)
+        self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
+        self.found: list[_Found] = []  # unscored: the matches in order
+        # scored: the best offset + limit items so far, as a heap of (score, -flat position) (its
+        # root the worst), and the first `limit` items without vectors: a query
+        # keeps that much whatever the number of candidates
+        self.top: list[tuple[float, int]] = []  # (score, -flat position)
+        self.top_items: dict[int, _Found] = {}  # -flat position -> item
+        self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        self.flat = 0
+        self.scoreless: list[_Found] = []
+        self.names: dict[bytes, tuple[str, ...]] = {}  # e(ns) -> ns, of the candidates taken
+        if self.want == 0:
+            self.merge.finished = True
+        # the vector cache: a search scored without a filter on one shard
+        self.ckey: tuple[int, bytes] | None = None
+        self.entry: _vcache.Entry | None = None
+        self.fill: list[tuple[bytes, bytes, int, int, list[bytes]]] | None = None  # a scan's items, to cache
+        self.tokens: set[bytes] = set()  # the version tokens the scan's pages saw
+        self.unversioned: int | None = None  # a shard without a token (a write call makes one)
+        shards = self.merge.buffers
+        if cfg.vcache is not None and self.scored and not op.filter and self.keep and len(shards) == 1:
+            self.ckey = (next(iter(shards)), self.eprefix)
+            self.entry = cfg.vcache.get(self.ckey)
+            self.known: dict[tuple[bytes, bytes], bytes | None] = {}  # records read at the entry's token
+            self.patched = 0
+            self.checked = False  # a read found the entry current (or brought it up to date)
+            if self.entry is not None:
+                self._rank(self.entry)
+            else:
+                self.fill = []
+        self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
+        if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
+            assert query_vector is not None
+            if _vset.usable_query(query_vector):
+                self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep)
+                self._vs_check()
+
+    # ---- from vector sets ---------------------------------------------------------------
+    def _vs_check(self) -> None:
+        """A vector set search that cannot answer exactly gives way to a scan (which fills the
+        vector cache, when there is one)."""
+        vs = self.vs
+        if vs is None:
+            return
+        if vs.failed:
+            self.cfg.vset_stats["scans"] += 1
+            self.vs = None
+            self.merge = _Merge([vs.shard])
+            self.fill = [] if self.ckey is not None else None
+        else:
+            self.merge.finished = True
+            self.fill = None
+
+    def vsim_pipe(self) -> Any:
+        return self.vs.pipe() if self.vs is not None else None
+
+    def vsim_feed(self, replies: Any) -> None:
+        assert self.vs is not None
+        self.vs.feed_pipe(replies)
+        self._vs_check()
+
+    # ---- from the cache -----------------------------------------------------------------
+    def _rank(self, entry: _vcache.Entry, ranking: _vcache.Ranking | None = None) -> None:
+        assert self.qv is not None and self.keep is not None
+        if ranking is not None:  # made under the lock with the patch: self.token is the one sent
+            self.token = entry.token
+            self.ranked, self.scores, self.sl_order, self.whole = ranking
+        else:
+            with entry.lock:  # the ranking and the token it holds for
+                self.token = entry.token
+                self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(
+                    self.qv, self.keep + 2 * _vcache.MARGIN
+                )
+        self.next_sc = self.next_sl = 0  # the next candidates to ask
+        self.kept_sc: list[tuple[float, _Found]] = []
+        self.kept_sl: list[_Found] = []
+        # (item, its (e(ns), e(key)), score or None) of the read in flight
+        self.asked: list[tuple[int, tuple[bytes, bytes], float | None]] = []
+        self.merge.finished = True  # no scan unless the cache is not current
+
+    def _cached_request(self) -> list[bytes] | None:
+        """The next cached read; candidates whose records this search already read at the
+        entry's token (a change set brought them) are taken without one."""
+        while True:
+            args = self._cached_candidates()
+            if args is None or not self.asked or any(k not in self.known for _, k, _ in self.asked):
+                return args
+            self._cached_take([self.known[k] for _, k, _ in self.asked])
+
+    def _cached_candidates(self) -> list[bytes] | None:
+        entry, keep, limit = self.entry, self.keep, self.op.limit
+        assert entry is not None and keep is not None
+        asked: list[tuple[int, float | None]] = []
+        want_sc = keep - len(self.kept_sc)
+        if want_sc > 0 and self.next_sc + want_sc > len(self.ranked) and not self.whole:
+            assert self.qv is not None  # more vanished than the partial ranking holds: all of it
+            # (the ones asked so far lead it: those present, kept; those gone, out of it now)
+            with entry.lock:
+                current = entry.token == self.token
+                if current:
+                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+            if not current:  # patched by another search meanwhile: start again from what it holds
+                self.known = {}
+                self._rank(entry)
+                return self._cached_candidates()
+            self.next_sc = len(self.kept_sc)
+        if want_sc > 0 and self.next_sc < len(self.ranked):
+            end = min(len(self.ranked), self.next_sc + want_sc + _vcache.MARGIN)
+            asked += [(self.ranked[j], self.scores[j]) for j in range(self.next_sc, end)]
+            self.next_sc = end
+        # items without vectors fill what the scored ones leave of the page (if all asked are present)
+        expect = min(keep, len(self.kept_sc) + len(asked))
+        want_sl = limit - max(0, expect - self.op.offset) - len(self.kept_sl)
+        n_scored = len(asked)
+        if want_sl > 0 and self.next_sl < len(self.sl_order):
+            end = min(len(self.sl_order), self.next_sl + want_sl + _vcache.MARGIN)
+            asked += [(self.sl_order[j], None) for j in range(self.next_sl, end)]
+            self.next_sl = end
+        if not asked and self.checked:
+            self.asked = []
+            return None
+        self.asked = [(i, entry.keys[i], score) for i, score in asked]
+        args = [b"c", self.token, self.eprefix, str(_vcache.CHANGE_BUDGET).encode()]
+        args += [str(len(asked)).encode(), str(n_scored).encode()]
+        for _, k, _ in self.asked:
+            args += k
+        return args
+
+    def _cached_take(self, recs: list[Any]) -> None:
+        """The records of the candidates asked (None: gone), in order."""
+        entry = self.entry
+        assert entry is not None
+        for (i, (ens, ekey), score), rec in zip(self.asked, recs, strict=True):
+            if rec is None:  # gone without a version bump (expired, evicted): never again
+                if entry.index.get((ens, ekey)) == i:
+                    entry.alive[i] = False
+                continue
+            found = _Found(dec_ns(ens), dec_ns(ekey)[0], rec, [])
+            if score is None:
+                if len(self.kept_sl) < self.op.limit:
+                    self.kept_sl.append(found)
+            elif len(self.kept_sc) < (self.keep or 0):
+                self.kept_sc.append((score, found))
+        self.asked = []
+
+    def _cached_feed(self, reply: Any) -> None:
+        entry, ckey, vcache = self.entry, self.ckey, self.cfg.vcache
+        assert entry is not None and ckey is not None and vcache is not None
+        n = len(self.asked)
+        ok = isinstance(reply, list) and bool(reply)
+        if ok and reply[0] == 1 and len(reply) == n + 1:
+            self.checked = True
+            self._cached_take(reply[1:])
+            return
+        if ok and reply[0] == 2 and len(reply) == n + 3 and self.patched < _vcache.PATCHES:
+            # the shard was written since the entry's token; the log brought what changed
+            token, flat, recs = reply[1], reply[2], reply[3:]
+            self.patched += 1
+            before, new = entry.nbytes, None
+            with entry.lock:
+                first = len(entry.keys)
+                applied = entry.token == self.token and entry.patch(token, flat)
+                if applied:
+                    assert self.qv is not None
+                    # the ranking before the patch, its items that changed out, the new ones in
+                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first)
+                    if entry.wasted():
+                        new = entry.compacted()
+            if applied or entry.token != self.token:
+                if applied:
+                    self.checked = True
+                    vcache.resized(ckey, entry, before, new)
+                    if new is not None:
+                        self.entry = entry = new
+                    # records now valid at the entry's token: the changed items' and the asked ones'
+                    self.known = {k: r for (_, k, _), r in zip(self.asked, recs, strict=True)}
+                    self.known.update(((flat[i], flat[i + 1]), flat[i + 4]) for i in range(0, len(flat), 6))
+                    if new is None:
+                        self._rank(entry, ranking)
+                    else:  # compacted: its items are numbered anew
+                        self._rank(entry)
+                else:  # another search patched it meanwhile: rank what it holds now
+                    self.known = {}
+                    self._rank(entry)
+                return
+        # not current: scan as without a cache, and cache what the scan reads
+        vcache.drop(ckey, entry)
+        vcache.misses += 1
+        self.entry, self.fill, self.asked = None, [], []
+        self.merge = _Merge([ckey[0]])
+
+    def requests(self) -> list[tuple[int, list[bytes]]]:
+        if self.vs is not None:
+            vargs = self.vs.request()
+            return [(self.vs.shard, vargs)] if vargs is not None else []
+        if self.entry is not None and self.ckey is not None:
+            args = self._cached_request()
+            return [(self.ckey[0], args)] if args is not None else []
+        out = []
+        for s in self.merge.wanted():
+            c = self.merge.cursors[s] or (b"", b"")
+            vec = b"1" if self.scored else b"0"
+            out.append((s, [b"s", self.eprefix, c[0], c[1], str(self.budget).encode(), vec]))
+        return out
+
+    def feed(self, shard: int, reply: Any) -> None:
+        if self.vs is not None:
+            self.vs.feed(reply)
+            self._vs_check()
+            return
+        if self.entry is not None:
+            self._cached_feed(reply)
+            return
+        flat, c_ns, c_item, token = reply
+        if self.fill is not None:
+            self.tokens.add(token)
+            self.fill += [
+                (flat[i], flat[i + 1], int(flat[i + 2]), int(flat[i + 3]), flat[i + 5][1::2])
+                for i in range(0, len(flat), 6)
+            ]
+            if not token:
+                self.unversioned = shard
+        entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
+        if self.qv is None:
+            for i in range(0, len(flat), 6):
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, None)))
+        else:  # the page scored at once: each item's best score (None: no vectors)
+            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)])
+            # the kept ones only get better: an item scoring at most the worst of them now, when
+            # they are full, comes after it and can never enter (dropped before the merge)
+            floor = None
+            if not self.op.filter and self.keep is not None and len(self.top) >= self.keep:
+                floor = self.top[0][0] if self.top else float("inf")
+            for i in range(0, len(flat), 6):
+                score = best[i // 6]
+                if floor is not None and score is not None and score <= floor:
+                    continue
+                ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
+                entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, score)))
+        self.merge.feed(shard, entries, (c_ns, c_item) if c_ns else False)
+        self.merge.run(self._take)
+
+    def _below(self, best: float) -> bool:
+        """Whether an item scored ``best`` (next in position) cannot enter the kept ones."""
+        if self.keep is None:
+            return False
+        return self.keep == 0 or (len(self.top) >= self.keep and (best, -self.flat) <= self.top[0])
+
+    def _take(self, entry: tuple[bytes, bytes, bytes, float | None]) -> bool:
+        ens, ekey, rec, best = entry
+        if self.qv is not None and best is not None and not self.op.filter and self._below(best):
+            self.flat += 1  # scored below the kept ones: not decoded
+            return True
+        ns = self.names.get(ens)
+        if ns is None:  # decoded once per namespace of the search
+            ns = self.names[ens] = dec_ns(ens)
+        found = _Found(ns, _dec_key(ekey), rec, [])
+        if self.op.filter and not sem.matches(found.value(self.cfg), self.op.filter):
+            return True
+        if self.qv is None:
+            self.found.append(found)
+            return self.want is None or len(self.found) < self.want
+        if best is None:
+            if self.keep is None or len(self.scoreless) < self.op.limit:
+                self.scoreless.append(found)
+            return True
+        # InMemoryStore sorts every vector by score (stably) and keeps each item's first: its
+        # best score; ties go by position, and one item's vectors are contiguous in its order
+        rank = (best, -self.flat)
+        self.flat += 1
+        if self.keep is None or len(self.top) < self.keep:
+            heapq.heappush(self.top, rank)
+        elif self.keep and rank > self.top[0]:
+            del self.top_items[heapq.heapreplace(self.top, rank)[1]]
+        else:
+            return True
+        self.top_items[rank[1]] = found
+        return True
+
+    def _cache_fill(self) -> None:
+        """Keep the scan's vectors when every page saw one version token, and the vectors fit."""
+        fill, vcache, ckey = self.fill, self.cfg.vcache, self.ckey
+        self.fill = None
+        if fill is None or vcache is None or ckey is None or len(self.tokens) != 1 or not self.merge.finished:
+            return
+        token = next(iter(self.tokens))
+        dims = len(self.qv or ())
+        if not token or not dims or any(len(b) != 4 * dims for *_, vs in fill for b in vs):
+            return
+        if len(fill) * dims * 4 > vcache.max_bytes:
+            vcache.drop(ckey)
+            return
+        keys, seqs, vectors = [(f[0], f[1]) for f in fill], [(f[2], f[3]) for f in fill], [f[4] for f in fill]
+        vcache.put(ckey, _vcache.Entry(token, keys, vectors, dims, seqs))
+
+    def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
+        """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""
+        op = self.op
+        kept: list[tuple[float | None, _Found]]
+        self._cache_fill()
+        if self.vs is not None:  # from vector sets
+            self.cfg.vset_stats["hits"] += 1
+            kept = [
+                (sc, _Found(dec_ns(ens), dec_ns(ekey)[0], rec, []))
+                for sc, _, _, ens, ekey, rec in self.vs.ranked[op.offset : op.offset + op.limit]
+            ]
+        elif self.entry is not None:  # from the cache
+            if self.cfg.vcache is not None:
+                self.cfg.vcache.hits += 1
+            kept = [(sc, f) for sc, f in self.kept_sc[op.offset : op.offset + op.limit]]
+            if len(kept) < op.limit:
+                kept.extend((None, f) for f in self.kept_sl[: op.limit - len(kept)])
+        elif self.qv is not None:
+            if not self.top and not self.scoreless:
+                return [], []
+            ranked = sorted(self.top, key=lambda e: (-e[0], -e[1]))
+            kept = []
+            for ix, (score, pos) in enumerate(ranked):  # InMemoryStore's loop over unique items
+                f = self.top_items[pos]
+                if ix >= op.offset + op.limit:
+                    break
+                if ix < op.offset:
+                    continue
+                kept.append((score, f))
+            scoreless = self.scoreless
+            if scoreless and len(kept) < op.limit:
+                kept.extend((None, f) for f in scoreless[: op.limit - len(kept)])
+        else:
+            if not self.found:
+                return [], []
+            kept = [(None, f) for f in self.found[op.offset : op.offset + op.limit]]
+        out = []
+        for sc, f in kept:
+            it = f.item(self.cfg)
+            out.append(
+                SearchItem(
+                    namespace=it.namespace,
+                    key=it.key,
+                    value=it.value,
+                    created_at=it.created_at,
+                    updated_at=it.updated_at,
+                    score=float(sc) if sc is not None else None,
+                )
+            )
+        return out, [(f.ns, f.key, f.ttl()) for _, f in kept]
+
+
+class _List:
+    def __init__(self, cfg: Config, op: ListNamespacesOp) -> None:
+        self.op = op
+        self.conditions = list(op.match_conditions or ())
+        lit: list[str] = []
+        for c in self.conditions:  # the labels a prefix condition fixes: one lex range
+            if c.match_type == "prefix":
+                fixed = []
+                for label in c.path:
+                    if label == "*":
+                        break
+                    fixed.append(label)
+                if len(fixed) > len(lit):
+                    lit = fixed
+        e = enc_ns(lit)
+        self.lo, self.hi = (b"[" + e, b"(" + e + b"\xff") if lit else (b"-", b"+")
+        # a prefix condition without wildcards that lit starts with holds for every namespace
+        # of that lex range (e(ns) starts with e(lit), labels self-delimiting): not checked again
+        self.conditions = [
+            c for c in self.conditions
+            if not (c.match_type == "prefix" and "*" not in c.path and tuple(lit[: len(c.path)]) == tuple(c.path))
+        ]
+        self.want = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        self.merge = _Merge(cfg.keys.shards_under(lit))
+        self.found: list[tuple[str, ...]] = []
+        if self.want == 0:
+            self.merge.finished = True
+
+    def requests(self) -> list[tuple[int, list[bytes]]]:
+        page = str(B.LIST_PAGE).encode()
+        return [(s, [b"l", self.merge.cursors[s] or self.lo, self.hi, page]) for s in self.merge.wanted()]
+
+    def feed(self, shard: int, reply: Any) -> None:
+        names, last = reply
+        self.merge.feed(shard, [(e, e) for e in names], b"(" + last if last else False)
+        self.merge.run(self._take)
+
+    def _take(self, ens: bytes) -> bool:
+        ns = dec_ns(ens)
+        if self.conditions and not all(sem.does_match(c, ns) for c in self.conditions):
+            return True
+        if self.op.max_depth is not None:
+            ns = ns[: self.op.max_depth]
+        if not self.found or self.found[-1] != ns:  # in order: a repeat follows its first
+            self.found.append(ns)
+        return self.want is None or len(self.found) < self.want
+
+    def result(self) -> list[tuple[str, ...]]:
+        return self.found[self.op.offset : self.op.offset + self.op.limit]
