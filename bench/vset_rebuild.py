@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import random
 import statistics
 import sys
@@ -29,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
-from bench.store import WORDS, embed_factory, sizes, value  # noqa: E402
-from redis_saver import RedisStore  # noqa: E402
+from bench.store import WORDS, sizes, value  # noqa: E402
+from bench.vset import redis8_url, store_pair  # noqa: E402
 from redis_saver.store import _rebuild  # noqa: E402
 from redis_saver.store._keys import enc_ns  # noqa: E402
 
@@ -50,23 +49,11 @@ def main() -> None:
     ap.add_argument("--dims", type=int, default=256)
     ap.add_argument("--budget", type=sizes, default=[128, 512])
     args = ap.parse_args()
-    url = os.environ.get("BENCH_REDIS8_URL")
-    server = None
-    if url is None:
-        from devkit.matrix import CACHE, redis_82
-        from devkit.servers import start_standalone
-
-        CACHE.mkdir(parents=True, exist_ok=True)
-        server = start_standalone(redis_82().binary)
-        url = server.url
-    try:
+    with redis8_url() as url:
         r = redis.Redis.from_url(url)
         print(f"Redis {r.info('server')['redis_version']} at {url}; {args.items:,} items of {args.dims} dims")
         prefix = "bench_vsrb_" + uuid.uuid4().hex[:8]
-        index = {"dims": args.dims, "embed": embed_factory(args.dims), "fields": ["text"]}
-        vs = RedisStore(redis.Redis.from_url(url), prefix=prefix, index=index, vector_cache_bytes=0, telemetry=False)
-        old = RedisStore(redis.Redis.from_url(url), prefix=prefix, index=index, vector_cache_bytes=0,
-                         telemetry=False, vector_sets=False)  # fmt: skip
+        vs, old = store_pair(url, prefix, args.dims)
         ns = ("docs",)
         for start in range(0, args.items, 100):
             end = min(start + 100, args.items)
@@ -111,9 +98,6 @@ def main() -> None:
             )
         for k in r.scan_iter(match=prefix + "*"):
             r.delete(k)
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

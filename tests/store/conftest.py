@@ -51,3 +51,15 @@ def redis8_cluster(redis8_binary):
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def r8(redis8):
+    """A client of the session's Redis 8 server."""
+    import redis
+
+    from devkit.servers import client_kwargs
+
+    client = redis.Redis.from_url(redis8.url, **client_kwargs(5.0, 5.0))
+    yield client
+    client.close()

@@ -34,13 +34,6 @@ def _reference_in_python(monkeypatch):
     monkeypatch.setattr(memory, "_check_numpy", lambda: False)
 
 
-@pytest.fixture
-def r8(redis8):
-    client = redis.Redis.from_url(redis8.url, **client_kwargs(5.0, 5.0))
-    yield client
-    client.close()
-
-
 def stores(r8, prefix, **kw):
     """The store under test (vector sets) and a scan of the same keys (reads only)."""
     vs = RedisStore(r8, prefix=prefix, index=INDEX, vector_cache_bytes=0, **kw)

@@ -28,23 +28,15 @@ from redis_saver.store import _rebuild
 from redis_saver.store._keys import enc_ns
 from tests.store import test_differential as diff
 from tests.store.test_differential import WORDS, embed
-from tests.store.test_vector_sets import INDEX, fill, queries, same
+from tests.store.test_vector_sets import (
+    INDEX,
+    _reference_in_python,  # noqa: F401 (an autouse fixture, the same here)
+    fill,
+    queries,
+    same,
+)
 
 INDEX2 = {"dims": 8, "embed": embed, "fields": ["text", "other"]}
-
-
-@pytest.fixture(autouse=True)
-def _reference_in_python(monkeypatch):
-    import langgraph.store.memory as memory
-
-    monkeypatch.setattr(memory, "_check_numpy", lambda: False)
-
-
-@pytest.fixture
-def r8(redis8):
-    client = redis.Redis.from_url(redis8.url, **client_kwargs(5.0, 5.0))
-    yield client
-    client.close()
 
 
 def three(r8, prefix, index=INDEX):
