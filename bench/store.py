@@ -190,6 +190,25 @@ def official_runner(url: str, prefix: str, name: str = "official RedisStore", **
     return Runner(name, store)
 
 
+def official_async_runner(url: str, prefix: str) -> Runner:
+    """langgraph-checkpoint-redis's AsyncRedisStore on the same keys and index as
+    :func:`official_runner`'s store (made first), on a loop of its own: the like-for-like peer of
+    AsyncRedisStore (both pay redis-py's asyncio client and the loop per call)."""
+    import redis.asyncio as aredis
+    from langgraph.store.redis import AsyncRedisStore as OfficialAsyncRedisStore
+
+    loop = asyncio.new_event_loop()
+
+    async def make() -> Any:
+        store = OfficialAsyncRedisStore(
+            redis_client=aredis.Redis.from_url(url), store_prefix=prefix, vector_prefix=prefix + "_vectors"
+        )
+        await store.setup()  # the index exists already (the sync store made it): this only connects
+        return store
+
+    return Runner("official AsyncRedisStore", loop.run_until_complete(make()), loop)
+
+
 def official_server(cleanups: list[Callable[[], None]]) -> tuple[str | None, str]:
     """(url, "") of a fresh Redis Stack server for the official store, or (None, why not)."""
     try:
@@ -311,6 +330,10 @@ def main() -> None:
             where.append(f"PostgresStore: {version} at {why} ({pg_what})")
         if off_url is not None:
             runners.append(official_runner(off_url, prefix))
+            try:
+                runners.append(official_async_runner(off_url, prefix))
+            except Exception as e:  # noqa: BLE001 - reported, the rest runs
+                skipped.append(f"official AsyncRedisStore: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
         for w in where:
             print(f"# {w}", file=sys.stderr)
         if args.simple:
@@ -323,8 +346,8 @@ def main() -> None:
             ls_prefix = ("users",)
         items = [(namespaces[i % len(namespaces)], f"k{i}") for i in range(args.items)]
         for r in runners:
-            if r.name == "AsyncRedisStore":
-                continue  # the same keys as RedisStore
+            if r.name in ("AsyncRedisStore", "official AsyncRedisStore"):
+                continue  # the same keys as RedisStore / the official RedisStore
             for i, (ns, key) in enumerate(items):
                 r.call("put", ns, key, value(random.Random(i), i), index=False)
         # the same question to every store once, before timing: which ones answer as InMemoryStore does
