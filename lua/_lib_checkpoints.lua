@@ -2,6 +2,8 @@
 --- and storing a checkpoint with its chain entry, validating a record sent by the client, and
 --- the replies of read scripts (tuple_replies). Included by _lib.lua last (these "--- " notes
 --- are not sent).
+--- It declares no KEYS/ARGV of its own: its helpers read the layout that _lib.lua declares in
+--- its keys and state blocks (KEYS[1..11], the header ARGV[1..4]) for the script including it.
 -- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
 -- without its e(task_path) and its trailing e(channel)
 local function wfield(prefix, member)

@@ -2,6 +2,8 @@
 --- decoding (skip, dec), the record layout (CP_* / W_*, redis_saver/core/codec.py), reading a
 --- record's parts, HMGET in chunks, lex ranges and a namespace's latest checkpoint.
 --- Included by _lib.lua (these "--- " notes are not sent with the scripts).
+--- It declares no KEYS/ARGV of its own: its helpers read the layout that _lib.lua declares in
+--- its keys and state blocks (KEYS[1..11], the header ARGV[1..4]) for the script including it.
 -- position just after the encoded component that starts at pos
 local function skip(s, pos)
   while true do

@@ -1,6 +1,8 @@
 --- _lib_thread.lua: one thread as a whole: its meta fields and storage format, its expiry and
 --- slot index entry (touch), lost keys (damage, forgetting a thread), its key marks and its run
 --- index. Included by _lib.lua after _lib_records.lua (these "--- " notes are not sent).
+--- It declares no KEYS/ARGV of its own: its helpers read the layout that _lib.lua declares in
+--- its keys and state blocks (KEYS[1..11], the header ARGV[1..4]) for the script including it.
 -- META_*: the thread's meta fields (the @state block above), read once by check_format()
 
 -- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT

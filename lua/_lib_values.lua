@@ -1,6 +1,8 @@
 --- _lib_values.lua: channel values: blob fields, encoded values and their streams, storing
 --- values (validated in full before anything is written) and the blob garbage collection.
 --- Included by _lib.lua after _lib_thread.lua (these "--- " notes are not sent).
+--- It declares no KEYS/ARGV of its own: its helpers read the layout that _lib.lua declares in
+--- its keys and state blocks (KEYS[1..11], the header ARGV[1..4]) for the script including it.
 -- the blob field of a channel's version: e(ns)e(channel)..version
 local function blob_field(ns_e, ch, ver)
   return ns_e .. enc(ch) .. ver

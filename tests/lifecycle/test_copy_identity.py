@@ -59,7 +59,8 @@ def _blobs(client: Any, saver: RedisSaver, thread: str) -> dict:
 
 
 def test_a_target_deleted_and_copied_again_never_reads_the_bytes_of_its_first_copy(sync_client, prefix):
-    """Issue 30, first reproduction: A and B share a prefix, each with its own cache."""
+    """Two savers A and B share a prefix, each with its own stream cache: a target deleted and
+    copied again gets fresh stream ids, so neither cache serves the first copy's bytes."""
     a, b, fresh = (RedisSaver(sync_client, prefix=prefix) for _ in range(3))
     _put(a, "T", _msgs(10))
     b.copy_thread("T", "U")
@@ -105,7 +106,7 @@ def test_a_target_expired_and_copied_again_never_reads_the_bytes_of_its_first_co
 
 
 def test_copying_into_a_thread_that_exists_is_refused_and_writes_nothing(sync_client, prefix):
-    """Issue 30, second reproduction: one saver, no deletes. The second copy into U is refused
+    """One saver, no deletes: the second copy into U is refused
     before anything is written, so U's own turn stays U's for every saver."""
     s, fresh = RedisSaver(sync_client, prefix=prefix), RedisSaver(sync_client, prefix=prefix)
     _put(s, "T", _msgs(10))
