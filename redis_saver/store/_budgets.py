@@ -5,3 +5,4 @@ PAGE = 256  # items of one search page that filters (values go to the client; lu
 CALL_OPS = 256  # ops of one shard per script call (a larger batch: more calls, in the same round trip)
 VECTOR_PAGE = 1024  # items of one page of a semantic search without a filter (their vectors)
 LIST_PAGE = 1024  # namespaces one list_namespaces page examines (lua MAX_BUDGET caps it)
+REBUILD_LIST_PAGE = 256  # namespaces a vector-set rebuild lists a call (_rebuild.py)

@@ -21,11 +21,11 @@ from typing import Any
 
 from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
+from . import _budgets as B
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
 from ._records import Config
 
 BUDGET = 512  # vectors a store_rebuild call adds at most (lua/store_rebuild.lua: 1-4096)
-LIST_PAGE = 256  # namespaces a "l" read lists a call
 
 
 def new_token() -> str:
@@ -40,7 +40,8 @@ def namespaces_plan(cfg: Config, prefix: tuple[str, ...]) -> Plan[list[tuple[int
     for shard in cfg.keys.shards_under(prefix):
         cursor = lo
         while True:
-            args: list[bytes | str | int] = [STORE_FORMAT, b"0", b"1", b"l", cursor, hi, str(LIST_PAGE).encode()]
+            page = str(B.REBUILD_LIST_PAGE).encode()
+            args: list[bytes | str | int] = [STORE_FORMAT, b"0", b"1", b"l", cursor, hi, page]
             reply = yield Call("store_read", [cfg.keys.index(shard)], args)
             names, last = reply[0]
             found += [(shard, ens) for ens in names]

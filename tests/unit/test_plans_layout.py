@@ -41,11 +41,11 @@ def test_a_budget_set_in_its_module_reaches_the_plans(monkeypatch):
 def test_store_modules_read_their_budgets_from_one_module(monkeypatch):
     """The store's plans as the saver's: its budgets live in redis_saver.store._budgets, read as
     B.<NAME> at call time, so tiny-budget tests (monkeypatch there) reach every read and write."""
-    from redis_saver.store import _budgets, _plans, _records, _search, _transfer
+    from redis_saver.store import _budgets, _plans, _rebuild, _records, _search, _transfer
 
     names = {n for n in vars(_budgets) if n.isupper() and isinstance(getattr(_budgets, n), int)}
     assert {"PAGE", "CALL_OPS", "VECTOR_PAGE", "LIST_PAGE"} <= names
-    for mod in (_plans, _records, _search, _transfer):
+    for mod in (_plans, _rebuild, _records, _search, _transfer):
         tree = ast.parse(inspect.getsource(mod))
         bare = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names})
         assert bare == [], f"{mod.__name__} reads {bare} by name: read them as B.<NAME>"
