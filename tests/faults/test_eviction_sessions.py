@@ -213,13 +213,52 @@ def run_workload(
     saver = saver if saver is not None else _saver(r, policy, history)
     s = Sessions(saver, doc_bytes=6_000, seed=hash((policy, workload)) & 0xFFFF,
                  doc_every_step=workload == "round-robin")
-    hot = [f"hot{i}" for i in range(8)]
-    threads: list[str] = []
-    pace = _pace(policy)
+    hot = [] if workload == "round-robin" else [f"hot{i}" for i in range(8)]
     # the cache holds several seconds of rounds (an LRU time is in whole seconds); latest-only
     # threads keep one checkpoint each
     room = room or (1_800_000 if history == "full" else 1_500_000)
     t0 = time.monotonic()
+    try:
+        threads = _play(r, s, workload, hot, room, _pace(policy), t0)
+        evicted = _evicted(r)
+        for c in _nodes(r):
+            c.config_set("maxmemory", "0")  # the check reads what survived; nothing more is evicted
+        outcome = s.verify(threads)
+    except BaseException:
+        # rare, load-dependent failures must say where they happened (pytest shows captured stdout)
+        print(f"\n{workload} under {policy} (history={history}) FAILED after {s.counts['steps']} steps, "
+              f"{time.monotonic() - t0:.1f} s: {dict(s.counts)}, sessions found gone {sorted(s.evicted)}, "
+              f"evicted keys and used/max memory {_memory(r)}")
+        raise
+    took = time.monotonic() - t0
+    gone = sorted(t for t, o in outcome.items() if o == "gone")
+    print(
+        f"\n{workload} under {policy} (history={history}): {s.counts['steps']} steps, {evicted} keys evicted, "
+        f"{len(s.evicted)} sessions evicted and restarted ({dict(s.counts)}), at the end "
+        f"{len(threads) - len(gone)} of {len(threads)} threads exact, {len(gone)} gone; {took:.1f} s"
+    )
+    assert evicted > 0, f"the run never filled the server (used/max memory {_memory(r)})"
+    assert s.counts["steps"] > 0
+    hot_lost = [t for t in hot if t in s.evicted or outcome[t] != "exact"]
+    if policy not in RANDOM and hot_exact:
+        assert hot_lost == [], f"hot threads evicted under {policy}: {hot_lost} ({dict(s.counts)})"
+    return {"saver": s, "outcome": outcome, "evicted": evicted}
+
+
+def _memory(r: Any) -> str:
+    """Evicted keys and used/max memory of each primary, for a failure's message (the server may
+    be what failed)."""
+    try:
+        return ", ".join(
+            f"{c.info('stats')['evicted_keys']} {c.info('memory')['used_memory']}/{c.info('memory')['maxmemory']}"
+            for c in _nodes(r)
+        )
+    except Exception as e:
+        return f"unreadable: {e!r}"
+
+
+def _play(r: Any, s: Sessions, workload: str, hot: list[str], room: int, pace: float, t0: float) -> list[str]:
+    """Play one workload's rounds; return every thread it wrote."""
 
     def paced(n: int) -> None:
         if pace:
@@ -233,10 +272,9 @@ def run_workload(
             for t in threads:
                 s.turn(t)
             paced(n)
-        hot = []
-    elif workload == "hot-cold":
+        return threads
+    if workload == "hot-cold":
         cold = [f"cold{i:03d}" for i in range(120)]
-        threads = hot + cold
         # full: the hot set takes ~1.2 MB by the end (7 KB a step), a cold thread 11 KB. With 1.8 MB,
         # as the Zipf run has, the allkeys-lfu run (no ttl: the smallest keys) was at the edge: it
         # evicted 25 keys, and none once the scripts loaded at setup grew (+78 KB used_memory)
@@ -247,38 +285,21 @@ def run_workload(
             for t in cold[n * 6 : n * 6 + 6]:  # each cold thread written once
                 s.turn(t)
             paced(n)
-    else:  # zipf
-        threads = list(hot)
-        _fill_to(r, room)  # full: the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
-        tail: list[str] = []
-        for n in range(20):
-            for t in hot:
-                s.turn(t)
-            for k in range(6):
-                tail.append(f"tail{n:02d}-{k}")
-                s.turn(tail[-1])
-            for _ in range(4):  # revisits: the newer tail threads far more often
-                i = min(int(s.rnd.paretovariate(1.1)) - 1, len(tail) - 1)
-                s.turn(tail[-1 - i])
-            paced(n)
-        threads += tail
-    evicted = _evicted(r)
-    for c in _nodes(r):
-        c.config_set("maxmemory", "0")  # the check reads what survived; nothing more is evicted
-    outcome = s.verify(threads)
-    took = time.monotonic() - t0
-    gone = sorted(t for t, o in outcome.items() if o == "gone")
-    print(
-        f"\n{workload} under {policy} (history={history}): {s.counts['steps']} steps, {evicted} keys evicted, "
-        f"{len(s.evicted)} sessions evicted and restarted ({dict(s.counts)}), at the end "
-        f"{len(threads) - len(gone)} of {len(threads)} threads exact, {len(gone)} gone; {took:.1f} s"
-    )
-    assert evicted > 0, "the run never filled the server"
-    assert s.counts["steps"] > 0
-    hot_lost = [t for t in hot if t in s.evicted or outcome[t] != "exact"]
-    if policy not in RANDOM and hot_exact:
-        assert hot_lost == [], f"hot threads evicted under {policy}: {hot_lost}"
-    return {"saver": s, "outcome": outcome, "evicted": evicted}
+        return hot + cold
+    # zipf
+    _fill_to(r, room)  # full: the hot set takes ~1.2 MB by the end (7 KB a step), a tail thread 11 KB
+    tail: list[str] = []
+    for n in range(20):
+        for t in hot:
+            s.turn(t)
+        for k in range(6):
+            tail.append(f"tail{n:02d}-{k}")
+            s.turn(tail[-1])
+        for _ in range(4):  # revisits: the newer tail threads far more often
+            i = min(int(s.rnd.paretovariate(1.1)) - 1, len(tail) - 1)
+            s.turn(tail[-1 - i])
+        paced(n)
+    return hot + tail
 
 
 # the round-robin and hot-cold runs, and the Zipf-like workload under every policy (6 + 5 runs of ~2 s)
