@@ -163,6 +163,21 @@ def rough_delta(dims: int) -> float:
     return (dims + 16) * 2.0**-22
 
 
+def rough_scores(m32: Any, q: Any, qn: float, norms: Any = None) -> tuple[Any, Any]:
+    """The first pass: each row's cosine with ``q`` (float64, norm ``qn`` > 0) from a float32
+    product with the unit query (``norms``: the rows' norms, else taken in float32), within
+    ``rough_delta`` of the exact one where ``sure``: a row whose norm is zero, under 2**-30,
+    over 2**30 or not finite is not (float32 products and squares under- or overflow there, and
+    rounding is no longer relative), nor is a score that is not finite."""
+    np = _np
+    with np.errstate(all="ignore"):
+        if norms is None:
+            norms = np.sqrt(np.einsum("ij,ij->i", m32, m32))
+        rough = (m32 @ (q / qn).astype(np.float32)) / norms
+        sure = (norms >= 2.0**-30) & (norms <= 2.0**30) & np.isfinite(rough)
+    return rough, sure
+
+
 def page_matrix(dims: int, pages: Sequence[Sequence[bytes]]) -> tuple[Any, list[int]] | None:
     """A page's vectors (each item's float32 vectors, little-endian bytes) as one float32 matrix,
     each item's rows contiguous, and each item's count of vectors; None without numpy, or with a
@@ -203,10 +218,7 @@ def page_candidates(
     starts = np.cumsum([0] + [c for c in counts if c][:-1])
     cand = items
     if (k is not None or floor is not None) and qn > 0 and np.isfinite(qn):
-        with np.errstate(all="ignore"):
-            n32 = np.sqrt(np.einsum("ij,ij->i", m32, m32))
-            rough = (m32 @ (q / qn).astype(np.float32)) / n32
-        sure = (n32 >= 2.0**-30) & (n32 <= 2.0**30) & np.isfinite(rough)
+        rough, sure = rough_scores(m32, q, qn)
         sure = sure if one else np.logical_and.reduceat(sure, starts)
         rough = rough if one else np.maximum.reduceat(rough, starts)
         line = -np.inf

@@ -284,7 +284,9 @@ class Entry:
         ``|x| |q|``, by Cauchy-Schwarz; ``delta`` takes 4x that), so every item whose exact
         score reaches the k-th best's scores at least the k-th float32 score minus ``2 delta``,
         and every item below that line scores under the k-th best exactly. The candidates above
-        the line are ranked exactly; their first ``k`` are the exact first ``k``."""
+        the line are ranked exactly; their first ``k`` are the exact first ``k``. The float32
+        pass is ``_semantics.rough_scores`` (a unit query; an item with a vector of a tiny, huge
+        or non-finite norm, where float32 rounding is not relative, is always a candidate)."""
         np = sem._np
         sl = self._scoreless()
         if not len(self.scored):
@@ -293,16 +295,16 @@ class Entry:
         qn = float(np.sqrt(q @ q))
         pos = np.nonzero(self.alive[self.scored])[0]
         if k is not None and k < len(pos) and qn > 0 and np.isfinite(qn):
-            dims = self.matrix.shape[1]
-            delta = sem.rough_delta(dims)
-            dots = self.matrix[: self.nrows] @ q.astype(np.float32)
-            norms = self.norms[: self.nrows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rough = np.where(norms > 0, dots / (qn * norms), 0.0)
-            live = (rough if len(rough) == len(self.starts) else np.maximum.reduceat(rough, self.starts))[pos]
-            if np.isfinite(live).all():
-                kth = live[np.argpartition(-live, k - 1)[k - 1]]
-                cand = pos[live >= kth - 2 * delta]
+            delta = sem.rough_delta(self.matrix.shape[1])
+            rough, sure = sem.rough_scores(self.matrix[: self.nrows], q, qn, self.norms[: self.nrows])
+            if len(rough) != len(self.starts):  # each item's best, sure if all its rows are
+                rough = np.maximum.reduceat(rough, self.starts)
+                sure = np.logical_and.reduceat(sure, self.starts)
+            live, lsure = rough[pos], sure[pos]
+            known = live[lsure]
+            if k < len(known):
+                kth = known[np.argpartition(-known, k - 1)[k - 1]]
+                cand = pos[~lsure | (live >= kth - 2 * delta)]
                 best = self._exact(cand, q, qn)
                 order = np.lexsort((*self._order(self.scored[cand]), -best))[:k]
                 return self.scored[cand[order]].tolist(), best[order].tolist(), sl, False
