@@ -12,7 +12,8 @@ query (so every query is cold and fills it). Per query: wall time, the worker's 
 (``time.process_time``: reading the replies, scoring, filtering, filling the cache) and the
 server's time (``INFO commandstats`` usec of the script commands around the query). The two
 trees' answers (keys and scores) must be equal; the run says how many differed. Prints one
-markdown table: p50 wall and means of client CPU and server time, per size and case.
+markdown table: the p50 of each (wall, client CPU, server time; a shared machine's outliers
+move means), per size and case.
 """
 
 from __future__ import annotations
@@ -145,14 +146,14 @@ def main() -> None:
                         res.setdefault((cache, flt, name), []).append(o)
             for (cache, flt, name), os_ in res.items():
                 wall = statistics.median(o["wall"] for o in os_) * 1e3
-                cpu = statistics.mean(o["cpu"] for o in os_) * 1e3
-                rows.append((size, cache, flt, name, wall, cpu, statistics.mean(o["server"] for o in os_) * 1e3))
+                cpu = statistics.median(o["cpu"] for o in os_) * 1e3
+                rows.append((size, cache, flt, name, wall, cpu, statistics.median(o["server"] for o in os_) * 1e3))
             print(f"# {size} done, load average {os.getloadavg()}", file=sys.stderr)
         for p in procs.values():
             p.stdin.close()  # type: ignore[union-attr]
             p.wait()
     print(f"{args.reps} reps, limit 10, {args.dims} dims, answers that differed between the trees: {differ}")
-    print("| items | vector cache | filter | tree | wall p50 ms | client CPU ms (mean) | server ms (mean) |")
+    print("| items | vector cache | filter | tree | wall ms | client CPU ms | server ms |  (p50 each)")
     print("|---|---|---|---|---|---|---|")
     for size, cache, flt, name, wall, cpu, server in rows:
         print(f"| {size:,} | {cache} | {flt} | {name} | {wall:.1f} | {cpu:.1f} | {server:.1f} |")
