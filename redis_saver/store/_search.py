@@ -110,18 +110,20 @@ class _Search:
         bounded = not self.scored and min(op.offset, op.limit) >= 0
         self.want = op.offset + op.limit if bounded else None
         # pages: the items wanted, or B.PAGE (values to filter), or B.VECTOR_PAGE (vectors to score)
-        if self.scored and not op.filter:
+        self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
+        self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
+        # a scored search of one shard takes each page's items best first (``_feed_direct``)
+        self.direct = self.scored and sem._np is not None and bool(self.keep) and len(self.merge.buffers) == 1
+        if self.scored and (self.direct or not op.filter):
             self.budget = B.VECTOR_PAGE
         else:
             self.budget = max(1, min(self.want or B.PAGE, B.PAGE) if not op.filter else B.PAGE)
-        self.merge = _Merge(cfg.keys.shards_under(op.namespace_prefix))
         self.found: list[_Found] = []  # unscored: the matches in order
         # scored: the best offset + limit items so far, as a heap of (score, -flat position) (its
         # root the worst), and the first `limit` items without vectors: a query
         # keeps that much whatever the number of candidates
         self.top: list[tuple[float, int]] = []  # (score, -flat position)
         self.top_items: dict[int, _Found] = {}  # -flat position -> item
-        self.keep = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None
         self.flat = 0
         self.scoreless: list[_Found] = []
         self.names: dict[bytes, tuple[str, ...]] = {}  # e(ns) -> ns, of the candidates taken
@@ -130,7 +132,7 @@ class _Search:
         # the vector cache: a search scored without a filter on one shard
         self.ckey: tuple[int, bytes] | None = None
         self.entry: _vcache.Entry | None = None
-        self.fill: list[tuple[bytes, bytes, int, int, list[bytes]]] | None = None  # a scan's items, to cache
+        self.fill: list[tuple[list[Any], list[int], Any]] | None = None  # a scan's pages, to cache
         self.tokens: set[bytes] = set()  # the version tokens the scan's pages saw
         self.unversioned: int | None = None  # a shard without a token (a write call makes one)
         shards = self.merge.buffers
@@ -330,12 +332,13 @@ class _Search:
         flat, c_ns, c_item, token = reply
         if self.fill is not None:
             self.tokens.add(token)
-            self.fill += [
-                (flat[i], flat[i + 1], int(flat[i + 2]), int(flat[i + 3]), flat[i + 5][1::2])
-                for i in range(0, len(flat), 6)
-            ]
             if not token:
                 self.unversioned = shard
+        cursor = (c_ns, c_item) if c_ns else False
+        if self.direct and self._feed_direct(flat):
+            self.merge.feed(shard, [], cursor)  # the page taken: the merge keeps the cursor
+            self.merge.run(self._take)
+            return
         entries: list[tuple[tuple[int, bytes, int], tuple[bytes, bytes, bytes, float | None]]] = []
         if self.qv is None:
             for i in range(0, len(flat), 6):
@@ -354,8 +357,69 @@ class _Search:
                     continue
                 ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
                 entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, score)))
-        self.merge.feed(shard, entries, (c_ns, c_item) if c_ns else False)
+        self.merge.feed(shard, entries, cursor)
         self.merge.run(self._take)
+
+    def _found(self, flat: list[Any], i: int) -> _Found:
+        ens = flat[i]
+        ns = self.names.get(ens)
+        if ns is None:  # decoded once per namespace of the search
+            ns = self.names[ens] = dec_ns(ens)
+        return _Found(ns, _dec_key(flat[i + 1]), flat[i + 4], [])
+
+    def _keep(self, rank: tuple[float, int], found: _Found) -> None:
+        """Into the best ``keep`` (a heap of (score, -position), its root the worst)."""
+        assert self.keep
+        if len(self.top) < self.keep:
+            heapq.heappush(self.top, rank)
+        else:
+            del self.top_items[heapq.heapreplace(self.top, rank)[1]]
+        self.top_items[rank[1]] = found
+
+    def _feed_direct(self, flat: list[Any]) -> bool:
+        """A scored page of one shard (its items after every earlier page's), taken without the
+        merge: ``sem.page_candidates`` scores exactly only the items that may enter the best
+        ``keep`` (above the worst kept, when they are full; without a filter, also among the
+        page's best ``keep``). With a filter, the candidates are taken best first and the filter
+        is evaluated only until one cannot enter: an item that cannot enter the result is not
+        decoded, nor filtered (a comparison that would raise on it does not). False: not taken
+        (no numpy, a vector of other dims), for the merge path."""
+        assert self.qv is not None and self.keep
+        pages = [v[1::2] for v in flat[5::6]]
+        mc = sem.page_matrix(len(self.qv), pages)
+        if mc is None:
+            self.fill = None  # not cached either
+            return False
+        m32, counts = mc
+        if self.fill is not None:  # the page's columns, for the cache (``_cache_fill``)
+            self.fill.append((flat, counts, m32))
+        floor = self.top[0][0] if len(self.top) >= self.keep else None
+        flt = self.op.filter
+        idx, scores = sem.page_candidates(self.qv, m32, counts, None if flt else self.keep, floor)
+        base = self.flat
+        self.flat += len(pages)
+        limit, cfg = self.op.limit, self.cfg
+        for j, p in enumerate(pages):  # the items without vectors: the first `limit` that match
+            if not p and len(self.scoreless) < limit:
+                f = self._found(flat, 6 * j)
+                if not flt or sem.matches(f.value(cfg), flt):
+                    self.scoreless.append(f)
+        # InMemoryStore sorts every vector by score (stably) and keeps each item's first: its
+        # best score; ties go by position, and one item's vectors are contiguous in its order
+        if not flt:
+            for j, score in zip(idx, scores, strict=True):
+                rank = (score, -(base + j))
+                if len(self.top) < self.keep or rank > self.top[0]:
+                    self._keep(rank, self._found(flat, 6 * j))
+            return True
+        for t in sorted(range(len(idx)), key=lambda t: (-scores[t], idx[t])):
+            rank = (scores[t], -(base + idx[t]))
+            if len(self.top) >= self.keep and rank < self.top[0]:
+                break  # nor can any after it: the worst kept only rises
+            f = self._found(flat, 6 * idx[t])
+            if sem.matches(f.value(cfg), flt):
+                self._keep(rank, f)
+        return True
 
     def _below(self, best: float) -> bool:
         """Whether an item scored ``best`` (next in position) cannot enter the kept ones."""
@@ -402,13 +466,12 @@ class _Search:
             return
         token = next(iter(self.tokens))
         dims = len(self.qv or ())
-        if not token or not dims or any(len(b) != 4 * dims for *_, vs in fill for b in vs):
+        if not token or not dims:
             return
-        if len(fill) * dims * 4 > vcache.max_bytes:
+        if sum(len(c) for _, c, _ in fill) * dims * 4 > vcache.max_bytes:
             vcache.drop(ckey)
             return
-        keys, seqs, vectors = [(f[0], f[1]) for f in fill], [(f[2], f[3]) for f in fill], [f[4] for f in fill]
-        vcache.put(ckey, _vcache.Entry(token, keys, vectors, dims, seqs))
+        vcache.put(ckey, _vcache.Entry.from_pages(token, dims, fill))
 
     def result(self) -> tuple[list[SearchItem], list[tuple[tuple[str, ...], str, int]]]:
         """The results, as InMemoryStore ranks them, and the (namespace, key, ttl) returned."""

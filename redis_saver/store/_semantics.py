@@ -156,6 +156,98 @@ def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> lis
     return [max(cosine(query, [unpack(b) for b in p])) if p else None for p in pages]
 
 
+def rough_delta(dims: int) -> float:
+    """How far a float32 cosine (``page_candidates``' first pass, ``_vcache.Entry.ranking``) may
+    be from the float64 one: rounding of each product and sum is at most ``(dims + 2) * 2**-24``
+    relative to ``|x| |q|`` (Cauchy-Schwarz), a float32 norm adds half that; this takes 4x."""
+    return (dims + 16) * 2.0**-22
+
+
+def rough_scores(m32: Any, q: Any, qn: float, norms: Any = None) -> tuple[Any, Any]:
+    """The first pass: each row's cosine with ``q`` (float64, norm ``qn`` > 0) from a float32
+    product with the unit query (``norms``: the rows' norms, else taken in float32), within
+    ``rough_delta`` of the exact one where ``sure``: a row whose norm is zero, under 2**-30,
+    over 2**30 or not finite is not (float32 products and squares under- or overflow there, and
+    rounding is no longer relative), nor is a score that is not finite."""
+    np = _np
+    with np.errstate(all="ignore"):
+        if norms is None:
+            norms = np.sqrt(np.einsum("ij,ij->i", m32, m32))
+        rough = (m32 @ (q / qn).astype(np.float32)) / norms
+        sure = (norms >= 2.0**-30) & (norms <= 2.0**30) & np.isfinite(rough)
+    return rough, sure
+
+
+def page_matrix(dims: int, pages: Sequence[Sequence[bytes]]) -> tuple[Any, list[int]] | None:
+    """A page's vectors (each item's float32 vectors, little-endian bytes) as one float32 matrix,
+    each item's rows contiguous, and each item's count of vectors; None without numpy, or with a
+    vector not of ``dims`` (the matrix is None for a page without vectors)."""
+    if _np is None or not dims:
+        return None
+    counts = list(map(len, pages))
+    vectors = [b for p in pages for b in p]
+    if not vectors:
+        return None, counts
+    if set(map(len, vectors)) != {4 * dims}:
+        return None
+    return _np.frombuffer(b"".join(vectors), dtype="<f4").reshape(-1, dims), counts
+
+
+def page_candidates(
+    query: Sequence[float], m32: Any, counts: list[int], k: int | None, floor: float | None
+) -> tuple[list[int], list[float]]:
+    """The items of a page (``page_matrix``) that may rank, with their exact best scores
+    (``best_scores``' values, bit for bit): (their indexes in the page, ascending; their scores).
+    Left out: the items without vectors, those whose exact score is at most ``floor``, and those
+    with ``k`` others of the page scoring strictly higher.
+
+    Two passes: a float32 product over every vector gives each item a rough score within
+    ``rough_delta`` of its exact one, so an item whose rough score is under the line (``floor``,
+    or the k-th best rough score, minus twice that) scores exactly under it; the items above the
+    line only are scored in float64, row by row as ``best_scores`` scores them. A vector whose
+    float32 norm is zero, tiny, huge or not finite (where float32 rounding is not relative) is
+    always scored exactly."""
+    np = _np
+    if m32 is None:
+        return [], []
+    dims = len(query)
+    q = np.asarray(query, dtype=np.float64)
+    qn = float(np.sqrt(q @ q))
+    items = np.flatnonzero(np.asarray(counts))  # the items with vectors, and their first rows
+    one = len(m32) == len(items)
+    starts = np.cumsum([0] + [c for c in counts if c][:-1])
+    cand = items
+    if (k is not None or floor is not None) and qn > 0 and np.isfinite(qn):
+        rough, sure = rough_scores(m32, q, qn)
+        sure = sure if one else np.logical_and.reduceat(sure, starts)
+        rough = rough if one else np.maximum.reduceat(rough, starts)
+        line = -np.inf
+        if floor is not None:
+            line = floor
+        if k is not None and 0 < k < int(sure.sum()):
+            known = rough[sure]
+            line = max(line, float(known[np.argpartition(-known, k - 1)[k - 1]]))
+        if line > -np.inf:
+            keep = ~sure | (rough >= line - 2 * rough_delta(dims))
+            cand, starts = items[keep], starts[keep]
+    if not len(cand):
+        return [], []
+    c = np.asarray(counts)[cand]
+    rows = starts if one else np.repeat(starts - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
+    m = m32[rows].astype(np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+    dots = row_dots(m, q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0).tolist()
+    if not one:  # each item's best, as best_scores takes it
+        at, best = 0, []
+        for n in c.tolist():
+            best.append(max(scores[at : at + n]))
+            at += n
+        scores = best
+    return cand.tolist(), scores
+
+
 def row_dots(m: Any, q: Any) -> Any:
     """Each row of ``m`` dotted with ``q``, each row summed alone (numpy's pairwise sum of the
     products): a row's score does not depend on the rows beside it, as a BLAS matrix product's

@@ -83,35 +83,76 @@ class Entry:
             seqs = [(0, i) for i in range(len(keys))]
         self._add([(k[0], k[1], s[0], s[1], v) for k, s, v in zip(keys, seqs, vectors, strict=True)])
 
+    @classmethod
+    def from_pages(cls, token: bytes, dims: int, pages: list[tuple[list[Any], list[int], Any]]) -> Entry:
+        """An entry of a scan's pages as ``_search`` read them: (the reply's flat items, each
+        item's count of vectors, the page's float32 matrix or None), without a second copy."""
+        np = sem._np
+        e = cls(token, [], [], dims)
+        flats = [f for f, _, _ in pages]
+        mats = [m for _, _, m in pages if m is not None]
+        rows = np.concatenate(mats) if mats else np.zeros((0, dims), dtype=np.float32)  # a copy of its own
+        e._add_columns(
+            [x for f in flats for x in f[0::6]],
+            [x for f in flats for x in f[1::6]],
+            [x for f in flats for x in f[2::6]],
+            [x for f in flats for x in f[3::6]],
+            [c for _, cs, _ in pages for c in cs],
+            rows,
+        )
+        return e
+
     def _add(self, items: list[tuple[bytes, bytes, int, int, list[bytes]]]) -> None:
         """Number the items (e(ns), e(key), ns_seq, item_seq, vectors) after the others."""
         np = sem._np
+        raw = b"".join(b for it in items for b in it[4])
+        self._add_columns(
+            [it[0] for it in items],
+            [it[1] for it in items],
+            [it[2] for it in items],
+            [it[3] for it in items],
+            [len(it[4]) for it in items],
+            np.frombuffer(raw, dtype="<f4").reshape(-1, self.dims),
+        )
+
+    def _add_columns(
+        self, enss: list[bytes], ekeys: list[bytes], nsqs: list[Any], isqs: list[Any], counts: list[int], new: Any
+    ) -> None:
+        """Number items after the others, by columns: e(ns), e(key), ns_seq, item_seq (ints, or
+        the reply's digits), each one's count of vectors, and their float32 rows, contiguous."""
+        np = sem._np
         first = len(self.keys)
-        keys = [(it[0], it[1]) for it in items]
+        keys = list(zip(enss, ekeys, strict=True))
         self.keys += keys
-        self.index.update(zip(keys, range(first, first + len(items)), strict=True))
+        self.index.update(zip(keys, range(first, first + len(keys)), strict=True))
         seqs = self.nsseq.tolist()
         nsid, nsids, last, at = [], self.nsids, None, -1
-        for ens, _, nsq, _, _ in items:
-            if ens != last:  # a scan's items come namespace by namespace
+        for ens, nsq in zip(enss, nsqs, strict=True):
+            if (ens, nsq) != last:  # a scan's items come namespace by namespace
                 at = nsids.get(ens, -1)
                 if at < 0:
                     at = nsids[ens] = len(seqs)
-                    seqs.append(nsq)
-                last = ens
-            if seqs[at] != nsq:  # the namespace was made again (its q entry lost): all its items move
-                seqs[at] = nsq
+                    seqs.append(int(nsq))
+                if seqs[at] != int(nsq):  # the namespace was made again (its q entry lost): all its items move
+                    seqs[at] = int(nsq)
+                last = (ens, nsq)
             nsid.append(at)
         self.nsseq = np.asarray(seqs, dtype=np.int64)
         self.nsid = np.concatenate((self.nsid, np.asarray(nsid, dtype=np.int64)))
-        self.iseq = np.concatenate((self.iseq, np.asarray([it[3] for it in items], dtype=np.int64)))
-        self.alive = np.concatenate((self.alive, np.ones(len(items), dtype=bool)))
-        scored = [n for n, it in enumerate(items) if it[4]]
-        self.scoreless += [first + n for n, it in enumerate(items) if not it[4]]
-        counts = np.asarray([len(items[n][4]) for n in scored], dtype=np.int64)
-        starts = self.nrows + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if scored else counts
-        rows = int(counts.sum())
-        if self.nrows + rows > len(self.matrix):  # grow by a quarter (a patch adds a few rows)
+        self.iseq = np.concatenate((self.iseq, np.asarray(list(map(int, isqs)), dtype=np.int64)))
+        self.alive = np.concatenate((self.alive, np.ones(len(keys), dtype=bool)))
+        c = np.asarray(counts, dtype=np.int64)
+        scored = np.flatnonzero(c)
+        self.scoreless += (first + np.flatnonzero(c == 0)).tolist()
+        counts_s = c[scored]
+        starts = counts_s
+        if len(scored):
+            starts = self.nrows + np.concatenate(([0], np.cumsum(counts_s)[:-1])).astype(np.int64)
+        rows = int(counts_s.sum())
+        assert len(new) == rows
+        if not first and rows and new.flags.writeable and new.flags.c_contiguous and new.dtype == np.float32:
+            self.matrix, self.norms = new, np.empty(rows)  # the first rows: a matrix of their own, kept
+        elif self.nrows + rows > len(self.matrix):  # grow by a quarter (a patch adds a few rows)
             cap = max(self.nrows + rows, len(self.matrix) + len(self.matrix) // 4 + 64) if first else rows
             m = np.empty((cap, self.dims), dtype=np.float32)
             m[: self.nrows] = self.matrix[: self.nrows]
@@ -119,16 +160,16 @@ class Entry:
             nm[: self.nrows] = self.norms[: self.nrows]
             self.matrix, self.norms = m, nm
         if rows:
-            raw = b"".join(b for n in scored for b in items[n][4])
-            new = np.frombuffer(raw, dtype="<f4").reshape(-1, self.dims)
-            self.matrix[self.nrows : self.nrows + rows] = new
-            m64 = new.astype(np.float64)
-            self.norms[self.nrows : self.nrows + rows] = np.sqrt(np.einsum("ij,ij->i", m64, m64))  # as a page's
+            if self.matrix is not new:
+                self.matrix[self.nrows : self.nrows + rows] = new
+            for a in range(0, rows, 4096):  # as a page's norms (bounded temporaries)
+                m64 = new[a : a + 4096].astype(np.float64)
+                self.norms[self.nrows + a : self.nrows + a + len(m64)] = np.sqrt(np.einsum("ij,ij->i", m64, m64))
         self.nrows += rows
-        self.scored = np.concatenate((self.scored, first + np.asarray(scored, dtype=np.int64)))
+        self.scored = np.concatenate((self.scored, first + scored.astype(np.int64)))
         self.starts = np.concatenate((self.starts, starts))
-        self.counts = np.concatenate((self.counts, counts))
-        self.keybytes += sum(len(a) + len(b) + 240 for a, b, _, _, _ in items)  # names, tuples, index
+        self.counts = np.concatenate((self.counts, counts_s))
+        self.keybytes += sum(map(len, enss)) + sum(map(len, ekeys)) + 240 * len(keys)  # names, tuples, index
         self.nbytes = self.matrix.nbytes + self.norms.nbytes + self.keybytes
 
     def patch(self, token: bytes, flat: list[Any]) -> bool:
@@ -243,7 +284,9 @@ class Entry:
         ``|x| |q|``, by Cauchy-Schwarz; ``delta`` takes 4x that), so every item whose exact
         score reaches the k-th best's scores at least the k-th float32 score minus ``2 delta``,
         and every item below that line scores under the k-th best exactly. The candidates above
-        the line are ranked exactly; their first ``k`` are the exact first ``k``."""
+        the line are ranked exactly; their first ``k`` are the exact first ``k``. The float32
+        pass is ``_semantics.rough_scores`` (a unit query; an item with a vector of a tiny, huge
+        or non-finite norm, where float32 rounding is not relative, is always a candidate)."""
         np = sem._np
         sl = self._scoreless()
         if not len(self.scored):
@@ -252,16 +295,16 @@ class Entry:
         qn = float(np.sqrt(q @ q))
         pos = np.nonzero(self.alive[self.scored])[0]
         if k is not None and k < len(pos) and qn > 0 and np.isfinite(qn):
-            dims = self.matrix.shape[1]
-            delta = (dims + 16) * 2.0**-22
-            dots = self.matrix[: self.nrows] @ q.astype(np.float32)
-            norms = self.norms[: self.nrows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rough = np.where(norms > 0, dots / (qn * norms), 0.0)
-            live = (rough if len(rough) == len(self.starts) else np.maximum.reduceat(rough, self.starts))[pos]
-            if np.isfinite(live).all():
-                kth = live[np.argpartition(-live, k - 1)[k - 1]]
-                cand = pos[live >= kth - 2 * delta]
+            delta = sem.rough_delta(self.matrix.shape[1])
+            rough, sure = sem.rough_scores(self.matrix[: self.nrows], q, qn, self.norms[: self.nrows])
+            if len(rough) != len(self.starts):  # each item's best, sure if all its rows are
+                rough = np.maximum.reduceat(rough, self.starts)
+                sure = np.logical_and.reduceat(sure, self.starts)
+            live, lsure = rough[pos], sure[pos]
+            known = live[lsure]
+            if k < len(known):
+                kth = known[np.argpartition(-known, k - 1)[k - 1]]
+                cand = pos[~lsure | (live >= kth - 2 * delta)]
                 best = self._exact(cand, q, qn)
                 order = np.lexsort((*self._order(self.scored[cand]), -best))[:k]
                 return self.scored[cand[order]].tolist(), best[order].tolist(), sl, False
