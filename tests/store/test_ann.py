@@ -10,6 +10,7 @@ sent, ``vset_stats``, the sets' HNSW M as ``VINFO`` reports it).
 from __future__ import annotations
 
 import io
+import json
 import random
 import subprocess
 import sys
@@ -280,3 +281,22 @@ def test_cluster_approximate(redis8_cluster):
         delete_prefix(client, prefix)
         client.close()
 
+
+def test_cli_reindex_hnsw(redis8, r8, prefix):
+    """``redis-saver store reindex --hnsw-m M [--ef-construction EF]`` remakes the sets with M."""
+    pytest.importorskip("click", reason="the CLI needs the 'cli' extra (click, rich)")
+    from click.testing import CliRunner
+
+    from redis_saver.cli._app import cli as app
+
+    plain = store(r8, prefix, None)
+    load(plain, ("k", "1"), list(VECS)[:200])
+    sk = plain.keys.vset(0, enc_ns(("k", "1")))
+    args = ["--url", redis8.url, "--prefix", prefix, "store", "reindex", "k", "--json"]
+    res = CliRunner().invoke(app, [*args, "--hnsw-m", "12", "--ef-construction", "40"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == [{"namespace": ["k", "1"], "status": "done"}]
+    assert hnsw_m(r8, sk) == 12 and r8.hget(plain.keys.base(0) + b"c", enc_ns(("k", "1"))) == b"h12:40:200"
+    res = CliRunner().invoke(app, [*args, "--hnsw-m", "3"], catch_exceptions=False)
+    assert res.exit_code != 0 and "m must be an int from 5 to 100" in res.output
+    assert hnsw_m(r8, sk) == 12
