@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000[,10000]]
                                     [--queries 30] [--dims 256] [--simple] [--official-index both|flat|hnsw]
-                                    [--vector-cache-bytes N] [--no-official]
+                                    [--vector-cache-bytes N] [--no-official] [--hnsw M,EFC,EFS]
+                                    [--official-hnsw m=16,ef_construction=64,ef_runtime=100] [--no-postgres]
 
 Latency (p50 / p95, microseconds) of ``get``, ``put`` (an update), ``search`` with a filter in
 one namespace (limit 10), ``list_namespaces`` (prefix, limit 100), each store in turn per
@@ -18,7 +19,13 @@ it drops (its semantic search: PostgresStore's default pgvector HNSW index). The
 ``langgraph.store.redis.RedisStore`` (langgraph-checkpoint-redis; RedisJSON + RediSearch) runs on
 a fresh Redis 7.4 with those modules (bench/infra.py ``start_stack()``, as for the official
 saver), with its default FLAT vector index and, for semantic search, a second one with
-``ann_index_config={"algorithm": "hnsw"}``. Before timing, each store's answer to one get,
+``ann_index_config={"algorithm": "hnsw"}``. ``--hnsw M,EFC,EFS`` adds our RedisStore in its
+approximate mode (``ann_index_config`` m, ef_construction, ef_search) to the semantic table, and
+runs our stores on Redis 8 (devkit.matrix ``redis-8.2``; the vector sets it needs) unless
+``BENCH_REDIS_URL`` is given; ``--official-hnsw`` sets the official HNSW index's attributes
+(redisvl: m, ef_construction, ef_runtime; RediSearch's defaults are 16, 200, 10) for a
+comparison at equal parameters or recall; ``--no-postgres`` skips PostgresStore (its 100k load
+takes minutes). Before timing, each store's answer to one get,
 one filtered search and one list_namespaces is compared with InMemoryStore's; a cell whose
 store answered differently is marked ``!`` and the difference printed. A store that cannot run
 is skipped with the reason. Takes ~1 minute (1,000 semantic items). The official store's packages
@@ -279,6 +286,12 @@ def main() -> None:
     ap.add_argument("--vector-cache-bytes", type=int, default=None,
                     help="RedisStore's vector_cache_bytes for semantic search (0: every query scans; default: the"
                     " store's default)")
+    ap.add_argument("--hnsw", default=None, metavar="M,EFC,EFS",
+                    help="also our RedisStore with ann_index_config (HNSW vector sets: m, ef_construction, ef_search)"
+                    " in the semantic table; our stores then run on Redis 8")
+    ap.add_argument("--official-hnsw", default="", metavar="K=V,...",
+                    help="attributes of the official HNSW index (e.g. m=16,ef_construction=64,ef_runtime=100)")
+    ap.add_argument("--no-postgres", action="store_true", help="skip PostgresStore")
     ap.add_argument("--no-official", action="store_true",
                     help="skip the official langgraph-checkpoint-redis RedisStore (and its Redis Stack server)")
     args = ap.parse_args()
@@ -294,7 +307,13 @@ def main() -> None:
     url = os.environ.get("BENCH_REDIS_URL")
     if url is None:
         try:
-            server = start_standalone()
+            if args.hnsw:
+                from devkit.matrix import CACHE, redis_82
+
+                CACHE.mkdir(parents=True, exist_ok=True)
+                server = start_standalone(redis_82().binary)
+            else:
+                server = start_standalone()
             cleanups.append(server.stop)
             url = server.url
         except Exception as e:  # noqa: BLE001 - no redis-server here: the Redis stores are skipped
@@ -319,8 +338,9 @@ def main() -> None:
         runners = [Runner("InMemoryStore", InMemoryStore())]
         if url is not None:
             runners += redis_runners(url, prefix)
-        pg_url, pg_what = postgres_server(cleanups)
-        pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8])
+        pg_url, pg_what = ("", "") if args.no_postgres else postgres_server(cleanups)
+        pg, why, drop = (None, "--no-postgres", lambda: None) if args.no_postgres else postgres_runner(
+            pg_url, "bench_store_" + uuid.uuid4().hex[:8])
         cleanups.append(drop)
         if pg is None:
             skipped.append(f"PostgresStore: {why}")
@@ -399,18 +419,35 @@ def main() -> None:
             if args.vector_cache_bytes is not None:
                 opts["vector_cache_bytes"] = args.vector_cache_bytes
             sem += redis_runners(url, prefix + "s", index=index, **opts)
-        pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8], index=index)
-        cleanups.append(drop)
-        if pg is None:
-            skipped.append(f"PostgresStore (semantic): {why}")
-        else:
-            sem.append(pg)
+            if args.hnsw:
+                import redis
+
+                from redis_saver import RedisStore
+
+                m, efc, efs = (int(x) for x in args.hnsw.split(","))
+                ann = {"kind": "hnsw", "m": m, "ef_construction": efc, "ef_search": efs}
+                hs = RedisStore(redis.Redis.from_url(url), prefix=prefix + "a", telemetry=False,
+                                index=dict(index, ann_index_config=ann), **opts)  # fmt: skip
+                hs.setup()
+                sem.append(Runner(f"RedisStore (HNSW M {m}, efc {efc}, ef_search {efs})", hs))
+        if not args.no_postgres:
+            pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8], index=index)
+            cleanups.append(drop)
+            if pg is None:
+                skipped.append(f"PostgresStore (semantic): {why}")
+            else:
+                sem.append(pg)
         if off_url is not None:
             if args.official_index in ("flat", "both"):
                 sem.append(official_runner(off_url, prefix + "f", "official RedisStore (FLAT)", index=index))
             if args.official_index in ("hnsw", "both"):
-                hnsw = dict(index, ann_index_config={"algorithm": "hnsw"})
-                sem.append(official_runner(off_url, prefix + "h", "official RedisStore (HNSW)", index=hnsw))
+                attrs: dict[str, Any] = {"algorithm": "hnsw"}
+                for kv in filter(None, args.official_hnsw.split(",")):
+                    k, v = kv.split("=")
+                    attrs[k] = int(v)
+                hnsw = dict(index, ann_index_config=attrs)
+                name = f"official RedisStore (HNSW {args.official_hnsw or 'defaults'})"
+                sem.append(official_runner(off_url, prefix + "h", name, index=hnsw))
         ns = ("docs",)
         batch = 100
         queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(args.queries)]

@@ -28,10 +28,21 @@ local CHANGE_LOG = 2048  -- items the change log "l" keeps (the last changed; _v
 local function st_fail(code, msg) error({err = code .. ' ' .. msg}) end
 
 local ST_VS = false  -- the call keeps vector sets (st_check: ARGV[1] "<format>v")
+-- the HNSW parameters (VADD M, EF) the sets this call makes get: M 4, EF 1 (the cheapest graph:
+-- exact searches scan the set, VSIM TRUTH) unless ARGV[1] is "<format>vh<M>:<EF>" (the opt-in
+-- approximate search, RedisStore index "ann_index_config"; M 5-100, EF 4-1000)
+local ST_M, ST_EF = 4, 1
 
 local function st_check(fmt)
-  ST_VS = fmt == STORE_FORMAT .. 'v'
+  ST_VS, ST_M, ST_EF = fmt == STORE_FORMAT .. 'v', 4, 1  -- set on every call (a library keeps them)
   if ST_VS then return end
+  local m, ef = string.match(tostring(fmt), '^' .. STORE_FORMAT .. 'vh(%d+):(%d+)$')
+  if m then
+    ST_M, ST_EF = tonumber(m), tonumber(ef)
+    if ST_M < 5 or ST_M > 100 or ST_EF < 4 or ST_EF > 1000 then st_fail('RS_BADARG', 'bad HNSW parameters') end
+    ST_VS = true
+    return
+  end
   if fmt ~= STORE_FORMAT then st_fail('RS_SCHEMA', 'store format ' .. tostring(fmt) .. ' is not ' .. STORE_FORMAT) end
 end
 
@@ -62,7 +73,12 @@ end
 --                     namespace is not kept in a set (made before, evicted, a vector VSIM cannot
 --                     score exactly): searches scan it; "<number> <token> <cursor>": a
 --                     rebuild runs (store_rebuild.lua): writers keep the set in step, searches
---                     scan it until the rebuild's last page makes the field a number
+--                     scan it until the rebuild's last page makes the field a number.
+--                     Prefixed "h<M>:<EF>:" when the set was made with VADD M <M> (not 4, the
+--                     default; the opt-in approximate search): writers of this release add to it
+--                     with EF <EF> and no M (VADD refuses an M other than the set's); a writer
+--                     of a release before reads no count there and takes the namespace out of
+--                     sets (it would VADD M 4, refused mid-call): searches scan until a rebuild
 --   t:<e(ns)>  SET    e(path) of each path a vector of the namespace was put under (to remove an
 --                     item's elements when its vectors are gone: deleted, expired)
 -- Neither expires: as k: and e:, they go with their namespace (st_vs_drop).
@@ -98,12 +114,29 @@ end
 -- the namespace's count in "c": a number (the set is complete while VCARD equals it), or
 -- "<number> <token> <cursor>" while a rebuild runs (store_rebuild.lua: the set holds that many
 -- elements, kept in step by the writers, but not yet every vector): the number and the marker
+-- (and the "h<M>:<EF>:" prefix of a set made with M other than 4, or nil)
 local function st_vs_count(raw)
   if not raw then return nil end
+  local hp, rest = string.match(raw, '^(h%d+:%d+:)(.*)$')
+  if hp then raw = rest end
   local c = tonumber(raw)
-  if c then return c end
+  if c then return c, nil, hp end
   local n, rb = string.match(raw, '^(%d+)( %w+ %S+)$')
-  return tonumber(n), rb
+  return tonumber(n), rb, hp
+end
+
+-- VADD of one element to the set sk (state st): a call that makes the set (st.n == 0: no set,
+-- an empty one is deleted) makes it with this call's M and EF (and marks it: st.hp); one that
+-- adds to a set gives the set's M and EF (VADD refuses an M other than the set's, and takes
+-- none given for 16)
+local function st_vs_add(sk, st, vec, elem)
+  if st.n == 0 then
+    st.hp = ST_M ~= 4 and string.format('h%d:%d:', ST_M, ST_EF) or nil
+    return redis.call('VADD', sk, 'FP32', vec, elem, 'NOQUANT', 'EF', ST_EF, 'M', ST_M)
+  end
+  local m, ef = 4, 1
+  if st.hp then m, ef = string.match(st.hp, '^h(%d+):(%d+):$') end
+  return redis.call('VADD', sk, 'FP32', vec, elem, 'NOQUANT', 'EF', ef, 'M', m)
 end
 
 -- the namespace's set state in this call: {n = elements, dims = its dimension or nil} while kept
@@ -118,10 +151,10 @@ local function st_vs_state(base, ens, states, fresh)
     redis.call('HSET', base .. 'c', ens, 0)
     st = {n = 0}
   else
-    local c, rb = st_vs_count(redis.call('HGET', base .. 'c', ens))
+    local c, rb, hp = st_vs_count(redis.call('HGET', base .. 'c', ens))
     if c ~= nil and redis.call('VCARD', sk) == c then
       -- rb: a rebuild runs (store_rebuild.lua): the set is kept in step, the marker kept
-      st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil, rb = rb}
+      st = {n = c, dims = c > 0 and redis.call('VDIM', sk) or nil, rb = rb, hp = hp}
     else
       st_vs_drop(base, ens)  -- incomplete (evicted, deleted, its count gone) or none: no use now
       st = false
@@ -156,8 +189,7 @@ local function st_vs_put(base, ens, ekey, st)
   for j = 1, #vecs, 2 do
     local ep = st_vs_enc(vecs[j])
     keep[ep] = true
-    -- searches scan the set (VSIM TRUTH), never its graph: the cheapest graph to build (EF 1, M 4)
-    st.n = st.n + redis.call('VADD', base .. 's:' .. ens, 'FP32', vecs[j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
+    st.n = st.n + st_vs_add(base .. 's:' .. ens, st, vecs[j + 1], ekey .. ep)
     redis.call('SADD', base .. 't:' .. ens, ep)
   end
   st_vs_remove(base, ens, ekey, st, keep)
@@ -168,7 +200,7 @@ end
 local function st_vs_save(base, states)
   for ens, st in pairs(states) do
     if st and redis.call('EXISTS', base .. 'k:' .. ens) == 1 then
-      redis.call('HSET', base .. 'c', ens, string.format('%d', st.n) .. (st.rb or ''))
+      redis.call('HSET', base .. 'c', ens, (st.n > 0 and st.hp or '') .. string.format('%d', st.n) .. (st.rb or ''))
     end
   end
 end

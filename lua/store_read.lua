@@ -37,7 +37,8 @@ Returns one reply per read, in order:
        page's items ({e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}} flattened 6
        by 6; an item a scan does not find: "" "" nil {}); else {0}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
-  "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order); {0}: search by a scan
+  "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order; count as in "c",
+       _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0}: a scan
   "C": {1, record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0}: the
        sets changed (search by a scan)
 ]]
@@ -269,10 +270,10 @@ end
 -- the namespace's set: complete (it holds every vector of the namespace), of dimension dims
 -- (any: nil) or empty
 local function vs_complete(ens, dims)
-  local c = redis.call('HGET', base .. 'c', ens)
-  if not c then return false end
+  local c, rb = st_vs_count(redis.call('HGET', base .. 'c', ens))
+  if not c or rb then return false end
   local n = redis.call('VCARD', base .. 's:' .. ens)
-  if n ~= tonumber(c) then return false end
+  if n ~= c then return false end
   return n == 0 or not dims or redis.call('VDIM', base .. 's:' .. ens) == dims
 end
 

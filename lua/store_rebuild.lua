@@ -5,7 +5,9 @@
 with vector_sets=False, its set or count evicted or deleted, a vector the set could not hold).
 KEYS[1] the shard's namespace index "<prefix>:store#{<shard tag>}:n": names the shard, whose
         other keys share its tag (see _store_lib.lua)
-ARGV[1] store format, "<format>v" (a server with VADD)   ARGV[2] e(ns)
+ARGV[1] store format, "<format>v" (a server with VADD), or "<format>vh<M>:<EF>": sets are
+        made with those HNSW parameters, and a complete set made with others is made again
+ARGV[2] e(ns)
 ARGV[3] token: the rebuilder's (letters and digits, 1-64)
 ARGV[4] "1": start a rebuild if none runs (join one that runs); "0": go on with the rebuild
         of token only
@@ -39,27 +41,31 @@ if budget < 1 or budget > 4096 then st_fail('RS_BADARG', 'budget must be 1-4096'
 local ck, sk, kk = base .. 'c', base .. 's:' .. ens, base .. 'k:' .. ens
 local raw = redis.call('HGET', ck, ens)
 if redis.call('EXISTS', kk) == 0 then
-  if raw and not tonumber(raw) then st_vs_drop(base, ens) end  -- a rebuild's marker left: out
+  local c0, rb0 = st_vs_count(raw)
+  if raw and (not c0 or rb0) then st_vs_drop(base, ens) end  -- a rebuild's marker left: out
   return {'none', token, 0}
 end
 local vcard = redis.call('VCARD', sk)
-if raw and tonumber(raw) then
-  if tonumber(raw) == vcard then return {'done', token, vcard} end
-  raw = nil  -- an incomplete set: out
+local c, rb, hp = st_vs_count(raw)
+if c and not rb then
+  -- complete; with the parameters asked (none asked: any)
+  if c == vcard and (ST_M == 4 or hp == string.format('h%d:%d:', ST_M, ST_EF)) then return {'done', token, vcard} end
+  raw = nil  -- an incomplete set, or one made with other parameters: made again
 end
 local n, tok, cur
-if raw then
-  n, tok, cur = string.match(raw, '^(%d+) (%w+) (%S+)$')
-  if n and tonumber(n) ~= vcard then n = nil end  -- evicted (set or count) mid-rebuild
+if raw and rb then
+  tok, cur = string.match(rb, '^ (%w+) (%S+)$')
+  n = c
+  if n ~= vcard then n = nil end  -- evicted (set or count) mid-rebuild
 end
 if not n or (start == '0' and tok ~= token) then
   -- no rebuild, or one that lost its set; or another rebuilder's (this one's ended)
   if raw and not n then st_vs_drop(base, ens) end
   if start == '0' then return {'ended', token, 0} end
   redis.call('UNLINK', sk, base .. 't:' .. ens)  -- what an incomplete set left
-  n, tok, cur = 0, token, '-'
+  n, tok, cur, hp = 0, token, '-', nil
 end
-local st = {n = tonumber(n)}
+local st = {n = tonumber(n), hp = hp}
 st.dims = st.n > 0 and redis.call('VDIM', sk) or nil
 local page = redis.call('ZRANGE', kk, cur == '-' and '-inf' or '(' .. cur, '+inf', 'BYSCORE', 'LIMIT', 0, budget,
   'WITHSCORES')
@@ -76,7 +82,7 @@ for i = 1, #page, 2 do
   end
   for j = 1, #vecs, 2 do
     local ep = st_vs_enc(vecs[j])
-    st.n = st.n + redis.call('VADD', sk, 'FP32', vecs[j + 1], ekey .. ep, 'NOQUANT', 'EF', 1, 'M', 4)
+    st.n = st.n + st_vs_add(sk, st, vecs[j + 1], ekey .. ep)
     redis.call('SADD', base .. 't:' .. ens, ep)
   end
   cur = page[i + 1]
@@ -89,8 +95,8 @@ if taken == #page / 2 and taken < budget then  -- k: is done: the set holds ever
     st_vs_drop(base, ens)
     return {'ended', tok, 0}
   end
-  redis.call('HSET', ck, ens, string.format('%d', st.n))
+  redis.call('HSET', ck, ens, (st.n > 0 and st.hp or '') .. string.format('%d', st.n))
   return {'done', tok, st.n}
 end
-redis.call('HSET', ck, ens, string.format('%d %s %s', st.n, tok, cur))
+redis.call('HSET', ck, ens, (st.n > 0 and st.hp or '') .. string.format('%d %s %s', st.n, tok, cur))
 return {'more', tok, st.n}

@@ -133,16 +133,25 @@ def export_cmd(st: State, prefix: str | None, path: str) -> None:
 @click.argument("prefix", required=False, metavar="[NAMESPACE]")
 @click.option("--budget", type=click.IntRange(1, 4096), default=512, show_default=True,
               help="Vectors a script call adds at most (a page).")
+@click.option("--hnsw-m", "hnsw_m", type=int, default=None,
+              help="Make the sets HNSW graphs of this M (5-100) for the approximate search "
+                   "(ann_index_config), and remake complete sets made with another M.")
+@click.option("--ef-construction", "ef_construction", type=int, default=64, show_default=True,
+              help="With --hnsw-m: VADD EF of the sets made (4-1000).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 @pass_state
-def reindex(st: State, prefix: str | None, budget: int, as_json: bool) -> None:
+def reindex(
+    st: State, prefix: str | None, budget: int, hnsw_m: int | None, ef_construction: int, as_json: bool
+) -> None:
     """Rebuild the vector sets (Redis 8) of the namespaces (under NAMESPACE) whose searches scan:
     sets evicted or deleted, namespaces written before sets or by a store with vector_sets=False.
     Bounded pages, safe while applications write; a namespace left out ("ended": an eviction or
-    such a writer meanwhile) can be reindexed again. Exits 1 if any ended."""
+    such a writer meanwhile) can be reindexed again. Exits 1 if any ended. With --hnsw-m, sets
+    made with another M are made again (their searches scan meanwhile)."""
     s = _store(st)
     try:
-        res = s.rebuild_vector_sets(parse_ns(prefix), budget=budget)
+        hnsw = (hnsw_m, ef_construction) if hnsw_m is not None else None
+        res = s.rebuild_vector_sets(parse_ns(prefix), budget=budget, hnsw=hnsw)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if as_json:

@@ -17,7 +17,7 @@ from ..core.engine import Cmd, Engine
 from ..errors import SchemaMismatchError
 from ..keys import KeySchema
 from . import _semantics as sem
-from . import _vcache
+from . import _vcache, _vset
 from ._keys import STORE_FORMAT, StoreKeys
 from ._plans import Prepared
 from ._records import Config
@@ -78,6 +78,11 @@ class RedisStoreBase(Shell, BaseStore):
             vectors also in one and answer semantic searches from it (``VSIM`` finds candidates,
             the client scores them exactly; docs/store.md); default on, probed once per store.
             ``False``: never (writes then take the namespaces they put vectors in out of sets).
+            Searches from sets are exact unless ``index["ann_index_config"]`` is given
+            (``{"kind": "hnsw", "m": 16, "ef_construction": 64, "ef_search": 100}``, the
+            defaults): then the sets this store makes are HNSW graphs of that M, searched
+            approximately (candidates still scored exactly); enable it only once every writer
+            of the prefix runs this release (docs/store.md "Approximate search").
         auto_pipeline: ``AsyncRedisStore`` only: the script calls of concurrent tasks share one
             connection per server and leave together, as ``AsyncRedisSaver``'s (default: on).
     """
@@ -112,6 +117,7 @@ class RedisStoreBase(Shell, BaseStore):
             ttl_ms(ttl.get("default_ttl"))  # refused here rather than at the first put
         self.ttl_config = ttl
         self.index_config: dict[str, Any] | None = None
+        ann: tuple[int, int, int] | None = None
         self.embeddings: Any = None
         if index:
             cfg: dict[str, Any] = dict(index)
@@ -119,6 +125,8 @@ class RedisStoreBase(Shell, BaseStore):
                 raise ValueError("index needs 'embed' (and 'dims')")
             self.embeddings = ensure_embeddings(cfg.get("embed"))
             cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
+            if cfg.get("ann_index_config") is not None:
+                ann = _vset.ann_config(cfg["ann_index_config"])
             self.index_config = cfg
         self.serde: SerializerProtocol = shared["serde"] or JsonPlusSerializer()
         default_ttl = bool(ttl and ttl.get("default_ttl"))
@@ -126,6 +134,7 @@ class RedisStoreBase(Shell, BaseStore):
             raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
         self._cfg = Config(self.keys, self.serde, shared["compress"], default_ttl, self.index_config, vcache=vcache)
+        self._cfg.ann = ann
         if not vector_sets:
             self._cfg.vsets = False
         # the engine's key schema serves the saver's setup and slot index only, which the store

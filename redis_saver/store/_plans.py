@@ -166,8 +166,11 @@ def _base_sequence(cfg: Config, n: int) -> bytes:
 
 
 def write_format(cfg: Config) -> str:
-    """ARGV[1] of store_write / store_delete: the store format, "v" when the server keeps vector sets."""
-    return STORE_FORMAT + "v" if cfg.vsets else STORE_FORMAT
+    """ARGV[1] of store_write / store_delete: the store format, "v" when the server keeps vector
+    sets, "vh<M>:<EF>" when the sets it makes get those HNSW parameters (``ann_index_config``)."""
+    if not cfg.vsets:
+        return STORE_FORMAT
+    return STORE_FORMAT + "v" + (f"h{cfg.ann[0]}:{cfg.ann[1]}" if cfg.ann else "")
 
 
 def batch_plan(

@@ -51,8 +51,11 @@ def namespaces_plan(cfg: Config, prefix: tuple[str, ...]) -> Plan[list[tuple[int
     return found
 
 
-def page_call(cfg: Config, shard: int, ens: bytes, token: str, start: bool, budget: int) -> Call:
-    args: list[bytes | str | int] = [STORE_FORMAT + "v", ens, token, b"1" if start else b"0", str(budget).encode()]
+def page_call(
+    cfg: Config, shard: int, ens: bytes, token: str, start: bool, budget: int, hnsw: tuple[int, int] | None = None
+) -> Call:
+    fmt = STORE_FORMAT + "v" + (f"h{hnsw[0]}:{hnsw[1]}" if hnsw else "")
+    args: list[bytes | str | int] = [fmt, ens, token, b"1" if start else b"0", str(budget).encode()]
     return Call("store_rebuild", [cfg.keys.index(shard)], args)
 
 
@@ -64,17 +67,27 @@ def parse_page(reply: Any) -> tuple[str, str, int]:
     return status.decode(), token.decode(), int(n)
 
 
-def rebuild_plan(cfg: Config, prefix: tuple[str, ...], budget: int = BUDGET) -> Plan[dict[tuple[str, ...], str]]:
+def rebuild_plan(
+    cfg: Config, prefix: tuple[str, ...], budget: int = BUDGET, hnsw: tuple[int, int] | None = None
+) -> Plan[dict[tuple[str, ...], str]]:
     """Rebuild the set of every namespace under ``prefix`` that is out of sets, a page per call;
     returns each namespace's outcome: "done" (its set is complete), "ended" (something made it
-    incomplete meanwhile: still out), "none" (no items left)."""
+    incomplete meanwhile: still out), "none" (no items left). ``hnsw`` (M, ef_construction;
+    default: the store's ``ann_index_config``, if any): sets are made with them, and complete
+    sets made with others are made again (searches scan them meanwhile)."""
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 4096:
         raise ValueError(f"budget must be an int from 1 to 4096, got {budget!r}")
+    if hnsw is None and cfg.ann is not None:
+        hnsw = cfg.ann[:2]
+    elif hnsw is not None:
+        from ._vset import ann_config
+
+        hnsw = ann_config({"kind": "hnsw", "m": hnsw[0], "ef_construction": hnsw[1]})[:2]
     out: dict[tuple[str, ...], str] = {}
     for shard, ens in (yield from namespaces_plan(cfg, prefix)):
         token, start = new_token(), True
         while True:
-            status, token, _ = parse_page((yield page_call(cfg, shard, ens, token, start, budget)))
+            status, token, _ = parse_page((yield page_call(cfg, shard, ens, token, start, budget, hnsw)))
             start = False
             if status != "more":
                 break

@@ -34,6 +34,7 @@ class Config:
     clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
     vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
     vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
+    ann: tuple[int, int, int] | None = None  # opt-in approximate search: (M, ef_construction, ef_search)
     vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
 
 

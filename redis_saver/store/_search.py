@@ -139,6 +139,8 @@ class _Search:
         if cfg.vcache is not None and self.scored and not op.filter and self.keep and len(shards) == 1:
             self.ckey = (next(iter(shards)), self.eprefix)
             self.entry = cfg.vcache.get(self.ckey)
+            if self.entry is not None and cfg.ann and cfg.vsets and len(self.entry.index) > _vset.ANN_CACHE_ITEMS:
+                self.entry = None  # approximate mode: a large prefix goes to the graph (_vset.py)
             self.known: dict[tuple[bytes, bytes], bytes | None] = {}  # records read at the entry's token
             self.patched = 0
             self.checked = False  # a read found the entry current (or brought it up to date)
@@ -150,7 +152,9 @@ class _Search:
         if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
             assert query_vector is not None
             if _vset.usable_query(query_vector):
-                self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep)
+                self.vs = _vset.VsetSearch(
+                    cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann
+                )
                 self._vs_check()
 
     # ---- from vector sets ---------------------------------------------------------------

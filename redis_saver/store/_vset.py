@@ -34,12 +34,21 @@ keep only vectors VSIM scores within that bound in a set (finite, a squared norm
 
 InMemoryStore fills a page with unscored items when fewer than ``offset + limit`` are scored:
 the sets hold no unscored item, so that case (few items) scans.
+
+Approximate search (opt-in: the index's ``ann_index_config``, ``ann_config``): the sets a
+store makes get VADD ``M m EF ef_construction`` (marked "h<M>:<EF>:" in their count), and a
+namespace whose set was made with ``M m`` is searched in its HNSW graph: one ``VSIM ... COUNT
+<keep + slack> EF max(ef_search, COUNT)`` without ``TRUTH``, whose candidates are scored and
+ranked exactly as above (the scores and order are exact; which items are found is not: no
+bound, no second round). A namespace whose set has another M (made before, by a store in
+exact mode) is searched exactly as above.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.engine import Pipe
@@ -53,6 +62,41 @@ WINDOW_MIN = 64  # elements VSIM returns per namespace at first (at least 2 (off
 WINDOW_MAX = 4096  # lua/store_read.lua VS_ITEMS: beyond, the search scans
 
 
+ANN_KEYS = {"kind", "m", "ef_construction", "ef_search", "vector_type"}
+# name -> (default, least, most): M 4 is the exact mode's graph; lua/_store_lib.lua st_check
+ANN_BOUNDS = {"m": (16, 5, 100), "ef_construction": (64, 4, 1000), "ef_search": (100, 1, 1000)}
+ANN_CACHE_ITEMS = 30_000  # in approximate mode, a cached prefix of more items goes to the graph
+
+
+def ann_config(raw: Any) -> tuple[int, int, int]:
+    """``index["ann_index_config"]`` checked: (m, ef_construction, ef_search); else ValueError /
+    TypeError (before anything is written)."""
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"ann_index_config must be a dict, got {type(raw).__name__}")
+    unknown = set(raw) - ANN_KEYS
+    if unknown:
+        raise ValueError(f"unknown ann_index_config option(s): {sorted(unknown)}")
+    if raw.get("kind", "hnsw") != "hnsw":
+        raise ValueError(f"ann_index_config kind {raw.get('kind')!r}: only 'hnsw' (Redis 8 vector sets)")
+    if raw.get("vector_type", "vector") != "vector":
+        raise ValueError(f"ann_index_config vector_type {raw.get('vector_type')!r}: only 'vector' (FP32)")
+    out = []
+    for name, (default, lo, hi) in ANN_BOUNDS.items():
+        v = raw.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"ann_index_config {name} must be an int from {lo} to {hi}, got {v!r}")
+        out.append(v)
+    return out[0], out[1], out[2]
+
+
+def set_m(count: bytes) -> int:
+    """The M a set was made with, from its count in "c" (lua/_store_lib.lua): "h<M>:<EF>:<n>",
+    or 4."""
+    if count[:1] == b"h":
+        return int(count[1 : count.index(b":")])
+    return 4
+
+
 def usable_query(qv: list[float]) -> bool:
     """A query VSIM scores within the bound: finite, squared norm in float32's comfortable range."""
     n2 = math.fsum(x * x for x in qv)
@@ -63,8 +107,19 @@ class VsetSearch:
     """One search's state on one shard: "list" (V read), "vsim" (the VSIM pipeline), "fetch" (C
     read), "done"; ``failed`` when the search must scan instead."""
 
-    def __init__(self, keys: StoreKeys, shard: int, eprefix: bytes, qv: list[float], keep: int) -> None:
+    def __init__(
+        self,
+        keys: StoreKeys,
+        shard: int,
+        eprefix: bytes,
+        qv: list[float],
+        keep: int,
+        ann: tuple[int, int, int] | None = None,
+    ) -> None:
         self.keys, self.shard, self.eprefix, self.qv, self.keep = keys, shard, eprefix, qv, keep
+        self.ann = ann
+        self.approx: set[bytes] = set()  # e(ns) searched in the graph (sets made with M ann[0])
+        self.ann_count = keep + max(16, keep // 4)  # VSIM COUNT of an approximate search
         self.dims = len(qv)
         self.delta = (self.dims + 32) * 2.0**-21
         self.qblob = struct.pack(f"<{len(qv)}f", *qv)
@@ -107,6 +162,9 @@ class VsetSearch:
                 ens, seq, count = reply[i : i + 3]
                 self.spaces[ens] = (int(seq), count)
                 self.window[ens] = self.first
+                if self.ann is not None and set_m(count) == self.ann[0]:
+                    self.approx.add(ens)
+                    self.window[ens] = self.ann_count
             self.phase = "vsim" if self.spaces else "done"
             if not self.spaces:
                 self.failed = True  # nothing scored under the prefix: a scan's answer (cheap)
@@ -127,8 +185,10 @@ class VsetSearch:
         """The VSIM calls of this round (one pipeline, to the shard's node)."""
         if self.phase != "vsim":
             return None
+        efs = self.ann[2] if self.ann else 0
         cmds = [
-            ("VSIM", self.keys.vset(self.shard, ens), "FP32", self.qblob, "WITHSCORES", "COUNT", w, "TRUTH")
+            ("VSIM", self.keys.vset(self.shard, ens), "FP32", self.qblob, "WITHSCORES", "COUNT", w)
+            + (("EF", max(efs, w)) if ens in self.approx else ("TRUTH",))
             for ens, w in self.window.items()
             if w
         ]
@@ -145,7 +205,7 @@ class VsetSearch:
                 if (ens, ekey) not in self.seen:
                     self.seen.add((ens, ekey))
                     self.pending.append((ens, ekey))
-            if len(pairs) < w:  # the whole set was seen
+            if len(pairs) < w or ens in self.approx:  # the whole set was seen; or no bound (approximate)
                 self.bound.pop(ens, None)
             else:
                 s = float(pairs[-1][1])

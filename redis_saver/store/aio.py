@@ -65,11 +65,11 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
 
 
     async def arebuild_vector_sets(
-        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET
+        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
     ) -> dict[tuple[str, ...], str]:
         """Async :meth:`RedisStore.rebuild_vector_sets`."""
         self._bind()
         await self._avsets()
         if not self._cfg.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
-        return await self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget), "store.rebuild")
+        return await self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget, hnsw), "store.rebuild")

@@ -61,7 +61,7 @@ class RedisStore(SyncShell, RedisStoreBase):
         return self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
     def rebuild_vector_sets(
-        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET
+        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
     ) -> dict[tuple[str, ...], str]:
         """Bring the namespaces under ``namespace_prefix`` that are out of vector sets back into
         them (their semantic searches scan meanwhile): a resumable rebuild of each one's set, one
@@ -69,8 +69,10 @@ class RedisStore(SyncShell, RedisStoreBase):
         namespace's outcome: ``"done"`` (its set is complete: searches use it), ``"ended"``
         (something made it incomplete meanwhile, an eviction, a writer with ``vector_sets=False``,
         a vector the set cannot hold: still out, call again), ``"none"`` (no items). Needs a
-        server with vector sets (Redis 8) and ``vector_sets=True``."""
+        server with vector sets (Redis 8) and ``vector_sets=True``. ``hnsw=(M, ef_construction)``
+        (default: the index's ``ann_index_config``, if any): sets are made with these HNSW
+        parameters, and complete sets made with others are made again."""
         self._vsets()
         if not self._cfg.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
-        return self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget), "store.rebuild")
+        return self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget, hnsw), "store.rebuild")
