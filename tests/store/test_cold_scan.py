@@ -224,7 +224,7 @@ SEARCHES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("page", [1, 7, 16, 1024])
+@pytest.mark.parametrize("page", [3, 7, 16, 1024])
 def test_answers_equal_the_float64_paths(redis_url, prefix, monkeypatch, page):
     monkeypatch.setattr(_budgets, "VECTOR_PAGE", page)
     monkeypatch.setattr(_budgets, "PAGE", page)
