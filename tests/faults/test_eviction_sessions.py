@@ -180,7 +180,7 @@ def _settle(r: Any, timeout: float = 10.0) -> None:
     function library's load; seen on 7.0: 2,359,440 then 2,184,336 bytes 0.25 s later), and it
     drops at the server's next cron pass, which a loaded machine delays. A reading taken in
     between sized the runs wrongly: ``test_recent_sessions_survive[allkeys-lru]`` measured a
-    session as 4 KB instead of 23 and evicted nearly everything (1 of 25 runs of this file); a
+    session as 4 KB instead of 23 and evicted nearly everything (1 of 23 runs of this file); a
     ``maxmemory`` 175 KB too large may also explain a hot-cold run that once failed unseen."""
     deadline = time.monotonic() + timeout
     for c in _nodes(r):
