@@ -37,6 +37,12 @@ from collections.abc import Sequence
 from ..keys import SLOTS, check_prefix, enc, glob_escape, key_slot, slot_tag
 
 STORE_FORMAT = "1"  # lua/_store_lib.lua STORE_FORMAT
+
+
+def vset_format(hnsw: tuple[int, int] | None = None) -> str:
+    """ARGV[1] of a script call that keeps vector sets (lua/_store_lib.lua st_check): the store
+    format and "v", then "h<M>:<EF>" when the sets it makes get those HNSW parameters."""
+    return STORE_FORMAT + "v" + (f"h{hnsw[0]}:{hnsw[1]}" if hnsw else "")
 MARKER = ":store#"
 
 

@@ -38,7 +38,7 @@ from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _budgets as B
 from . import _semantics as sem
-from ._keys import STORE_FORMAT, enc_ns
+from ._keys import STORE_FORMAT, enc_ns, vset_format
 from ._records import Config, _item, pack_vector
 from ._search import _List, _Search
 
@@ -170,7 +170,7 @@ def write_format(cfg: Config) -> str:
     sets, "vh<M>:<EF>" when the sets it makes get those HNSW parameters (``ann_index_config``)."""
     if not cfg.vsets:
         return STORE_FORMAT
-    return STORE_FORMAT + "v" + (f"h{cfg.ann[0]}:{cfg.ann[1]}" if cfg.ann else "")
+    return vset_format(cfg.ann[:2] if cfg.ann else None)
 
 
 def batch_plan(

@@ -22,7 +22,7 @@ from typing import Any
 from ..core.plans import Call, Plan
 from ..errors import MalformedReplyError
 from . import _budgets as B
-from ._keys import STORE_FORMAT, dec_ns, enc_ns
+from ._keys import STORE_FORMAT, dec_ns, enc_ns, vset_format
 from ._records import Config
 
 BUDGET = 512  # vectors a store_rebuild call adds at most (lua/store_rebuild.lua: 1-4096)
@@ -54,8 +54,7 @@ def namespaces_plan(cfg: Config, prefix: tuple[str, ...]) -> Plan[list[tuple[int
 def page_call(
     cfg: Config, shard: int, ens: bytes, token: str, start: bool, budget: int, hnsw: tuple[int, int] | None = None
 ) -> Call:
-    fmt = STORE_FORMAT + "v" + (f"h{hnsw[0]}:{hnsw[1]}" if hnsw else "")
-    args: list[bytes | str | int] = [fmt, ens, token, b"1" if start else b"0", str(budget).encode()]
+    args: list[bytes | str | int] = [vset_format(hnsw), ens, token, b"1" if start else b"0", str(budget).encode()]
     return Call("store_rebuild", [cfg.keys.index(shard)], args)
 
 

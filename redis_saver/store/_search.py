@@ -364,17 +364,19 @@ class _Search:
         self.merge.feed(shard, entries, cursor)
         self.merge.run(self._take)
 
-    def _found(self, flat: list[Any], i: int) -> _Found:
-        ens = flat[i]
+    def _decode(self, ens: bytes, ekey: bytes, rec: bytes) -> _Found:
         ns = self.names.get(ens)
         if ns is None:  # decoded once per namespace of the search
             ns = self.names[ens] = dec_ns(ens)
-        return _Found(ns, _dec_key(flat[i + 1]), flat[i + 4], [])
+        return _Found(ns, _dec_key(ekey), rec, [])
+
+    def _found(self, flat: list[Any], i: int) -> _Found:
+        return self._decode(flat[i], flat[i + 1], flat[i + 4])
 
     def _keep(self, rank: tuple[float, int], found: _Found) -> None:
-        """Into the best ``keep`` (a heap of (score, -position), its root the worst)."""
-        assert self.keep
-        if len(self.top) < self.keep:
+        """Into the best ``keep`` (a heap of (score, -position), its root the worst; all of
+        them when ``keep`` is None); the caller checked that it enters."""
+        if self.keep is None or len(self.top) < self.keep:
             heapq.heappush(self.top, rank)
         else:
             del self.top_items[heapq.heapreplace(self.top, rank)[1]]
@@ -436,10 +438,7 @@ class _Search:
         if self.qv is not None and best is not None and not self.op.filter and self._below(best):
             self.flat += 1  # scored below the kept ones: not decoded
             return True
-        ns = self.names.get(ens)
-        if ns is None:  # decoded once per namespace of the search
-            ns = self.names[ens] = dec_ns(ens)
-        found = _Found(ns, _dec_key(ekey), rec, [])
+        found = self._decode(ens, ekey, rec)
         if self.op.filter and not sem.matches(found.value(self.cfg), self.op.filter):
             return True
         if self.qv is None:
@@ -453,13 +452,8 @@ class _Search:
         # best score; ties go by position, and one item's vectors are contiguous in its order
         rank = (best, -self.flat)
         self.flat += 1
-        if self.keep is None or len(self.top) < self.keep:
-            heapq.heappush(self.top, rank)
-        elif self.keep and rank > self.top[0]:
-            del self.top_items[heapq.heapreplace(self.top, rank)[1]]
-        else:
-            return True
-        self.top_items[rank[1]] = found
+        if self.keep is None or len(self.top) < self.keep or (self.keep and rank > self.top[0]):
+            self._keep(rank, found)
         return True
 
     def _cache_fill(self) -> None:
