@@ -23,7 +23,6 @@ import argparse
 import random
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,7 +35,7 @@ import redis  # noqa: E402
 from langgraph.store.base import PutOp  # noqa: E402
 
 from bench.store import WORDS, embed_factory, sizes, value  # noqa: E402
-from bench.vset import pct, redis8_url  # noqa: E402
+from bench.vset import pct, pinging, redis8_url  # noqa: E402
 from redis_saver import RedisStore  # noqa: E402
 from redis_saver.store._keys import enc_ns  # noqa: E402
 
@@ -73,28 +72,14 @@ class Vectors:
 
 def load(store: RedisStore, url: str, start: int, end: int) -> dict[str, float]:
     """Put items start..end in batches of 100 while another client PINGs."""
-    stop = threading.Event()
-    pings: list[float] = []
-
-    def pinger() -> None:
-        r = redis.Redis.from_url(url)
-        while not stop.is_set():
-            t = time.perf_counter()
-            r.ping()
-            pings.append(time.perf_counter() - t)
-            time.sleep(0.001)
-
-    th = threading.Thread(target=pinger)
-    th.start()
     batches = []
-    t0 = time.perf_counter()
-    for s in range(start, end, BATCH):
-        t = time.perf_counter()
-        store.batch([PutOp(NS, f"d{i}", value(random.Random(i), i)) for i in range(s, min(s + BATCH, end))])
-        batches.append(time.perf_counter() - t)
-    total = time.perf_counter() - t0
-    stop.set()
-    th.join()
+    with pinging(url, pause=0.001) as pings:
+        t0 = time.perf_counter()
+        for s in range(start, end, BATCH):
+            t = time.perf_counter()
+            store.batch([PutOp(NS, f"d{i}", value(random.Random(i), i)) for i in range(s, min(s + BATCH, end))])
+            batches.append(time.perf_counter() - t)
+        total = time.perf_counter() - t0
     return {"total": total, "p50": pct(batches, 0.5) * 1e3, "p95": pct(batches, 0.95) * 1e3,
             "max": max(batches) * 1e3, "ping": max(pings) * 1e3, "ping99": pct(pings, 0.99) * 1e3}  # fmt: skip
 

@@ -73,8 +73,10 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def worst_ping(client_url: str, work: callable, n: int) -> tuple[float, float]:  # type: ignore[valid-type]
-    """Run ``work`` n times while another client PINGs: (p50 of work, worst PING) in ms."""
+@contextlib.contextmanager
+def pinging(client_url: str, pause: float = 0.0) -> Iterator[list[float]]:
+    """Another client PINGs the server (a pause in seconds between PINGs) while the block runs;
+    yields the list of PING times (s), filled until the block ends."""
     stop = threading.Event()
     pings: list[float] = []
 
@@ -84,16 +86,26 @@ def worst_ping(client_url: str, work: callable, n: int) -> tuple[float, float]: 
             t = time.perf_counter()
             r.ping()
             pings.append(time.perf_counter() - t)
+            if pause:
+                time.sleep(pause)
 
     th = threading.Thread(target=pinger)
     th.start()
+    try:
+        yield pings
+    finally:
+        stop.set()
+        th.join()
+
+
+def worst_ping(client_url: str, work: callable, n: int) -> tuple[float, float]:  # type: ignore[valid-type]
+    """Run ``work`` n times while another client PINGs: (p50 of work, worst PING) in ms."""
     ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        work()
-        ts.append(time.perf_counter() - t)
-    stop.set()
-    th.join()
+    with pinging(client_url) as pings:
+        for _ in range(n):
+            t = time.perf_counter()
+            work()
+            ts.append(time.perf_counter() - t)
     return statistics.median(ts) * 1e3, max(pings) * 1e3
 
 
