@@ -27,19 +27,25 @@ again as EVAL of its script's body, as after NOSCRIPT.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator, Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
+from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     ConnectionError,
     MovedError,
     NoPermissionError,
     NoScriptError,
+    RedisClusterException,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
     TimeoutError,
     TryAgainError,
 )
@@ -49,6 +55,7 @@ from ..errors import (
     DamagedThreadError,
     ReplicationTimeoutError,
     SchemaMismatchError,
+    SlotMovingError,
     UnsupportedServerError,
 )
 from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
@@ -68,6 +75,12 @@ CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: trie
 # the Cmd names of script calls -> their commands (the sync driver's direct path and
 # AsyncRedisSaver's lanes send these themselves)
 SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
+# how long a call refused because its slot is moving is sent again (``slot_move_timeout``): a
+# ``redis-cli --cluster reshard`` holds a slot open for as long as it takes to move its keys in
+# batches of 10 (milliseconds for a thread's few keys, seconds for a slot of thousands of keys)
+SLOT_MOVE_TIMEOUT = 30.0
+SLOT_PAUSE, SLOT_PAUSE_MAX = 0.02, 0.25  # the pause before each such attempt: doubling, capped
+SLOT_REFRESH_EVERY = 0.5  # seconds between the slot-map refreshes of one engine while a slot moves
 _SUFFIX = re.compile(r"\s*script: [0-9A-Za-z_]+, on @user_(?:script|function):\d+\.?\s*$")
 
 
@@ -123,6 +136,25 @@ Op = Cmd | Pipe | Sleep | Refresh | Scan | Targets | Emit
 Io = Generator[Op, Any, T]  # an engine generator: yields operations, returns T
 
 
+class ClientClosedConnection(ConnectionError):
+    """A connection the client library closed while a call used it (redis-py's asyncio cluster
+    client closes every connection it holds on every 5th MOVED; a pool disconnected by its
+    owner). Raised by the automatic-pipelining lanes for the calls on it that were not answered:
+    the server is fine, so the call goes again as a call refused while its slot moves does."""
+
+
+# what a cluster answers (or redis-py raises) while a call's slot is moving or the slot map is
+# being fixed: the call did not run (a redirect, TRYAGAIN, CLUSTERDOWN, an uncovered slot, redis-py's
+# own redirect loop giving up), or its connection was closed by the client (ClientClosedConnection)
+SLOT_MOVING: tuple[type[Exception], ...] = (
+    AskError,  # MovedError included
+    TryAgainError,
+    ClusterError,  # ClusterDownError and redis-py's "TTL exhausted."
+    SlotNotCoveredError,
+    ClientClosedConnection,
+)
+
+
 # ---- errors and replies ----------------------------------------------------------------
 def map_error(exc: ResponseError) -> Exception:
     """The saver's own error for a script's ``RS_<CODE>`` reply, else ``exc`` itself."""
@@ -166,6 +198,25 @@ def _check_acks(call: Call, acked: Any) -> None:
             f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
             int(acked),
         )
+
+
+def _moving_reply(reply: Any) -> bool:
+    """A pipelined command refused because its slot is moving (it did not run)."""
+    return isinstance(reply, SLOT_MOVING) and not isinstance(reply, SlotMovingError)
+
+
+def _key_of(step: Any) -> bytes | None:
+    """The first key a step (a call, a fan-out, a plain command) names, for SlotMovingError."""
+    if isinstance(step, list):
+        step = step[0] if step else None
+    if isinstance(step, Call):
+        return step.keys[0] if step.keys else None
+    if isinstance(step, Cmd) and step.args and isinstance(step.args[0], bytes):
+        return step.args[0]
+    if isinstance(step, Pipe) and step.commands and len(step.commands[0]) > 1:
+        first = step.commands[0][1]
+        return first if isinstance(first, bytes) else None
+    return None
 
 
 def _plain_size(op: Cmd | Pipe | Scan) -> int:
@@ -270,6 +321,8 @@ class Engine:
         plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
         telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
         functions: run the scripts as the function library (FCALL); else EVALSHA.
+        slot_move_timeout: seconds a step refused because its slot is moving (``SLOT_MOVING``)
+            is sent again, with backoff, before ``SlotMovingError``; 0: at once.
     """
 
     def __init__(
@@ -281,8 +334,11 @@ class Engine:
         plain_scripts: bool = False,
         telemetry: Telemetry | None = None,
         functions: bool = True,
+        slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ):
         self.keys = keys
+        self.slot_move_timeout = slot_move_timeout
+        self._refreshed = 0.0  # time.monotonic() of the last slot-map refresh while a slot moved
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
@@ -344,8 +400,12 @@ class Engine:
             elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
                 if rec is not None:
                     rec.sent += _plain_size(step)
-                reply = yield from self.plain(step)
+                try:
+                    reply = yield from self.plain(step)
+                except SLOT_MOVING as exc:
+                    reply = yield from self.while_moving(partial(self.plain, step), exc, _key_of(step))
             else:
+                # (try costs nothing until it catches: the stable path is as it was)
                 try:
                     if isinstance(step, Call) and not self.retries:
                         reply = yield from self.call(step)
@@ -353,8 +413,58 @@ class Engine:
                         reply = yield from self.step(step)
                 except DamagedThreadError as exc:
                     lost, reply = exc, None
+                except SLOT_MOVING as exc:
+                    try:
+                        reply = yield from self.while_moving(partial(self.step, step), exc, _key_of(step))
+                    except DamagedThreadError as damaged:
+                        lost, reply = damaged, None
             if rec is not None:
                 rec.reply(reply)
+
+    def while_moving(self, again: Callable[[], Io[T]], exc: Exception, key: bytes | None) -> Io[T]:
+        """A step refused with ``exc`` because its slot is moving (``SLOT_MOVING``), sent again
+        (``again()``) after a pause that doubles from SLOT_PAUSE to SLOT_PAUSE_MAX, until it is
+        answered or ``slot_move_timeout`` seconds have passed since the first refusal; then
+        ``SlotMovingError`` (the last refusal as its cause).
+
+        Safe to send again: a redirect, TRYAGAIN or CLUSTERDOWN means the command did not run, and
+        a call whose connection the client closed may have run, which every script allows (it is
+        idempotent: the same call again leaves the same data). A slot map fixed by redis-py
+        (MOVED) needs nothing more; after the other refusals the engine refreshes it, at most
+        every SLOT_REFRESH_EVERY seconds."""
+        if isinstance(exc, SlotMovingError):
+            raise exc
+        start = time.monotonic()
+        deadline = start + self.slot_move_timeout
+        pause = SLOT_PAUSE
+        while (now := time.monotonic()) < deadline:
+            stale_map = self.cluster and not isinstance(exc, (TryAgainError, AskError))
+            if stale_map and now - self._refreshed > SLOT_REFRESH_EVERY:
+                self._refreshed = now
+                try:
+                    yield Refresh()
+                except (RedisError, RedisClusterException):
+                    pass  # the next attempt tells
+            yield Sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(SLOT_PAUSE_MAX, pause * 2)
+            if self.telemetry is not None:
+                self.telemetry.slot_retried()
+            try:
+                return (yield from again())
+            except SlotMovingError:
+                raise
+            except SLOT_MOVING as refused:
+                exc = refused
+        slot = None if key is None else key_slot(key)
+        waited = time.monotonic() - start
+        where = "a slot" if key is None else f"slot {slot} (key {key!r})"
+        raise SlotMovingError(
+            f"{where} was still moving {waited:.1f} s after the first refusal "
+            f"(slot_move_timeout={self.slot_move_timeout:g} s); last error: {type(exc).__name__}: {exc}",
+            slot,
+            key,
+            waited,
+        ) from exc
 
     def plain(self, op: Cmd | Pipe | Scan) -> Io[Any]:
         """A plain command (a read): its reply, a pipeline's first error raised; retried on
@@ -509,9 +619,29 @@ class Engine:
         """A fan-out: pipelines of up to PIPELINE_CHUNK calls (in a cluster, split by node)."""
         out: list[Any] = []
         for i in range(0, len(calls), PIPELINE_CHUNK):
-            res = yield from self.pipeline([self._evalsha(c) for c in calls[i : i + PIPELINE_CHUNK]])
+            chunk = calls[i : i + PIPELINE_CHUNK]
+            res = yield from self.pipeline([self._evalsha(c) for c in chunk])
+            if self.cluster and any(_moving_reply(r) for r in res):
+                res = yield from self._again_refused(chunk, res)
             out.extend(_raise_first(res))
         return out
+
+    def _again_refused(self, calls: Sequence[Call], res: list[Any]) -> Io[list[Any]]:
+        """A fan-out's calls refused because their slots moved (they did not run) sent again, as
+        ``while_moving`` sends a step; the calls answered keep their replies."""
+        positions = [i for i, r in enumerate(res) if _moving_reply(r)]
+
+        def again() -> Io[list[Any]]:
+            nonlocal positions
+            replies = yield from self.pipeline([self._evalsha(calls[i]) for i in positions])
+            for i, r in zip(positions, replies, strict=True):
+                res[i] = r
+            positions = [i for i in positions if _moving_reply(res[i])]
+            if positions:
+                raise res[positions[0]]
+            return res
+
+        return (yield from self.while_moving(again, res[positions[0]], calls[positions[0]].keys[0]))
 
     def index_slots(self) -> Io[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""

@@ -19,7 +19,20 @@ import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from ..core import policy as _policy
-from ..core.engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
+from ..core.engine import (
+    SCRIPT_COMMANDS,
+    SLOT_MOVE_TIMEOUT,
+    Cmd,
+    Emit,
+    Engine,
+    Io,
+    Op,
+    Pipe,
+    Refresh,
+    Scan,
+    Sleep,
+    Targets,
+)
 from ..core.plans import Call, Plan
 from ..keys import KeySchema
 from ..telemetry import Telemetry
@@ -72,6 +85,7 @@ class _Driver:
         retries: int = 0,
         telemetry: Telemetry | None = None,
         functions: bool = True,
+        slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ) -> None:
         self.client = client
         self.engine = Engine(
@@ -81,6 +95,7 @@ class _Driver:
             plain_scripts=type(client).__module__.startswith("fakeredis"),  # it refuses #!lua lines
             telemetry=telemetry,
             functions=functions,
+            slot_move_timeout=slot_move_timeout,
         )
         self.scripts = self.engine.scripts
 

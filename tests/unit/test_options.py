@@ -18,7 +18,10 @@ from redis_saver.cache import AsyncRedisCache, RedisCache
 
 SYNC = (RedisSaver, RedisStore, RedisCache)
 ASYNC = (AsyncRedisSaver, AsyncRedisStore, AsyncRedisCache)
-DEFAULTS = {"prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None}
+DEFAULTS = {
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "slot_move_timeout": 30.0, "telemetry": True,
+    "auto_pipeline": None,
+}  # fmt: skip
 
 
 def _client(cls: type) -> Any:
@@ -42,12 +45,16 @@ def test_every_class_checks_the_shared_options_alike(cls: type) -> None:
         cls(_client(cls), retries=-1)
     with pytest.raises(TypeError, match="compress must be a bool"):
         cls(_client(cls), compress="yes")
+    for bad in (-1, "5", True, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="slot_move_timeout must be a number of seconds >= 0"):
+            cls(_client(cls), slot_move_timeout=bad)
     with pytest.raises(TypeError, match="telemetry must be True, False"):
         cls(_client(cls), telemetry="on")
     with pytest.raises(ValueError, match="decode_responses=False"):
         cls(redis.Redis(port=1, decode_responses=True))
-    obj = cls(_client(cls), prefix="app", retries=2, compress=False, telemetry=False)
-    assert (obj.retries, obj.compress) == (2, False)
+    obj = cls(_client(cls), prefix="app", retries=2, compress=False, telemetry=False, slot_move_timeout=2)
+    assert (obj.retries, obj.compress, obj.slot_move_timeout) == (2, False, 2.0)
+    assert obj._driver.engine.slot_move_timeout == 2.0
     assert obj.keys.prefix == "app"
 
 
