@@ -1,4 +1,4 @@
-#!lua name=redis_saver_b46451bd5d2124d1
+#!lua name=redis_saver_5680abce302f5756
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -1395,8 +1395,9 @@ most `budget` checkpoints and returns the blob fields they referenced), then "fi
 last the blobs no checkpoint left references (gc.lua), so every call's work is bounded.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] step: "all" | "drop" | "finish"
 ARGV[6] budget   ARGV[7..] run ids
-Returns: all: {deleted} or {"paged"}; drop: {deleted, "1" = more to delete | "0", {blob fields
-of the deleted checkpoints}}; finish: 1 = the thread was left empty and removed, else 0
+Returns: all: {deleted} or {"paged" [PAGED]}; drop: {deleted, "1" [MORE] = more to delete | "0", {blob fields
+of the deleted checkpoints}}; finish: 1 [EMPTIED] = the thread was left empty and removed, else 0 [KEPT]
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local step, budget = ARGV[5], tonumber(ARGV[6])
 if (step ~= 'all' and step ~= 'drop' and step ~= 'finish') or not budget or budget < 1 then
@@ -1451,7 +1452,8 @@ local function s_delete_thread()
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-Returns: 1
+Returns: 1 [DONE]
+Errors: RS_BADARG
 ]]
 drop_thread()
 fix_index_expiry()
@@ -1478,7 +1480,7 @@ call is a continuation (the client checks them for a cycle across calls), else e
 streams = the streams the seeds name, as get_tuple's reply (absent on an empty reply).
 Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
 of the thread was lost: see "Lost keys" in _lib.lua; the client then sends the writable variant
-with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA
+with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end
@@ -1718,9 +1720,9 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] step: "all" | "page"
 all:  ARGV[6..8] the most checkpoints, fields (cp, blob and wr together) and bytes of one call.
       The whole thread in this one call, a snapshot, when it holds no more than that.
-      Returns {"all", {cp field, record, ...}, {blob field, record, ...}, {wr field, record, ...}}
+      Returns {"all" [ALL], {cp field, record, ...}, {blob field, record, ...}, {wr field, record, ...}}
       (blob: streams' directories and frames included, without the blob mark; wr: without the
-      lean / wr mark), or {"paged"} when it holds more (nothing else is returned).
+      lean / wr mark), or {"paged" [PAGED]} when it holds more (nothing else is returned).
 page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] after: the last
       cp_id member exported ("" = from the oldest)   ARGV[8] upto: the greatest cp_id member of
       the copy ("" = the thread's greatest now)   ARGV[9..11] the most checkpoints, fields and
@@ -1731,8 +1733,8 @@ page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] 
       name (directory and frames, read together) unless the client holds that directory: then
       the directory and only the frames the client's does not list (frames never change under
       their number).
-      Returns {"ok", next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
-      ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed"} when meta
+      Returns {"ok" [OK], next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
+      ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed" [CHANGED]} when meta
       "g" is not the guard: the thread went, or changed destructively (see bump_guard()).
 Errors: RS_BADARG, RS_SCHEMA
 ]]
@@ -1922,6 +1924,7 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] step: "refs" |
 refs: ARGV[6] e(ns)   ARGV[7] lex cursor ("" = start)   ARGV[8] budget (checkpoints per call)
 hdel: ARGV[6..] blob fields
 Returns: refs: {cursor ("" = done), {blob fields referenced}}; hdel: number of fields deleted
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local step = ARGV[5]
 check_format()
@@ -1960,7 +1963,7 @@ Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hol
          values" in _lib.lua)}, blobs}
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
-        and answers as if it did not exist), RS_SCHEMA
+        and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()
@@ -2011,13 +2014,13 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
       a record counts when it changes its field (a retried call counts nothing twice); a
       stream sent again (it grew in the source) comes with its new frames only, keeps the
       target's count and drops the frames its new directory does not list.
-      Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
+      Returns 1 [WRITTEN]; 0 [NOT_WRITTEN] (nothing written) on a later call when the target's meta no longer holds
       the token (deleted, expired or started over by another writer since the first call).
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
 abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
-      Returns 1 when it did, else 0.
+      Returns 1 [WRITTEN] when it did, else 0 [NOT_WRITTEN].
 Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
 local step, token = ARGV[5], ARGV[6]
@@ -2257,6 +2260,7 @@ KEYS[1] slot index: threads (ZSET thread id -> expiry ms, inf = none)
 KEYS[2] slot index: runs (lex ZSET "r"e(run)e(thread), "t"e(thread)e(run))
 ARGV[1] "threads" | "runs"   ARGV[2..] run ids (for "runs")
 Returns: the ids of live (not expired) threads: all of them, or those holding one of the runs
+Errors: RS_BADARG
 ]]
 if #KEYS ~= 2 then error({err = 'RS_BADARG expected 2 keys'}) end
 local mode = ARGV[1]
@@ -2400,8 +2404,9 @@ local function s_pin()
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] "1" | "0"
-Returns: 1; 0 when unpinning a thread that does not exist (nothing written).
+Returns: 1 [DONE]; 0 [NO_THREAD] when unpinning a thread that does not exist (nothing written).
 A thread may be pinned before its first checkpoint.
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local flag = ARGV[5]
 if flag ~= '1' and flag ~= '0' then fail('RS_BADARG', 'pin flag must be 1 or 0') end
@@ -2447,11 +2452,11 @@ then the step's arguments (positions in ARGV):
            follow the ones sent  12.. kept e(cid)s, ascending, from the cursor on
   detach:  8 e(ns)  9 e(cid)
   orphans: 8 e(ns)  9 e(latest)  10 lex cursor ("" = start)
-Returns: all: {deleted} or {"paged"}; ns: {e(ns), ...} (fewer than 64 = the last ones);
+Returns: all: {deleted} or {"paged" [PAGED]}; ns: {e(ns), ...} (fewer than 64 = the last ones);
 walk: {e(latest), {kept e(cid), ...}, next e(cid) ("" = done), {channels still needed},
 e(parent of the oldest kept)}; drop: {deleted, cursor ("" = done), {blob fields of the
-deleted checkpoints}}; detach: 1; orphans: cursor ("" = done)
-Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked)
+deleted checkpoints}}; detach: 1 [DONE]; orphans: cursor ("" = done)
+Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_BADARG, RS_SCHEMA
 ]]
 local strategy, step, budget = ARGV[5], ARGV[6], tonumber(ARGV[7])
 if strategy ~= 'keep_latest' and strategy ~= 'delete' then fail('RS_BADARG', 'unknown strategy') end
@@ -2685,11 +2690,11 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
          ("a", "m": the call changes nothing and returns 3 unless the stored length is that),
          the raw length after it, the zstd frame. Only the appends a new stream record of this
          call names are applied (a retried put appends nothing twice).
-Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
-in the thread and left them: the client then prunes the thread in bounded pages; 3 (nothing
+Returns: 1 [STORED]; 2 [PRUNE_IN_PAGES] when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
+in the thread and left them: the client then prunes the thread in bounded pages; 3 [STREAMS_MOVED] (nothing
 written) when a stream a new record names is gone or not at the length the client based its
 append on (another writer appended, or it was collected): the client resends with new streams;
-4 (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
+4 [THREAD_GONE] (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
 checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
 this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT
@@ -2865,7 +2870,7 @@ keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lin
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
 of fields per call.
-Returns: number of writes stored; -1 (the thread was forgotten, nothing stored: see above)
+Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
 local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -2946,7 +2951,7 @@ keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lin
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
 of fields per call.
-Returns: number of writes stored; -1 (the thread was forgotten, nothing stored: see above)
+Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
 local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -3015,7 +3020,7 @@ get:  ARGV[6..] blob fields (the client keeps a page's total small)
 set:  ARGV[6] e(ns)   ARGV[7] n, then n triples: blob field, sha1 hex of the record the client
       read, new record; then the stream appends (5 each, as put.lua's)
       A field whose record changed since the client read it is left alone. Returns the number
-      of records replaced, or -1 (nothing written) when a stream the new records need is gone or
+      of records replaced, or -1 [STREAMS_MOVED] (nothing written) when a stream the new records need is gone or
       moved (see plan_blobs() in _lib.lua): the client starts that channel's stream again.
 Errors: RS_BADARG, RS_SCHEMA
 ]]
@@ -3079,6 +3084,7 @@ Every argument is checked before the first delete; the shard's version token "w"
 and the deleted items logged in its change log "l" (_store_lib.lua st_bump: a few bytes a
 deleted item, trimmed to CHANGE_LOG, while the item's keys are freed).
 Returns: the number of deletes.
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 local base = st_base()
@@ -3134,16 +3140,17 @@ Returns one reply per read, in order:
   "s": {{e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}}, ...} flattened 6 by 6,
        then the cursor ns_seq, item_seq to go on from ("" "": done), then the shard's version
        token ("": none)
-  "c": {1, record or nil, ...} (one per item, in order) when the cache is current;
-       {2, token, changes, record or nil, ...} when the log brings it up to date: the shard's
+  "c": {1 [CURRENT], record or nil, ...} (one per item, in order) when the cache is current;
+       {2 [UPDATED], token, changes, record or nil, ...} when the log brings it up to date: the shard's
        token now, and the items under e(prefix) changed after the client's token, as a "s"
        page's items ({e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}} flattened 6
-       by 6; an item a scan does not find: "" "" nil {}); else {0}
+       by 6; an item a scan does not find: "" "" nil {}); else {0 [STALE]}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
-  "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order; count as in "c",
-       _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0}: a scan
-  "C": {1, record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0}: the
+  "V": {1 [OK], e(ns), ns_seq, count, ...} (3 per namespace, in no order; count as in "c",
+       _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0 [SCAN]}: a scan
+  "C": {1 [OK], record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0 [SCAN]}: the
        sets changed (search by a scan)
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
 local WORK = 2048  -- entries a search page examines at most
@@ -3493,10 +3500,11 @@ ends the rebuild. A page adds the vectors of the next items of k: in sequence or
 st_vs_put; no VSIM); items put meanwhile get later sequences (next pages), or are written by
 the writers.
 Every argument is checked before the first write.
-Returns: {status, token, elements}: status "done" (the set is complete: searches use it),
-"more" (call again with "0" and the token returned: a rebuild started by another rebuilder is
-joined), "ended" (the rebuild of token ended, the namespace is out of sets), "none" (no items:
+Returns: {status, token, elements}: status "done" [DONE] (the set is complete: searches use it),
+"more" [MORE] (call again with "0" and the token returned: a rebuild started by another rebuilder is
+joined), "ended" [ENDED] (the rebuild of token ended, the namespace is out of sets), "none" [NONE] (no items:
 a namespace without a k: index gets a new set from its next put).
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 if not ST_VS then st_fail('RS_BADARG', 'a rebuild needs vector sets (format "<format>v")') end
@@ -3592,6 +3600,7 @@ Every write is checked before the first is applied. A call with a put or a delet
 shard's version token "w" and logs the items it put or deleted in the shard's change log "l"
 (_store_lib.lua st_bump); any call makes the token when it is missing.
 Returns: the number of writes.
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 local base = st_base()
@@ -3726,29 +3735,29 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_b46451bd5d2124d1_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5680abce302f5756_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_5680abce302f5756_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
