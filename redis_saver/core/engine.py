@@ -26,7 +26,6 @@ again as EVAL of its script's body, as after NOSCRIPT.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ from ..telemetry import Recording, Telemetry
 from . import policy as _policy
 from .plans import Call, IndexSlots, Out
 from .policy import logger
-from .scripts import Library, Script, library, load_all
+from .scripts import Library, Script, library, load_all, where
 
 T = TypeVar("T")
 
@@ -81,7 +80,6 @@ SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
 SLOT_MOVE_TIMEOUT = 30.0
 SLOT_PAUSE, SLOT_PAUSE_MAX = 0.02, 0.25  # the pause before each such attempt: doubling, capped
 SLOT_REFRESH_EVERY = 0.5  # seconds between the slot-map refreshes of one engine while a slot moves
-_SUFFIX = re.compile(r"\s*script: [0-9A-Za-z_]+, on @user_(?:script|function):\d+\.?\s*$")
 
 
 # ---- operations ------------------------------------------------------------------------
@@ -170,7 +168,7 @@ def map_error(exc: ResponseError) -> Exception:
                 break
     if cls is None:
         return exc
-    err = cls(_SUFFIX.sub("", msg[len(code) :].strip()))
+    err = cls(where(msg[len(code) :].strip()))  # the file and line Redis ran
     err.__cause__ = exc
     return err
 
