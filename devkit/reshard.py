@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ class Thread:
     # a destructive call (delete, prune, copy into it) failed: either outcome, so its content is
     # not checked at the end (its keys still are, for leaks)
     uncertain: bool = False
+    halfway: bool = False  # a script stopped halfway on it (its problems are counted apart)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Report:
     lost: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)  # of the first errors
     slowest: tuple[float, str] = (0.0, "")
     moved_slots: int = 0
     half_moved: int = 0
@@ -202,9 +205,12 @@ async def work(api: Api, threads: list[Thread], stop: list[float], seed: int) ->
                 await put_step(api, th, n)
         except Exception as exc:  # counted; the thread is left as it is, checked at the end
             th.broken = True
+            th.halfway = HALFWAY in str(exc)
             text = f"{th.tid}: {type(exc).__name__}: {exc}"[:300]
             with api.lock:
-                (api.report.halfway if HALFWAY in str(exc) else api.report.errors).append(text)
+                (api.report.halfway if th.halfway else api.report.errors).append(text)
+                if len(api.report.traces) < 5:
+                    api.report.traces.append("".join(traceback.format_exception(exc)))
 
 
 def _cli(cluster: Any) -> str:
@@ -215,7 +221,11 @@ def _cli(cluster: Any) -> str:
 
 
 def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> None:
-    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next."""
+    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next
+    (a primary emptied so stays one: Redis 7 would make it a replica of the node that took its
+    last slot, unless ``cluster-allow-replica-migration`` is off)."""
+    for node in cluster.live_nodes():
+        node.command("CONFIG", "SET", "cluster-allow-replica-migration", "no")
     primaries = sorted({int(row[2][1]) for row in cluster.slots()})
     for i in range(rounds):
         src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
@@ -246,7 +256,7 @@ def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: R
 def check(saver: Any, client: Any, prefix: str, threads: list[Thread], report: Report) -> None:
     """Every thread read back whole against its reference, then the leak scan."""
     for th in threads:
-        if th.uncertain:
+        if th.uncertain or th.halfway:
             continue
         listed = list(saver.list(W.cfg(th.tid)))
         got = [_cid(t) for t in listed]
@@ -260,7 +270,9 @@ def check(saver: Any, client: Any, prefix: str, threads: list[Thread], report: R
             if _cid(t) in th.values:
                 problems = read_problems(th, t, _cid(t))
                 (report.lost if any("missing" in p for p in problems) else report.damaged).extend(problems)
-    report.leaks.extend(leaks(client, prefix, [t for t in threads if t.ids or t.uncertain or t.maybe]))
+    halfway = {t.tid for t in threads if t.halfway}
+    for leak in leaks(client, prefix, [t for t in threads if t.ids or t.uncertain or t.maybe or t.halfway]):
+        (report.halfway if leak.split(":", 1)[0] in halfway else report.leaks).append(leak)
 
 
 def leaks(client: Any, prefix: str, live: list[Thread]) -> list[str]:
