@@ -6,9 +6,10 @@ call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map r
 or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
-cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
-maxmemory-policy check runs. ``transport/drivers.py`` has the two drivers (sync and asyncio) that only
-perform operations, so nothing here is written twice.
+cluster retry, retries on ConnectionError, waiting out a cluster slot that is moving
+(``while_moving``), setup(), the index-slot search and when the maxmemory-policy check runs.
+``transport/drivers.py`` has the two drivers (sync and asyncio) that only perform operations,
+so nothing here is written twice.
 
 A NOSCRIPT reply (the server lost its script cache: restart, failover to a replica that never
 loaded the scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the
@@ -430,8 +431,8 @@ class Engine:
         idempotent: the same call again leaves the same data). A slot map fixed by redis-py
         (MOVED) needs nothing more; after the other refusals the engine refreshes it, at most
         every SLOT_REFRESH_EVERY seconds."""
-        if isinstance(exc, SlotMovingError):
-            raise exc
+        if isinstance(exc, SlotMovingError) or not (self.cluster or isinstance(exc, ClientClosedConnection)):
+            raise exc  # (a redirect from a server the client does not take for a cluster: misconfigured)
         start = time.monotonic()
         deadline = start + self.slot_move_timeout
         pause = SLOT_PAUSE
