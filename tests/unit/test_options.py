@@ -83,6 +83,10 @@ def test_from_conn_string_takes_the_class_options_and_leaves_the_client_ones() -
     options = {"prefix": "c", "functions": False}
     assert RedisCache._split(options) == {"prefix": "c", "retries": 3}
     assert options == {"functions": False}
+    for cls in SYNC + ASYNC:
+        options = {"slot_move_timeout": 5, "socket_timeout": 2}
+        assert cls._split(options) == {"slot_move_timeout": 5, "retries": 3}, cls
+        assert options == {"socket_timeout": 2}
 
 
 def test_a_subclass_passing_options_on_keeps_every_option() -> None:
