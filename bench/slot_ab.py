@@ -2,7 +2,8 @@
 RedisSaver and AsyncRedisSaver on a standalone server and on a 3-primary cluster whose slots do
 not move.
 
-    .venv/bin/python -m bench.slot_ab [--base main] [--rounds 5] [--calls 1500]
+    .venv/bin/python -m bench slot_ab [--base main] [--rounds 5] [--calls 1500] [--kinds sync,async]
+        [--deployments standalone,cluster]
 
 Both sides are taken from git (``git archive <ref> redis_saver lua`` into a scratch directory:
 ``--base``, default ``main``, against ``HEAD``, the working tree's commit) and run in turns, each
@@ -120,18 +121,22 @@ async def _async(url: str, prefix: str, n: int) -> dict[str, float]:
     return {op: v / n * 1e6 for op, v in sums.items()}
 
 
-def worker(url: str, prefix: str, n: int) -> None:
+def worker(url: str, prefix: str, n: int, kinds: str) -> None:
     import redis_saver
 
-    res = {"sync": _sync(url, prefix + "s", n), "async": asyncio.run(_async(url, prefix + "a", n))}
-    print(json.dumps({**res, "from": redis_saver.__file__}))
+    res: dict[str, Any] = {"from": redis_saver.__file__}
+    if "sync" in kinds.split(","):
+        res["sync"] = _sync(url, prefix + "s", n)
+    if "async" in kinds.split(","):
+        res["async"] = asyncio.run(_async(url, prefix + "a", n))
+    print(json.dumps(res))
 
 
 # ---- the parent ---------------------------------------------------------------------------------
-def _run_side(src: Path, url: str, prefix: str, n: int) -> dict[str, dict[str, float]]:
+def _run_side(src: Path, url: str, prefix: str, n: int, kinds: str) -> dict[str, dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     res = subprocess.run(
-        [sys.executable, __file__, "--worker", url, prefix, str(n)],
+        [sys.executable, __file__, "--worker", url, prefix, str(n), kinds],
         env=env, cwd=src, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if res.returncode != 0:
@@ -147,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default="main")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=1500)
+    ap.add_argument("--kinds", default="sync,async", help="savers: sync, async or both")
+    ap.add_argument("--deployments", default="standalone,cluster")
     args = ap.parse_args(argv)
+    kinds = [k for k in KINDS if k in args.kinds.split(",")]
     from devkit.servers import start_cluster, start_standalone
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,14 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             sides[label] = (Path(tmp) / label, _archive(ref, Path(tmp) / label))
         server, cluster = start_standalone(), start_cluster(masters=3, replicas_per_master=0)
         deployments = {"standalone": server.url, "cluster": f"redis+cluster://127.0.0.1:{cluster.nodes[0].port}"}
+        deployments = {k: v for k, v in deployments.items() if k in args.deployments.split(",")}
         times: dict[tuple[str, str, str, str], list[float]] = {}
         try:
             for r in range(args.rounds):
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
                 for dep, url in deployments.items():
                     for label in order:
-                        res = _run_side(sides[label][0], url, f"ab{r}{label[0]}{dep[0]}", args.calls)
-                        for kind in KINDS:
+                        res = _run_side(sides[label][0], url, f"ab{r}{label[0]}{dep[0]}", args.calls, args.kinds)
+                        for kind in kinds:
                             for op, us in res[kind].items():
                                 times.setdefault((dep, kind, op, label), []).append(us)
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -176,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| deployment | saver | op | before us | after us | after/before | per round: median (min-max) |")
     print("|---|---|---|---|---|---|---|")
     for dep in deployments:
-        for kind in KINDS:
+        for kind in kinds:
             for op in [*OPS, *(f"{op} cpu" for op in OPS)]:
                 bs, as_ = times[(dep, kind, op, "before")], times[(dep, kind, op, "after")]
                 b, a = statistics.median(bs), statistics.median(as_)
@@ -188,6 +197,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:  # the timed process (run as a file: its sys.path has no repository)
-        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
         sys.exit(0)
     sys.exit(main())
