@@ -80,6 +80,7 @@ class Known(NamedTuple):
     stream: Stream
     ops: tuple[Op, ...]
     value: bytes
+    checked: Any = None  # with an integrity key: (place, tag) that value is known to carry
 
     @property
     def nbytes(self) -> int:
@@ -384,9 +385,10 @@ def new_sid() -> bytes:
 
 
 def encode_channel(
-    type_: bytes, data: bytes, ch_e: bytes, known: Known | None
+    type_: bytes, data: bytes, ch_e: bytes, known: Known | None, extra: int = 0
 ) -> tuple[bytes, StreamAppend | None]:
-    """A channel value's blob record, and the stream change it needs (None: stored raw)."""
+    """A channel value's blob record, and the stream change it needs (None: stored raw);
+    ``extra``: bytes its type will gain (an integrity tag), counted in the record's bound."""
     check_type(type_)
     if len(data) < MIN_ENCODED or len(type_) > 128:
         return blob_record(type_, data), None
@@ -401,7 +403,7 @@ def encode_channel(
             raw = st.raw + suffix
             payload = stream_payload(st.sid, ops)
             rec = blob_record(type_ + STREAM_MARK, payload)
-            if len(rec) <= STREAM_REC_MAX:
+            if len(rec) + extra <= STREAM_REC_MAX:
                 if st.frames + (1 if suffix else 0) > MERGE_AT:
                     mode, frame, frames = b"m", compress(raw), 1
                 elif suffix:
@@ -436,6 +438,8 @@ def decode_streams(
     for s in streams:
         sid, d, frames = s[0], s[1], s[2:]
         dir_ = unpack(d)
+        if not dir_ or not dir_[0].isdigit():
+            raise MalformedReplyError(f"stream {sid!r}: malformed directory")
         held = cache.stream(thread_id, sid) if cache is not None else None
         if held is not None and len(held.raw) == int(dir_[0]) and held.frames == len(frames):
             out[sid] = held
