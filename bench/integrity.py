@@ -110,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|")
         q = {}
         for k in chats:
-            pw, pc = zip(*puts[k])
-            gw, gc_ = zip(*gets[k])
+            pw, pc = zip(*puts[k], strict=True)
+            gw, gc_ = zip(*gets[k], strict=True)
             q[k] = (statistics.median(pw), statistics.quantiles(pw, n=100)[98], statistics.median(gw),
                     statistics.quantiles(gw, n=100)[98], statistics.median(pc), statistics.median(gc_))
             print(f"| {k} | " + " | ".join(f"{x * 1e6:.0f} us" for x in q[k]) + " |")
-        print("| key / no key | " + " | ".join(f"{a / b:.3f}x" for a, b in zip(q["key"], q["no key"])) + " |")
+        ratios = [f"{a / b:.3f}x" for a, b in zip(q["key"], q["no key"], strict=True)]
+        print("| key / no key | " + " | ".join(ratios) + " |")
         a, na = _stored(r, "plain", "c-1")
         b, nb = _stored(r, "keyed", "c-1")
         print(f"stored bytes of one thread: {a} without a key, {b} with ({nb} records, "
