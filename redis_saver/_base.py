@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -73,7 +73,8 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
             checkpoint id, channel and version, task id and write index), checked before
             anything is deserialized: data that fails, or carries no tag, raises
             ``IntegrityError`` (docs/deployment.md "Trust model"). ``None`` (default): no tags
-            are written or checked; tagged data reads as any other.
+            are written or checked; tagged data reads as any other. ``copy_thread`` with a
+            key checks each record in the client and signs it for the target.
     """
 
     def __init__(
@@ -88,7 +89,6 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
         eviction_check: Literal["warn", "raise", "off"] = "warn",
         cache_bytes: int = 64 << 20,
         functions: bool = True,
-        integrity_key: bytes | Sequence[bytes] | None = None,
         **options: Unpack[Options],
     ) -> None:
         shared = self._options(options)
@@ -99,7 +99,8 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
         self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
         self.keys = KeySchema(shared["prefix"])
-        self._integrity = None if integrity_key is None else Integrity(integrity_key, self.keys.prefix)
+        key = shared["integrity_key"]
+        self._integrity = None if key is None else Integrity(key, self.keys.prefix)
         self.ttl = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")

@@ -20,6 +20,7 @@ records it changes with other string headers.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 from collections.abc import Sequence
@@ -86,7 +87,7 @@ class Integrity:
         }
 
     @staticmethod
-    def _mac(base: Any, where: Sequence[bytes | str], data: bytes) -> bytes:
+    def _mac(base: Any, where: Sequence[Any], data: bytes) -> bytes:
         h = base.copy()
         # where: a MessagePack array (self-delimiting, so the encoding is injective; str and
         # bytes pack alike), then the data
@@ -95,11 +96,11 @@ class Integrity:
         out: bytes = h.digest()
         return out
 
-    def tag(self, where: Sequence[bytes | str], data: bytes, size: int = TAG) -> bytes:
+    def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
         """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
         return self._mac(self._bases[size][0], where, data)
 
-    def check(self, tag: bytes | None, where: Sequence[bytes | str], data: bytes, size: int = TAG) -> None:
+    def check(self, tag: bytes | None, where: Sequence[Any], data: bytes, size: int = TAG) -> None:
         """Raise IntegrityError unless ``tag`` is ``data``'s at ``where`` under one of the keys."""
         if tag is not None and len(tag) == size:
             for base in self._bases[size]:
@@ -108,7 +109,7 @@ class Integrity:
         raise IntegrityError(_what(tag, where))
 
     # ---- checkpoint records -----------------------------------------------------------
-    def cp_tags(self, where: Sequence[bytes | str], parts: Sequence[Any], parent: bytes | str) -> bytes:
+    def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
         """A checkpoint record's two tags (``parts``: CP order, the type without tags): over its
         parts with its parent, then over them with an empty parent (the record once prune
         cleared its parent)."""
@@ -116,7 +117,7 @@ class Integrity:
         p = parent if isinstance(parent, bytes) else parent.encode()
         return self.tag((*where, p), content) + self.tag((*where, b""), content, PARENT_TAG)
 
-    def check_cp(self, tags: bytes | None, where: Sequence[bytes | str], parts: Sequence[Any]) -> None:
+    def check_cp(self, tags: bytes | None, where: Sequence[Any], parts: Sequence[Any]) -> None:
         """Check a stored checkpoint record's tags (``parts``: as read, the type without tags):
         one MAC, the first tag's, or with an empty parent the second's."""
         if tags is None or len(tags) != CP_TAG:
@@ -126,6 +127,26 @@ class Integrity:
             self.check(tags[:TAG], (*where, parent), _content(parts))
         else:  # the ancestors were pruned (or deleted): see the module's doc
             self.check(tags[TAG:], (*where, b""), _content(parts), PARENT_TAG)
+
+
+TEXT_TAG = 22  # a tag in base64url without padding: the store's records keep their type as text
+
+
+def join_text(type_: bytes, tag: bytes) -> bytes:
+    """``join_type`` with the tag as base64url (no space, newline or NUL: the store's records
+    are text up to their bytes)."""
+    return join_type(type_, base64.urlsafe_b64encode(tag).rstrip(b"="))
+
+
+def split_text(type_: bytes) -> tuple[bytes, bytes | None]:
+    """``split_type`` of a type holding a ``join_text`` tag."""
+    t, tag = split_type(type_, TEXT_TAG)
+    if tag is None:
+        return t, None
+    try:
+        return t, base64.urlsafe_b64decode(tag + b"==")
+    except ValueError:  # binascii.Error: not base64, so no tag
+        return t, None
 
 
 def _content(parts: Sequence[Any]) -> bytes:
@@ -138,9 +159,9 @@ def _content(parts: Sequence[Any]) -> bytes:
 _KINDS = {"c": "checkpoint", "v": "value", "w": "pending write", "s": "store item", "e": "cache entry"}
 
 
-def _what(tag: bytes | None, where: Sequence[bytes | str]) -> str:
+def _what(tag: bytes | None, where: Sequence[Any]) -> str:
     kind = _KINDS.get(str(where[0]), str(where[0])) if where else "data"
-    shown = ", ".join(repr(w if isinstance(w, str) else bytes(w)[:80]) for w in where[1:])
+    shown = ", ".join(repr(w[:80] if isinstance(w, (str, bytes)) else w) for w in where[1:])
     if tag is None:
         return f"stored {kind} ({shown}) carries no integrity tag: written without the key, or planted"
     return (
