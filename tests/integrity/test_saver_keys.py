@@ -139,3 +139,27 @@ def test_prune_and_latest_only_threads_stay_readable(client: Any, prefix: str) -
     client.hset(cp, ids[-1], raw.replace(parent.encode(), other.encode(), 1))
     with pytest.raises(redis_saver.IntegrityError):
         keyed.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_sign_thread_vouches_for_what_is_stored(client: Any, prefix: str) -> None:
+    """Data written without a key (compressed, streams, pending writes, an old thread's records)
+    reads with the key once signed; data signed under K1 reads under [K2] once signed with K2."""
+    plain = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE)
+    run_thread(plain, "t")
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, compress=False), "raw")
+    before = {t: _state(plain, t) for t in ("t", "raw")}
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=[K2, K1])
+    for t in ("t", "raw"):
+        with pytest.raises(redis_saver.IntegrityError):
+            _state(keyed, t)
+        assert keyed.sign_thread(t) > 0
+        assert _state(keyed, t) == before[t]
+        assert keyed.sign_thread(t) == 0  # signed already: nothing to replace
+    only_k2 = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K2)
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1), "k1")
+    with pytest.raises(redis_saver.IntegrityError):
+        _state(only_k2, "k1")
+    assert keyed.sign_thread("k1") > 0
+    assert _state(only_k2, "k1") == _state(plain, "k1")
+    with pytest.raises(ValueError, match="integrity_key"):
+        plain.sign_thread("t")
