@@ -12,7 +12,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
 )
 
-from ...errors import DamagedThreadError, ParentCycleError
+from ...errors import DamagedThreadError, IntegrityError, ParentCycleError
 from ...keys import dec_str
 from .. import codec
 from .. import values as values_
@@ -54,6 +54,8 @@ class ReadPlans(PlanBase):
         if reply is None:
             return None
         cid_b, raw, values_at, writes, streams, blobs = reply
+        if cid and self._integrity is not None and cid_b.decode() != cid:
+            raise IntegrityError(f"get_tuple of checkpoint {cid!r} answered with {cid_b!r}")
         return self._tuple(
             thread_id, ns, cid_b.decode(), raw, values_at, writes,
             _ReplyBlobs(blobs, values_.decode_streams(streams, self._streams, thread_id)), remember=True,
