@@ -92,3 +92,49 @@ def test_the_build_before_tags_refuses_signed_data(before_tags: Path, redis_url:
             {"configurable": {"thread_id": "old"}}
         )
     r.close()
+
+
+FORMAT_5 = "bfd9476"  # the last build that wrote storage format 5 (framed checkpoint records)
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    import redis
+    from redis_saver import RedisSaver
+    sys.path.insert(0, sys.argv[3])
+    from tests.integrity._graphs import run_thread
+    run_thread(RedisSaver(redis.Redis.from_url(sys.argv[1]), prefix=sys.argv[2]), "f5")
+    print("{}")
+    """
+)
+
+
+def test_sign_thread_signs_a_format_5_thread_in_place(tmp_path: Path, redis_url: str, prefix: str) -> None:
+    """A thread the format-5 build wrote (framed checkpoint records) reads the same with a key
+    once signed: its checkpoint records are stored signed as format-6 records beside the rest."""
+    got = subprocess.run(["git", "-C", str(ROOT), "archive", FORMAT_5, "redis_saver", "lua"], capture_output=True)
+    if got.returncode != 0:
+        pytest.fail(f"the build {FORMAT_5} is not in this checkout's git history: {got.stderr.decode()}")
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        tar.extractall(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER, redis_url, prefix, str(ROOT)],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = redis.Redis.from_url(redis_url)
+    cp = f"{prefix}:{{f5}}:cp"
+    assert all(v[:1].isdigit() for v in r.hvals(cp))  # framed records, as format 5 wrote them
+    plain = redis_saver.RedisSaver(r, prefix=prefix)
+    before = [(t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+              for t in plain.list({"configurable": {"thread_id": "f5"}})]
+    keyed = redis_saver.RedisSaver(r, prefix=prefix, integrity_key=os.urandom(32))
+    with pytest.raises(redis_saver.IntegrityError):
+        keyed.get_tuple({"configurable": {"thread_id": "f5"}})
+    assert keyed.sign_thread("f5") > 0
+    after = [(t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+             for t in keyed.list({"configurable": {"thread_id": "f5"}})]
+    assert after == before and len(after) > 3
+    assert all(v[:1] == b"\x9a" for v in r.hvals(cp))
+    r.close()
