@@ -9,8 +9,10 @@ stream first, then checked), and raises ``IntegrityError`` on a mismatch or a mi
 
 Where the tag lives: in the serde type part of the record, right after the serializer's type
 name (which never holds ``\\x1f``) and before the encoding marks: ``type + MARK + tag + marks``.
-The Lua scripts read no type but the trailing marks, so they see nothing new; a build without
-this module hands the marked type to its serializer, which refuses it (never a silent misread).
+The Lua scripts read no type but a channel value's trailing marks, so they see nothing new (a
+channel value's tag is base64url text, ``TEXT_TAG``, so its type never ends in a mark by chance;
+a write's and a checkpoint's are bytes); a build without this module hands the marked type to
+its serializer, which refuses it (never a silent misread).
 A checkpoint record's type holds two tags (``CP_TAG``): one over the record, one over the record
 with an empty parent id, so that prune may clear the parent of a checkpoint it keeps (a reader
 checks one of them; clearing a parent is what deleting the ancestors does anyway). A record is
@@ -129,12 +131,14 @@ class Integrity:
             self.check(tags[TAG:], (*where, b""), _content(parts), PARENT_TAG)
 
 
-TEXT_TAG = 22  # a tag in base64url without padding: the store's records keep their type as text
+# a tag in base64url without padding: in a channel value's type (the scripts take a type ending
+# in "\x1fs" for a stream record's, which a binary tag could end with) and a store item's (its
+# record is text up to its bytes)
+TEXT_TAG = 22
 
 
 def join_text(type_: bytes, tag: bytes) -> bytes:
-    """``join_type`` with the tag as base64url (no space, newline or NUL: the store's records
-    are text up to their bytes)."""
+    """``join_type`` with the tag as base64url (no ``\x1f``, space, newline or NUL)."""
     return join_type(type_, base64.urlsafe_b64encode(tag).rstrip(b"="))
 
 

@@ -27,6 +27,7 @@ restart) a put starts a new stream: one compressed copy of the value, never a se
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -71,6 +72,7 @@ class Stream(NamedTuple):
     sid: bytes
     raw: bytes  # its raw (decompressed) bytes
     frames: int  # its number of frames
+    hashed: Any = None  # with an integrity key: a BLAKE2b of exactly ``raw`` (``stream_covered``)
 
 
 class Known(NamedTuple):
@@ -80,7 +82,6 @@ class Known(NamedTuple):
     stream: Stream
     ops: tuple[Op, ...]
     value: bytes
-    checked: Any = None  # with an integrity key: (place, tag) that value is known to carry
 
     @property
     def nbytes(self) -> int:
@@ -451,6 +452,28 @@ def decode_streams(
             )
         out[sid] = Stream(sid, raw, len(frames))
     return out
+
+
+def stream_covered(ops: Sequence[Op], st: Stream, base: Stream | None = None) -> tuple[bytes, Stream]:
+    """What the integrity tag of a stream value covers: its ops (the stream id left out: a copy
+    gives streams new ids) and a BLAKE2b of the stream bytes they read, ``raw[:end]``; and the
+    stream with its running hash when that is the whole stream. A stream that extends ``base``
+    (the stream a put appended to) continues ``base``'s hash: a put hashes its new bytes only,
+    and a read of a stream this saver holds hashes nothing again."""
+    end = max((op[1] for op in ops if not isinstance(op, bytes)), default=0)
+    if end == len(st.raw):
+        h = st.hashed
+        if h is None:
+            if base is not None and base.hashed is not None and base.sid == st.sid and len(base.raw) <= end:
+                h = base.hashed.copy()
+                h.update(memoryview(st.raw)[len(base.raw) :])
+            else:
+                h = hashlib.blake2b(st.raw)
+            st = st._replace(hashed=h)
+        digest = h.digest()
+    else:
+        digest = hashlib.blake2b(memoryview(st.raw)[:end]).digest()
+    return stream_payload(b"", ops) + digest, st
 
 
 def decode_stream_value(payload: bytes, streams: dict[bytes, Stream]) -> tuple[bytes, Known]:

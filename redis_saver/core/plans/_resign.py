@@ -13,7 +13,7 @@ from ...errors import MalformedReplyError
 from ...keys import dec_first
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, Integrity, join_type, split_type
+from ..integrity import CP_TAG, Integrity, join_text, join_type, split_text, split_type
 from . import budgets as B
 from .common import Call, Plan, PlanBase, normalize_thread_id
 
@@ -54,15 +54,16 @@ class Resign:
         ch, p = dec_first(f, p)
         ver = f[p:]
         t, data = codec.unpack_blob(rec)
-        t, tag = split_type(t)
+        t, tag = split_text(t)
         covered = data
         if d is not None:
             if d not in self.dirs:
                 raise MalformedReplyError(f"copy: stream {d!r} missing from the export")
-            covered = values_.decode_stream_value(data, self._raw(d))[0]
+            known = values_.decode_stream_value(data, self._raw(d))[1]
+            covered = values_.stream_covered(known.ops, known.stream)[0]
         if not self.vouch:
             self.integ.check(tag, ("v", self.src, ns, ch, ver, t), covered)
-        return codec.blob_record(join_type(t, self.integ.tag(("v", self.dst, ns, ch, ver, t), covered)), data)
+        return codec.blob_record(join_text(t, self.integ.tag(("v", self.dst, ns, ch, ver, t), covered)), data)
 
     def checkpoint(self, f: bytes, raw: bytes) -> bytes:
         ns, p = dec_first(f)

@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, Integrity, split_type
+from ..integrity import CP_TAG, Integrity, split_text, split_type
 
 if TYPE_CHECKING:
     from ..ttl import TTLConfig
@@ -201,7 +201,7 @@ class PlanBase:
         version) first: a stream value's once its bytes are put together, any other's before
         it is decompressed."""
         type_, data = codec.unpack_blob(blob)
-        type_, tag = split_type(type_)
+        type_, tag = split_text(type_)
         integ = self._integrity
         if integ is not None:
             if where is None:
@@ -211,13 +211,11 @@ class PlanBase:
         if type_.endswith(values_.STREAM_MARK):
             data, known = values_.decode_stream_value(data, streams)
             if integ is not None:
-                place = ("v", *where, type_)  # type: ignore[misc]
-                held = self._streams.get(cache_key) if cache_key is not None else None
-                # the value this saver last checked (or wrote) there, byte for byte: its tag
-                # holds already (a comparison instead of a MAC over the whole list)
-                if held is None or held.checked != (place, tag) or held.value != data:
-                    integ.check(tag, place, data)
-                known = known._replace(checked=(place, tag))
+                covered, st = values_.stream_covered(known.ops, known.stream)
+                integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
+                if st is not known.stream:  # its running hash, for the reply's other values and the cache
+                    streams[st.sid] = st
+                    known = known._replace(stream=st)
             type_ = type_[:-2]
             if cache_key is not None:
                 self._streams.put(cache_key, known)

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, TAG, join_type
+from ..integrity import MARK, TEXT_TAG, join_text, join_type
 
 if TYPE_CHECKING:
     pass
@@ -177,13 +177,13 @@ class WritePlans(LifecyclePlans):
         args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
         integ = self._integrity
-        extra = len(MARK) + TAG if integ is not None else 0
+        extra = len(MARK) + TEXT_TAG if integ is not None else 0
         for item in serialized:
             ch, ch_e, v, typed = item
             if typed is None:
                 continue
             args.append(ch_e + v)
-            app = None
+            app, known = None, None
             if self.compress:
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
@@ -197,13 +197,12 @@ class WritePlans(LifecyclePlans):
             if integ is not None:
                 t, stored = codec.unpack_blob(rec)
                 # a stream value's tag covers its bytes, the others' what is stored
-                stream = t.endswith(values_.STREAM_MARK)
-                covered = typed[1] if stream else stored
-                place = ("v", thread_id, ns, ch, v.decode(), t)
-                tag = integ.tag(place, covered)
-                rec = codec.blob_record(join_type(t, tag), stored)
-                if stream and app is not None:
-                    app.known = app.known._replace(checked=(place, tag))
+                covered = stored
+                if t.endswith(values_.STREAM_MARK) and app is not None:
+                    # a stream value: its ops and a running hash of its stream (its new bytes hashed)
+                    covered, st = values_.stream_covered(app.known.ops, app.known.stream, known and known.stream)
+                    app.known = app.known._replace(stream=st)
+                rec = codec.blob_record(join_text(t, integ.tag(("v", thread_id, ns, ch, v, t), covered)), stored)
             args.append(rec)
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
