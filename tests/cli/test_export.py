@@ -53,11 +53,18 @@ def test_round_trip(cli, filled, tmp_path):
     cli("import", str(path))
     for t in tids:
         assert _read(filled, t) == before[t], t
-    # importing again: the threads exist; refused as a whole unless told what to do
+    # importing again: every thread holds what the file holds (an earlier import): nothing to do
+    res = cli("import", str(path))
+    assert "4 thread(s) already complete" in res.stdout and "imported 0 thread(s)" in res.stdout
+    # a thread that holds something else is refused as a whole unless told what to do
+    cli("delete", "t-2", "--yes")
+    _odd_thread(filled, "t-2")
     res = cli("import", str(path), code=1)
-    assert "already exist" in res.stderr and "nothing was written" in res.stderr
+    assert "1 thread(s) already exist (t-2)" in res.stderr and "nothing was written" in res.stderr
     cli("import", str(path), "--skip-existing")
-    cli("import", str(path), "--replace", "--yes")
+    assert _read(filled, "t-2") != before["t-2"]
+    res = cli("import", str(path), "--replace", "--yes")
+    assert "imported 1 thread(s)" in res.stdout and "3 thread(s) already complete" in res.stdout
     for t in tids:
         assert _read(filled, t) == before[t], t
 
