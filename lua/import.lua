@@ -25,8 +25,8 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
-abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
-      Returns 1 when it did, else 0.
+abort: ARGV[6] the copy's token: removes the target when its meta holds that token and "xp"
+      (not once its last call made it visible). Returns 1 when it did, else 0.
 stage (the command-line tool's import and migrate, which then write the thread with put and
       put_writes): ARGV[6] a fresh token. Makes the thread's meta with "xk" = the token and "xp"
       set, as a copy's first call does: reads answer as for a thread that does not exist until
@@ -52,7 +52,8 @@ if step == 'guard' then
   return redis.call('HGET', K_META, 'g')
 end
 if step == 'abort' then
-  if redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  -- not once the last call made it visible ("xp" cleared): a thread is whole or absent
+  if redis.call('HGET', K_META, 'xk') ~= token or redis.call('HEXISTS', K_META, 'xp') == 0 then return 0 end
   drop_thread()
   return 1
 end

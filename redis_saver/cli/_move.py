@@ -83,6 +83,21 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
     """
     if replace and skip_existing:
         raise click.UsageError("--replace and --skip-existing exclude each other")
+    progress = [0, 0]  # threads done, threads to do
+    current: list[str | None] = [None]
+    try:
+        with interruptible():
+            _import(st, path, replace, skip_existing, yes, dry_run, progress, current)
+    except KeyboardInterrupt:
+        raise stopped(progress[0], progress[1], current[0], f"import {path}") from None
+
+
+def _import(
+    st: State, path: str, replace: bool, skip_existing: bool, yes: bool, dry_run: bool,
+    progress: list[int], current: list[str | None],
+) -> None:
+    """import's work; ``progress`` and ``current`` say where it stands, for the message of a
+    stopped run."""
     saver = st.saver()
     with open(path, encoding="utf-8") as f:
         info = stream.check_file(f)
@@ -94,45 +109,40 @@ def import_cmd(st: State, path: str, replace: bool, skip_existing: bool, yes: bo
                     f"{'...' if len(differ) > 5 else ''}) with other contents than the file's: pass --replace "
                     "or --skip-existing; nothing was written")
     todo = [t for t in info["threads"] if t not in complete and not (skip_existing and t in existing)]
-    verb = "would import" if dry_run else "import"
-    click.echo(f"{verb} {len(todo)} thread(s) of {len(info['threads'])} in the file"
-               + (f"; {len(differ)} existing thread(s) " + ("replaced" if replace else "skipped")
-                  if differ else ""))
+    progress[1] = len(todo)
+    click.echo(f"{'would import' if dry_run else 'import'} {len(todo)} thread(s) of {len(info['threads'])} in "
+               "the file" + (f"; {len(differ)} existing thread(s) " + ("replaced" if replace else "skipped")
+                            if differ else ""))
     if complete:
         click.echo(resumed_text(len(complete), 0))
     if dry_run:
         return
     if replace and differ:
         _confirm(f"Replace {len(differ)} existing thread(s)?", yes)
-    todo_set, replaced = set(todo), set(differ) if replace else set()
-    done: list[str] = []
-    current: str | None = None
+    replaced = set(differ) if replace else set()
     n_c = n_w = redone = 0
     t0 = time.monotonic()
     writer = st.saver(st.ttl) if st.ttl is not None else saver
-    try:
-        with interruptible(), open(path, encoding="utf-8") as f, _progress() as prog:
-            task = prog.add_task("import", total=len(todo), rate="")
-            for tid, items in stream.iter_threads(saver.serde, f, only=todo_set):
-                current = tid
-                try:
-                    if tid in replaced:
-                        saver.delete_thread(tid)
-                    with staged(writer, tid) as again:
-                        for it in items:
-                            n_w += ops.write_item(writer, it)
-                            n_c += 1
-                except Exception as exc:
-                    raise _fail(f"importing thread {tid!r} failed ({type(exc).__name__}: {exc}); nothing of it "
-                                f"was written; imported: {len(done)} thread(s); not touched: "
-                                f"{len(todo) - len(done) - 1}; run the same command again to go on") from None
-                current = None
-                redone += again
-                done.append(tid)
-                prog.update(task, advance=1, rate=_rate(n_c, t0))
-    except KeyboardInterrupt:
-        raise stopped(len(done), len(todo), current, f"import {path}") from None
-    click.echo(f"imported {len(done)} thread(s), {n_c} checkpoint(s), {n_w} pending write(s)")
+    with open(path, encoding="utf-8") as f, _progress() as prog:
+        task = prog.add_task("import", total=len(todo), rate="")
+        for tid, items in stream.iter_threads(saver.serde, f, only=set(todo)):
+            current[0] = tid
+            try:
+                if tid in replaced:
+                    saver.delete_thread(tid)
+                with staged(writer, tid) as again:
+                    for it in items:
+                        n_w += ops.write_item(writer, it)
+                        n_c += 1
+            except Exception as exc:
+                raise _fail(f"importing thread {tid!r} failed ({type(exc).__name__}: {exc}); nothing of it "
+                            f"was written; imported: {progress[0]} thread(s); not touched: "
+                            f"{len(todo) - progress[0] - 1}; run the same command again to go on") from None
+            current[0] = None
+            redone += again
+            progress[0] += 1
+            prog.update(task, advance=1, rate=_rate(n_c, t0))
+    click.echo(f"imported {progress[0]} thread(s), {n_c} checkpoint(s), {n_w} pending write(s)")
     if redone:
         click.echo(resumed_text(0, redone))
 
@@ -190,30 +200,34 @@ def migrate(
     st.require_url()
     wanted = [t for opt in thread_opt for t in opt.split(",") if t]
     saver = st.saver()
-    with contextlib.ExitStack() as stack:
-        if out_of_redis:
-            assert target is not None
-            if wanted:
-                unknown = [t for t in wanted if not ops.thread_exists(saver, t)]
-                if unknown:
-                    raise click.UsageError(f"not in Redis: {', '.join(unknown)}")
-                ids = wanted
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(interruptible())
+            if out_of_redis:
+                assert target is not None
+                if wanted:
+                    unknown = [t for t in wanted if not ops.thread_exists(saver, t)]
+                    if unknown:
+                        raise click.UsageError(f"not in Redis: {', '.join(unknown)}")
+                    ids = wanted
+                else:
+                    ids = list(ops.iter_thread_ids(saver))
+                src = saver
+                dst = writer = stack.enter_context(open_target(target, dry_run))
+                err.print(f"Redis {_redact(st.require_url())} -> {_redact(target)}: {len(ids)} thread(s)")
             else:
-                ids = list(ops.iter_thread_ids(saver))
-            src = saver
-            dst = writer = stack.enter_context(open_target(target, dry_run))
-            err.print(f"Redis {_redact(st.require_url())} -> {_redact(target)}: {len(ids)} thread(s)")
-        else:
-            assert source is not None
-            src, ids = stack.enter_context(open_source(source))
-            dst, writer = saver, st.saver(st.ttl) if st.ttl is not None else saver
-            if wanted:
-                unknown = [t for t in wanted if t not in set(ids)]
-                if unknown:
-                    raise click.UsageError(f"not in the source: {', '.join(unknown)}")
-                ids = wanted
-            err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
-        _copy_threads(src, dst, writer, ids, other_saver=out_of_redis, verify=verify, dry_run=dry_run)
+                assert source is not None
+                src, ids = stack.enter_context(open_source(source))
+                dst, writer = saver, st.saver(st.ttl) if st.ttl is not None else saver
+                if wanted:
+                    unknown = [t for t in wanted if t not in set(ids)]
+                    if unknown:
+                        raise click.UsageError(f"not in the source: {', '.join(unknown)}")
+                    ids = wanted
+                err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
+            _copy_threads(src, dst, writer, ids, other_saver=out_of_redis, verify=verify, dry_run=dry_run)
+    except KeyboardInterrupt:  # before the copy began (the copy says where it stopped itself)
+        raise stopped(0, None, None, "migrate") from None
 
 
 def _copy_threads(

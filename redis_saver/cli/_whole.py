@@ -53,10 +53,9 @@ def staged(writer: Any, thread_id: str) -> Iterator[bool]:
     appears whole. Yields True when an unfinished earlier copy of it was removed first (a run
     stopped midway). On any exception (Ctrl-C included) the thread is removed again."""
     drv, token = writer._driver, secrets.token_hex(12)
-    redone = drv.run(writer._plan_staged(thread_id, "stage", token)) == 2
     try:
-        yield redone
-    except BaseException:
+        yield drv.run(writer._plan_staged(thread_id, "stage", token)) == 2
+    except BaseException:  # abort removes it only if staged and not yet shown
         try:
             drv.run(writer._plan_staged(thread_id, "abort", token))
         except Exception:  # noqa: BLE001 - it stays invisible; the next run removes it
@@ -76,11 +75,12 @@ def resumed_text(complete: int, redone: int) -> str:
     return "resumed an earlier run: " + ", ".join(parts) if parts else ""
 
 
-def stopped(done: int, todo: int, current: str | None, command: str) -> click.exceptions.Exit:
+def stopped(done: int, todo: int | None, current: str | None, command: str) -> click.exceptions.Exit:
     """Say what a stopped run did and how to finish it; the exit to raise."""
     err.print()
-    where = f"; thread {current!r} was being written: nothing of it is visible" if current is not None else ""
-    err.print(f"[red]interrupted[/]: {done} of {todo} thread(s) written whole{where}; no thread is partly "
-              f"written. To finish, run the same command again ({command}, same options): it skips "
-              "the threads already complete and writes the others")
+    where = f" (stopped while writing thread {current!r})" if current is not None else ""
+    of = f" of {todo}" if todo is not None else ""
+    err.print(f"[red]interrupted[/]: {done}{of} thread(s) done{where}; no thread is partly written or "
+              f"visible. To finish, run the same command again ({command}, same options): it skips the "
+              "threads already complete and writes the others")
     return click.exceptions.Exit(INTERRUPTED)
