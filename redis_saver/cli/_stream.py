@@ -92,8 +92,9 @@ def check_file(f: IO[str]) -> dict[str, Any]:
     try:
         head = json.loads(first)
     except json.JSONDecodeError as exc:
-        cut = " (the file is truncated)" if first and not first.endswith("\n") else ""
-        raise StreamError(f"line 1 is not JSON ({exc.msg}){cut}: not a redis-saver export") from None
+        if not first.endswith("\n"):
+            raise StreamError(_truncated("its first line is cut off" if first else "it is empty", {}, None)) from None
+        raise StreamError(f"line 1 is not JSON ({exc.msg}): not a redis-saver export") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise StreamError("line 1 is not a redis-saver-export header")
     if head.get("version") != VERSION:
