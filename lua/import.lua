@@ -20,23 +20,24 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
       a record counts when it changes its field (a retried call counts nothing twice); a
       stream sent again (it grew in the source) comes with its new frames only, keeps the
       target's count and drops the frames its new directory does not list.
-      Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
+      Returns 1 [WRITTEN]; 0 [NOT_WRITTEN] (nothing written) on a later call when the target's meta no longer holds
       the token (deleted, expired or started over by another writer since the first call).
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
 abort: ARGV[6] the copy's token: removes the target when its meta holds that token and "xp"
-      (not once its last call made it visible). Returns 1 when it did, else 0.
+      (not once its last call made it visible). Returns 1 [WRITTEN] when it did, else 0
+      [NOT_WRITTEN].
 stage (the command-line tool's import and migrate, which then write the thread with put and
       put_writes): ARGV[6] a fresh token. Makes the thread's meta with "xk" = the token and "xp"
       set, as a copy's first call does: reads answer as for a thread that does not exist until
       "reveal" (check_counts()), so no reader ever sees the thread partly written. A thread
       holding "xp" under another token (an import or copy that stopped midway) or expiring is
-      removed first. Returns 1, or 2 when it removed such an unfinished thread; 1 again when
-      the meta already holds this token (a retried call).
+      removed first. Returns 1 [WRITTEN], or 2 [REDONE] when it removed such an unfinished
+      thread; 1 [WRITTEN] again when the meta already holds this token (a retried call).
 reveal: ARGV[6] the token: clears "xp" (the thread becomes visible whole, in this one call) when
-      the meta holds the token. Returns 1 when it does, else 0 (the thread was deleted, expired
-      or staged again by another writer meanwhile).
+      the meta holds the token. Returns 1 [WRITTEN] when it does, else 0 [NOT_WRITTEN] (the
+      thread was deleted, expired or staged again by another writer meanwhile).
 Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
 local step, token = ARGV[5], ARGV[6]
