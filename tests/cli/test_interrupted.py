@@ -235,6 +235,35 @@ def test_skip_existing_writes_an_unfinished_thread_again(redis_url, exported, pr
             assert _view(dst, t) == views[t], t
 
 
+def test_import_after_a_lost_connection_then_run_again(redis_url, exported, probe):
+    """The proxy closes every connection (and refuses new ones) at a put in the middle of a
+    thread: the import fails on that thread, which no reader sees; the same command, on a
+    working connection, writes it again whole and the threads after it."""
+    _, tids, views, path = exported
+    host, port = urlsplit(redis_url).hostname, urlsplit(redis_url).port
+    prefix = "dst" + uuid.uuid4().hex[:8]
+    stage = probe.steps[b"stage"][3]
+    holder: list[CountingProxy] = []
+
+    def cut(cmd: list[bytes]) -> None:
+        counter(cmd)
+        if counter.calls == stage + 3:
+            threading.Thread(target=holder[0].close).start()
+
+    counter = Stopper()
+    with CountingProxy(host, port, on_command=cut) as proxy:
+        holder.append(proxy)
+        res = _run(_proxy_url(proxy, redis_url), prefix, "import", str(path))
+    assert res.returncode == 1 and "run the same command again" in res.stderr.replace("\n", " "), res.stderr
+    with RedisSaver.from_conn_string(redis_url, prefix=prefix) as dst:
+        whole, hidden = _states(dst, dst.client, tids, views)
+        assert whole == tids[:3] and hidden == [tids[3]], (whole, hidden)
+        out = _cli(redis_url, prefix, "import", str(path)).stdout
+        assert "3 thread(s) already complete" in out and "1 thread(s) left unfinished" in out, out
+        for t in tids:
+            assert _view(dst, t) == views[t], t
+
+
 def _sqlite_source(path: Path) -> list[str]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
