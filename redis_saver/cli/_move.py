@@ -155,7 +155,11 @@ def _holding_the_file(saver: Any, path: str, tids: set[str]) -> set[str]:
     same: set[str] = set()
     with open(path, encoding="utf-8") as f:
         for tid, items in stream.iter_threads(saver.serde, f, only=tids):
-            if ops.items_from_tuples(list(saver.list(ops.thread_config(tid)))) == items:
+            stored = ops.items_from_tuples(list(saver.list(ops.thread_config(tid))))
+            # equal values, or equal bytes for values whose class has no equality of its own
+            if stored == items or [stream.encode_item(saver.serde, x) for x in stored] == [
+                stream.encode_item(saver.serde, x) for x in items
+            ]:
                 same.add(tid)
     return same
 
