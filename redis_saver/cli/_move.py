@@ -230,8 +230,8 @@ def migrate(
                     ids = wanted
                 err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
             _copy_threads(src, dst, writer, ids, other_saver=out_of_redis, verify=verify, dry_run=dry_run)
-    except KeyboardInterrupt:  # before the copy began (the copy says where it stopped itself)
-        raise stopped(0, None, None, "migrate") from None
+    except KeyboardInterrupt:  # before or after the copy (the copy says where it stopped itself)
+        raise stopped(None, None, None, "migrate") from None
 
 
 def _copy_threads(

@@ -77,12 +77,13 @@ def resumed_text(complete: int, redone: int) -> str:
     return "resumed an earlier run: " + ", ".join(parts) if parts else ""
 
 
-def stopped(done: int, todo: int | None, current: str | None, command: str) -> click.exceptions.Exit:
-    """Say what a stopped run did and how to finish it; the exit to raise."""
+def stopped(done: int | None, todo: int | None, current: str | None, command: str) -> click.exceptions.Exit:
+    """Say what a stopped run did and how to finish it; the exit to raise. ``done`` None: it
+    stopped outside the copy (before it began, or while verifying)."""
     err.print()
+    counted = "" if done is None else f": {done}{f' of {todo}' if todo is not None else ''} thread(s) done"
     where = f" (stopped while writing thread {current!r})" if current is not None else ""
-    of = f" of {todo}" if todo is not None else ""
-    err.print(f"[red]interrupted[/]: {done}{of} thread(s) done{where}; no thread is partly written or "
-              f"visible. To finish, run the same command again ({command}, same options): it skips the "
-              "threads already complete and writes the others")
+    err.print(f"[red]interrupted[/]{counted}{where}; no thread is partly written or visible. To finish, run the "
+              f"same command again ({command}, same options): it skips the threads already complete and "
+              "writes the others")
     return click.exceptions.Exit(INTERRUPTED)
