@@ -181,6 +181,7 @@ def _points(probe: Stopper, n: int, seed: int) -> list[int]:
     return sorted({*fixed, *rnd.sample(range(stages[0] + 2, probe.calls), n)})
 
 
+@pytest.mark.slow  # many processes of the tool, each stopped then run again
 @pytest.mark.parametrize(("sig", "n"), [(signal.SIGKILL, 4), (signal.SIGINT, 1), (signal.SIGTERM, 0)],
                          ids=["kill", "int", "term"])
 def test_import_stopped_anywhere_then_run_again(redis_url, exported, probe, sig, n):
@@ -285,6 +286,7 @@ def _sqlite_views(path: Path, tids: list[str]) -> dict[str, list[Any]]:
         conn.close()
 
 
+@pytest.mark.slow  # many processes of the tool, each stopped then run again
 def test_migrate_into_redis_stopped_anywhere_then_run_again(redis_url, tmp_path):
     pytest.importorskip("langgraph.checkpoint.sqlite", reason="migrate needs the 'migrate' extra")
     db = tmp_path / "src.db"
@@ -311,6 +313,7 @@ def test_migrate_into_redis_stopped_anywhere_then_run_again(redis_url, tmp_path)
                 assert diff_threads(src[t], list(dst.list({"configurable": {"thread_id": t}}))) == [], (at, t)
 
 
+@pytest.mark.slow  # many processes of the tool, each stopped then run again
 @pytest.mark.parametrize("target", ["sqlite", "postgres"])
 def test_migrate_out_of_redis_stopped_anywhere_then_run_again(redis_url, exported, tmp_path, target, request):
     """Out of Redis, each thread is one transaction of the target: the process killed or
