@@ -13,6 +13,7 @@ from ...errors import CopyConflictError
 from ...keys import dec_first, dec_str
 from .. import codec
 from .. import values as values_
+from ..replies import DeleteRuns, DeleteRunsFinish, Export, Import, Prune, Rewrite
 from ._resign import Resign
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class LifecyclePlans(PlanBase):
         ]
         total = 0
         for t, r in zip(threads, replies, strict=True):
-            total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == b"paged" else int(r[0])
+            total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == DeleteRuns.PAGED else int(r[0])
         return total
 
     def _plan_delete_runs_paged(self, thread_id: str, runs: list[str]) -> Plan[int]:
@@ -74,10 +75,10 @@ class LifecyclePlans(PlanBase):
             n, more, fields = yield Call("delete_runs", keys, [*head, "drop", B.WORK_BUDGET, *runs])
             deleted += int(n)
             candidates.update(fields)
-            if more != b"1":
+            if more != DeleteRuns.MORE:
                 break
         emptied = yield Call("delete_runs", keys, [*head, "finish", B.WORK_BUDGET])
-        if not int(emptied):
+        if int(emptied) != DeleteRunsFinish.EMPTIED:
             yield from self._plan_gc(thread_id, candidates)
         return deleted
 
@@ -113,7 +114,7 @@ class LifecyclePlans(PlanBase):
         ]
         total = 0
         for t, r in zip(tids, replies, strict=True):
-            total += (yield from self._plan_prune_paged(t)) if r[0] == b"paged" else int(r[0])
+            total += (yield from self._plan_prune_paged(t)) if r[0] == Prune.PAGED else int(r[0])
         return total
 
     def _plan_prune_paged(self, thread_id: str) -> Plan[int]:
@@ -190,7 +191,7 @@ class LifecyclePlans(PlanBase):
         src_keys = self.keys.thread_keys(src)
         budget = [B.WORK_BUDGET, B.SNAPSHOT * B.COPY_FIELDS, 2 * B.COPY_BYTES]
         reply = yield Call("export", src_keys, [*self._header(src), "all", *budget])
-        if reply[0] == b"all":
+        if reply[0] == Export.ALL:
             streams, records = _split_blobs(reply[2])
             # only the streams some record names (a stream a replaced record left counted
             # stays in the source until the thread goes; the copy need not carry it), and the
@@ -228,7 +229,7 @@ class LifecyclePlans(PlanBase):
             for d, n in held.items():
                 args += [d, n]
             reply = yield Call("export", src_keys, args)
-            if reply[0] != b"ok":
+            if reply[0] != Export.OK:
                 if not first:
                     yield Call("import", self.keys.thread_keys(dst), [*self._header(dst), "abort", ids.token])
                 return False
@@ -300,12 +301,23 @@ class LifecyclePlans(PlanBase):
             args: list[Any] = [*head, "import", ids.token, *flags, *(len(x) // 2 for x in c)]
             for x in c:
                 args += x
-            if not (yield Call("import", keys, args)):
+            if (yield Call("import", keys, args)) != Import.WRITTEN:
                 raise CopyConflictError(
                     f"copy_thread into {dst!r}: the target was deleted, expired or written by another "
                     "writer while the copy ran"
                 )
         return None
+
+    # ---- a thread written whole by put / put_writes (the command-line tool) ----------
+    def _plan_staged(self, thread_id: str, step: str, token: str) -> Plan[Import]:
+        """import.lua's "stage" / "reveal" / "abort" of a thread written by put and put_writes
+        between them, invisible to reads until "reveal" makes it visible whole in one call:
+        stage returns WRITTEN, or REDONE when it removed an earlier unfinished one (raises
+        ThreadExistsError on a thread that exists); reveal and abort WRITTEN, or NOT_WRITTEN
+        when the thread no longer holds ``token`` (deleted, expired or staged again meanwhile)."""
+        tid = normalize_thread_id(thread_id)
+        reply = yield Call("import", self.keys.thread_keys(tid), [*self._header(tid), step, token])
+        return Import(int(reply))
 
     # ---- rewrite of values stored raw ------------------------------------------------
     def _plan_rewrite_values(self, thread_id: Any) -> Plan[RewriteStats]:
@@ -360,7 +372,7 @@ class LifecyclePlans(PlanBase):
                     for a in appends:
                         args += a.args()
                     n = yield Call("rewrite", keys, args)
-                    if int(n) < 0:
+                    if int(n) == Rewrite.STREAMS_MOVED:
                         ok = False  # a stream changed under us: this channel again, new streams
                         break
                     stats.values += int(n)
