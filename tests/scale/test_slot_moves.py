@@ -138,7 +138,7 @@ def test_past_the_deadline_the_error_names_the_slot_and_nothing_is_written(own_c
     err = info.value
     assert err.slot == move.slot and err.key is not None and key_slot(err.key) == move.slot
     assert f"slot {move.slot}" in str(err) and "slot_move_timeout=0.5" in str(err)
-    assert 0.5 <= err.waited < 2.0 and took < 3.0
+    assert 0.5 <= err.waited < 4.0 and took < 6.0  # the deadline, one pause, one redis-py round (loaded machine)
     assert err.__cause__ is not None and "TTL exhausted" in str(err.__cause__)
     # refused every time: nothing of the put was stored
     assert [t.checkpoint["id"] for t in saver.list(W.cfg(thread))] == ids[::-1]
