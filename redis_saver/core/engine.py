@@ -1,13 +1,13 @@
 """Every decision about talking to Redis, without doing any I/O (sans-IO).
 
-The engine runs a plan (``plans.py``) and turns its steps into *operations*: a client method
+The engine runs a plan (``plans.py``) and turns its steps into *operations* (``ops.py``): a client method
 call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
 (``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
 or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
 cluster retry, retries on ConnectionError, waiting out a cluster slot that is moving
-(``while_moving``), setup(), the index-slot search and when the maxmemory-policy check runs.
+(``moving.py``), setup(), the index-slot search and when the maxmemory-policy check runs.
 ``transport/drivers.py`` has the two drivers (sync and asyncio) that only perform operations,
 so nothing here is written twice.
 
@@ -27,25 +27,19 @@ again as EVAL of its script's body, as after NOSCRIPT.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
-    ClusterError,
     ConnectionError,
     MovedError,
     NoPermissionError,
     NoScriptError,
-    RedisClusterException,
     RedisError,
     ResponseError,
-    SlotNotCoveredError,
     TimeoutError,
     TryAgainError,
 )
@@ -55,12 +49,23 @@ from ..errors import (
     DamagedThreadError,
     ReplicationTimeoutError,
     SchemaMismatchError,
-    SlotMovingError,
     UnsupportedServerError,
 )
 from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
+from .moving import SLOT_MOVE_TIMEOUT as SLOT_MOVE_TIMEOUT  # (these re-exported: the drivers and lanes)
+from .moving import SLOT_MOVING, SlotWaits, key_of, moving_reply
+from .moving import ClientClosedConnection as ClientClosedConnection
+from .ops import Cmd as Cmd
+from .ops import Emit as Emit
+from .ops import Io as Io
+from .ops import Op as Op
+from .ops import Pipe as Pipe
+from .ops import Refresh as Refresh
+from .ops import Scan as Scan
+from .ops import Sleep as Sleep
+from .ops import Targets as Targets
 from .plans import Call, IndexSlots, Out
 from .policy import logger
 from .scripts import Library, Script, library, load_all, where
@@ -75,83 +80,6 @@ CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: trie
 # the Cmd names of script calls -> their commands (the sync driver's direct path and
 # AsyncRedisSaver's lanes send these themselves)
 SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
-# how long a call refused because its slot is moving is sent again (``slot_move_timeout``): a
-# ``redis-cli --cluster reshard`` holds a slot open for as long as it takes to move its keys in
-# batches of 10 (milliseconds for a thread's few keys, seconds for a slot of thousands of keys)
-SLOT_MOVE_TIMEOUT = 30.0
-SLOT_PAUSE, SLOT_PAUSE_MAX = 0.02, 0.25  # the pause before each such attempt: doubling, capped
-SLOT_REFRESH_EVERY = 0.5  # seconds between the slot-map refreshes of one engine while a slot moves
-
-
-# ---- operations ------------------------------------------------------------------------
-@dataclass(slots=True)
-class Cmd:
-    """``client.<name>(*args, **kwargs)``: its reply."""
-
-    name: str
-    args: Sequence[Any] = ()
-    kwargs: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class Pipe:
-    """One non-transactional pipeline (replies and errors in order, nothing raised), on the
-    client, or on one connection to the cluster node serving ``node_key``."""
-
-    commands: list[tuple[Any, ...]]
-    node_key: bytes | None = None
-
-
-@dataclass(slots=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(slots=True)
-class Refresh:
-    """Refresh a cluster client's slot map."""
-
-
-@dataclass(slots=True)
-class Scan:
-    """The names of the keys matching ``pattern`` (every node of a cluster)."""
-
-    pattern: bytes
-
-
-@dataclass(slots=True)
-class Targets:
-    """``_policy.targets(client)``: the nodes to ask about the maxmemory policy."""
-
-
-@dataclass(slots=True)
-class Emit:
-    """Items for the caller of ``iterate`` (``run`` drops them)."""
-
-    items: list[Any]
-
-
-Op = Cmd | Pipe | Sleep | Refresh | Scan | Targets | Emit
-Io = Generator[Op, Any, T]  # an engine generator: yields operations, returns T
-
-
-class ClientClosedConnection(ConnectionError):
-    """A connection the client library closed while a call used it (redis-py's asyncio cluster
-    client closes every connection it holds on every 5th MOVED; a pool disconnected by its
-    owner). Raised by the automatic-pipelining lanes for the calls on it that were not answered:
-    the server is fine, so the call goes again as a call refused while its slot moves does."""
-
-
-# what a cluster answers (or redis-py raises) while a call's slot is moving or the slot map is
-# being fixed: the call did not run (a redirect, TRYAGAIN, CLUSTERDOWN, an uncovered slot, redis-py's
-# own redirect loop giving up), or its connection was closed by the client (ClientClosedConnection)
-SLOT_MOVING: tuple[type[Exception], ...] = (
-    AskError,  # MovedError included
-    TryAgainError,
-    ClusterError,  # ClusterDownError and redis-py's "TTL exhausted."
-    SlotNotCoveredError,
-    ClientClosedConnection,
-)
 
 
 # ---- errors and replies ----------------------------------------------------------------
@@ -197,25 +125,6 @@ def _check_acks(call: Call, acked: Any) -> None:
             f"{call.script}: {acked} of {call.wait[0]} replicas acknowledged within {call.wait[1]} ms",
             int(acked),
         )
-
-
-def _moving_reply(reply: Any) -> bool:
-    """A pipelined command refused because its slot is moving (it did not run)."""
-    return isinstance(reply, SLOT_MOVING) and not isinstance(reply, SlotMovingError)
-
-
-def _key_of(step: Any) -> bytes | None:
-    """The first key a step (a call, a fan-out, a plain command) names, for SlotMovingError."""
-    if isinstance(step, list):
-        step = step[0] if step else None
-    if isinstance(step, Call):
-        return step.keys[0] if step.keys else None
-    if isinstance(step, Cmd) and step.args and isinstance(step.args[0], bytes):
-        return step.args[0]
-    if isinstance(step, Pipe) and step.commands and len(step.commands[0]) > 1:
-        first = step.commands[0][1]
-        return first if isinstance(first, bytes) else None
-    return None
 
 
 def _plain_size(op: Cmd | Pipe | Scan) -> int:
@@ -310,7 +219,7 @@ def _resend(
 
 
 # ---- the engine ------------------------------------------------------------------------
-class Engine:
+class Engine(SlotWaits):
     """One saver's connection logic: its key schema, scripts, retry and policy-check state.
 
     Args:
@@ -337,7 +246,6 @@ class Engine:
     ):
         self.keys = keys
         self.slot_move_timeout = slot_move_timeout
-        self._refreshed = 0.0  # time.monotonic() of the last slot-map refresh while a slot moved
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
@@ -402,7 +310,7 @@ class Engine:
                 try:
                     reply = yield from self.plain(step)
                 except SLOT_MOVING as exc:
-                    reply = yield from self.while_moving(partial(self.plain, step), exc, _key_of(step))
+                    reply = yield from self.while_moving(partial(self.plain, step), exc, key_of(step))
             else:
                 # (try costs nothing until it catches: the stable path is as it was)
                 try:
@@ -414,56 +322,11 @@ class Engine:
                     lost, reply = exc, None
                 except SLOT_MOVING as exc:
                     try:
-                        reply = yield from self.while_moving(partial(self.step, step), exc, _key_of(step))
+                        reply = yield from self.while_moving(partial(self.step, step), exc, key_of(step))
                     except DamagedThreadError as damaged:
                         lost, reply = damaged, None
             if rec is not None:
                 rec.reply(reply)
-
-    def while_moving(self, again: Callable[[], Io[T]], exc: Exception, key: bytes | None) -> Io[T]:
-        """A step refused with ``exc`` because its slot is moving (``SLOT_MOVING``), sent again
-        (``again()``) after a pause that doubles from SLOT_PAUSE to SLOT_PAUSE_MAX, until it is
-        answered or ``slot_move_timeout`` seconds have passed since the first refusal; then
-        ``SlotMovingError`` (the last refusal as its cause).
-
-        Safe to send again: a redirect, TRYAGAIN or CLUSTERDOWN means the command did not run, and
-        a call whose connection the client closed may have run, which every script allows (it is
-        idempotent: the same call again leaves the same data). A slot map fixed by redis-py
-        (MOVED) needs nothing more; after the other refusals the engine refreshes it, at most
-        every SLOT_REFRESH_EVERY seconds."""
-        if isinstance(exc, SlotMovingError) or not (self.cluster or isinstance(exc, ClientClosedConnection)):
-            raise exc  # (a redirect from a server the client does not take for a cluster: misconfigured)
-        start = time.monotonic()
-        deadline = start + self.slot_move_timeout
-        pause = SLOT_PAUSE
-        while (now := time.monotonic()) < deadline:
-            stale_map = self.cluster and not isinstance(exc, (TryAgainError, AskError))
-            if stale_map and now - self._refreshed > SLOT_REFRESH_EVERY:
-                self._refreshed = now
-                try:
-                    yield Refresh()
-                except (RedisError, RedisClusterException):
-                    pass  # the next attempt tells
-            yield Sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(SLOT_PAUSE_MAX, pause * 2)
-            if self.telemetry is not None:
-                self.telemetry.slot_retried()
-            try:
-                return (yield from again())
-            except SlotMovingError:
-                raise
-            except SLOT_MOVING as refused:
-                exc = refused
-        slot = None if key is None else key_slot(key)
-        waited = time.monotonic() - start
-        where = "a slot" if key is None else f"slot {slot} (key {key!r})"
-        raise SlotMovingError(
-            f"{where} was still moving {waited:.1f} s after the first refusal "
-            f"(slot_move_timeout={self.slot_move_timeout:g} s); last error: {type(exc).__name__}: {exc}",
-            slot,
-            key,
-            waited,
-        ) from exc
 
     def plain(self, op: Cmd | Pipe | Scan) -> Io[Any]:
         """A plain command (a read): its reply, a pipeline's first error raised; retried on
@@ -620,27 +483,10 @@ class Engine:
         for i in range(0, len(calls), PIPELINE_CHUNK):
             chunk = calls[i : i + PIPELINE_CHUNK]
             res = yield from self.pipeline([self._evalsha(c) for c in chunk])
-            if self.cluster and any(_moving_reply(r) for r in res):
-                res = yield from self._again_refused(chunk, res)
+            if self.cluster and any(moving_reply(r) for r in res):
+                res = yield from self.again_refused(chunk, res)
             out.extend(_raise_first(res))
         return out
-
-    def _again_refused(self, calls: Sequence[Call], res: list[Any]) -> Io[list[Any]]:
-        """A fan-out's calls refused because their slots moved (they did not run) sent again, as
-        ``while_moving`` sends a step; the calls answered keep their replies."""
-        positions = [i for i, r in enumerate(res) if _moving_reply(r)]
-
-        def again() -> Io[list[Any]]:
-            nonlocal positions
-            replies = yield from self.pipeline([self._evalsha(calls[i]) for i in positions])
-            for i, r in zip(positions, replies, strict=True):
-                res[i] = r
-            positions = [i for i in positions if _moving_reply(res[i])]
-            if positions:
-                raise res[positions[0]]
-            return res
-
-        return (yield from self.while_moving(again, res[positions[0]], calls[positions[0]].keys[0]))
 
     def index_slots(self) -> Io[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""
