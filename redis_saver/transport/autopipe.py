@@ -113,6 +113,19 @@ def supported(client: Any) -> bool:
     return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
 
 
+def _closed_under(exc: BaseException, conn: Any) -> BaseException:
+    """A lane's failure as its calls get it: an error that is neither the socket's nor Redis's
+    means redis-py's connection object failed because the client closed it meanwhile (its reader
+    or writer is gone), which is ClientClosedConnection; any other, as it is."""
+    if isinstance(exc, Exception) and not isinstance(exc, (RedisError, OSError)):
+        closed = ClientClosedConnection(
+            f"the connection to {wire.peer(conn)} was closed by the client under a call ({type(exc).__name__}: {exc})"
+        )
+        closed.__cause__ = exc
+        return closed
+    return exc
+
+
 def _copy(exc: BaseException) -> BaseException:
     """One instance per failed call (each caller's traceback is its own)."""
     if isinstance(exc, asyncio.CancelledError):
@@ -272,15 +285,7 @@ class Lane:
         except BaseException as exc:
             # the connection failed: the replies of the calls written on it are lost with it; calls
             # queued since go out on a new connection (the next worker)
-            if isinstance(exc, Exception) and not isinstance(exc, (RedisError, OSError)):
-                # not an error of the socket nor of Redis: redis-py's connection object failed
-                # because the client closed it meanwhile (its reader or writer is gone)
-                closed = ClientClosedConnection(
-                    f"the connection to {wire.peer(conn)} was closed by the client under a call "
-                    f"({type(exc).__name__}: {exc})"
-                )
-                closed.__cause__ = exc
-                exc = closed
+            exc = _closed_under(exc, conn)
             while sent:
                 fut = sent.popleft()[1]
                 if not fut.done():
