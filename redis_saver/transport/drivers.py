@@ -261,9 +261,15 @@ class AsyncDriver(_Driver):
                 return await self.router.call(op.name, tuple(op.args))
             if op.name == "fcall" and self.engine.cluster:
                 return await acluster_fcall(self.client, op.args)
-            if op.kwargs is None:
-                return await getattr(self.client, op.name)(*op.args)
-            return await getattr(self.client, op.name)(*op.args, **op.kwargs)
+            if not self.engine.cluster:
+                return await self._command(op)
+            try:
+                return await self._command(op)
+            except Exception as exc:  # redis-py closed the connection under it: see cluster.py
+                err = closed_by_client(exc)
+                if err is exc:
+                    raise
+                raise err from exc
         if isinstance(op, Pipe):
             if not self.engine.cluster:
                 pipe = self.client.pipeline(transaction=False)
@@ -287,6 +293,11 @@ class AsyncDriver(_Driver):
         if isinstance(op, Targets):
             return _policy.targets(self.client)
         raise TypeError(f"unknown operation {op!r}")
+
+    async def _command(self, op: Cmd) -> Any:
+        if op.kwargs is None:
+            return await getattr(self.client, op.name)(*op.args)
+        return await getattr(self.client, op.name)(*op.args, **op.kwargs)
 
     async def _cluster_pipe(self, op: Pipe) -> list[Any]:
         if op.node_key is None and _script_fanout(op.commands):
