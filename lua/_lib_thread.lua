@@ -11,6 +11,58 @@
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 local WR_MARK = ''
 
+-- Slots that move. While the thread's slot is MIGRATING (on the node it leaves) or IMPORTING
+-- (on the node it goes to, for a client that sent ASKING), Redis runs a script only where every
+-- key it declares exists, and a command of the script on a key that does not exist there (any
+-- command on the node it leaves; one naming several keys on the other) fails at that line,
+-- keeping the writes before it ("Script attempted to access a non local key"). All 11 keys
+-- exist when such a call starts; so a call never touches a key again once it emptied or
+-- unlinked it, and never adds to a key after removing from it (it adds first). Removals that
+-- may empty a key go through zrem() / hdel(): they read the key's size once per call (ZCARD /
+-- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
+-- reads and expiry updates skip such keys.
+local function shrink(key, card, cmd, ...)
+  if GONE[key] then return 0 end
+  local left = LEFT[key]
+  if left == nil then left = redis.call(card, key) end
+  if left == 0 then
+    LEFT[key] = 0
+    return 0
+  end
+  local n = redis.call(cmd, key, ...)
+  LEFT[key] = left - n
+  if n == left then GONE[key] = true end
+  return n
+end
+
+local function zrem(key, ...)
+  return shrink(key, 'ZCARD', 'ZREM', ...)
+end
+
+local function hdel(key, ...)
+  return shrink(key, 'HLEN', 'HDEL', ...)
+end
+
+-- the keys of `keys` this call has not emptied
+local function live_keys(keys)
+  if next(GONE) == nil then return keys end
+  local out = {}
+  for _, k in ipairs(keys) do
+    if not GONE[k] then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- After the thread was forgotten (its keys unlinked): whether this node may create them again
+-- in this call. It may not while the slot is moving (a command naming the missing keys is
+-- refused, see above: the caller then ends the call, and the client sends it again, to the
+-- node that then serves the slot). A stable slot: the call goes on as on a new thread.
+local function can_recreate()
+  if type(redis.pcall('EXISTS', K_META, K_CP)) ~= 'number' then return false end
+  GONE, LEFT = {}, {}
+  return true
+end
+
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
@@ -32,23 +84,28 @@ end
 
 -- remove the thread and its slot-index entries
 local function drop_thread()
-  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
-    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  if not GONE[K_IXR] then
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+      zrem(K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+    end
   end
-  redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('UNLINK', unpack(THREAD_KEYS))
+  zrem(K_IXT, THREAD_ID)
+  local keys = live_keys(THREAD_KEYS)
+  if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
+  for _, k in ipairs(THREAD_KEYS) do GONE[k] = true end
 end
 
 -- the expiry of the slot index keys: the greatest expiry of the threads they list
 local function fix_index_expiry()
+  if GONE[K_IXT] then return end
   local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
   if #top == 0 then return end
-  if top[2] == 'inf' then
-    redis.call('PERSIST', K_IXT)
-    redis.call('PERSIST', K_IXR)
-  else
-    redis.call('PEXPIREAT', K_IXT, top[2])
-    redis.call('PEXPIREAT', K_IXR, top[2])
+  for _, k in ipairs(live_keys({K_IXT, K_IXR})) do
+    if top[2] == 'inf' then
+      redis.call('PERSIST', k)
+    else
+      redis.call('PEXPIREAT', k, top[2])
+    end
   end
 end
 
@@ -206,14 +263,20 @@ local function check_blob_missing(field)
 end
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+-- (never the calling thread's own entry, which touch() sets next: the key stays)
 local function purge_expired(now)
+  if GONE[K_IXT] then return end
   local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
   for _, thr in ipairs(dead) do
-    local te = enc(thr)
-    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
-      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    if thr ~= THREAD_ID then
+      local te = enc(thr)
+      if not GONE[K_IXR] then
+        for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+          zrem(K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+        end
+      end
+      zrem(K_IXT, thr)
     end
-    redis.call('ZREM', K_IXT, thr)
   end
 end
 
@@ -229,24 +292,30 @@ local function touch()
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if next(GONE) == nil then
+      redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    else
+      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
+    end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
     return
   end
   local now = now_ms()
   local score = 'inf'
+  local keys = live_keys(THREAD_KEYS)
   if expiring then
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    for _, k in ipairs(keys) do redis.call('PEXPIRE', k, TTL_MS) end
     local step = math.max(1, math.floor(TTL_MS / 64))
     score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
     if META_IX == score then
       -- the thread's keys: the PEXPIREs accessed them; the slot index as above
-      redis.call('TOUCH', K_IXR)
+      if not GONE[K_IXR] then redis.call('TOUCH', K_IXR) end
       if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
       return
     end
   else
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+    for _, k in ipairs(keys) do redis.call('PERSIST', k) end
   end
   if META_IX ~= score then
     redis.call('HSET', K_META, 'ix', score, 'wm', '1')
@@ -322,8 +391,8 @@ local function link_run(run_e, ns_e, cid_e)
 end
 
 local function unlink_run_if_unused(run_e)
-  if #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
-    redis.call('ZREM', K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
+  if GONE[K_RUNS] or #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
+    zrem(K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
   end
 end
 

@@ -24,7 +24,7 @@ if not META_V then
 end
 
 local function finish()
-  if redis.call('HLEN', K_CP) == 0 and META_PIN ~= '1' then
+  if (GONE[K_CP] or redis.call('HLEN', K_CP) == 0) and META_PIN ~= '1' then
     drop_thread()
     fix_index_expiry()
     return 1
@@ -38,6 +38,7 @@ if step == 'all' and redis.call('HLEN', K_CP) > budget then return {'paged'} end
 
 local deleted = 0
 for i = 7, #ARGV do
+  if GONE[K_RUNS] then break end
   local run_e = enc(ARGV[i])
   local members = redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, budget - deleted)
   for _, m in ipairs(members) do

@@ -21,7 +21,9 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
       stream sent again (it grew in the source) comes with its new frames only, keeps the
       target's count and drops the frames its new directory does not list.
       Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
-      the token (deleted, expired or started over by another writer since the first call).
+      the token (deleted, expired or started over by another writer since the first call),
+      or on a first call that found the target expiring while its slot moves (it finished the
+      expiry, and wrote nothing else).
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
@@ -112,6 +114,10 @@ if first then
         .. ' only; delete_thread() it first')
     end
     drop_thread()  -- an expiry under way: finished first, the copy starts the thread afresh
+    -- (while the slot is moving, this node may not create the keys again: see "Slots that
+    -- move" in _lib_thread.lua; the copy is refused as the target exists, and sent again
+    -- finds it gone)
+    if not can_recreate() then return 0 end
     check_format()
   end
   if npairs == 0 then return 1 end  -- only the check (an empty source: the target stays absent)
@@ -215,9 +221,17 @@ for i = wstart, cstart - 1, 2 do
     members[#members + 1] = member(field, wrecs[n])
   end
 end
-if #gone > 0 then redis.call('ZREM', K_WORD, unpack(gone)) end
 hset_all(K_WR, out)
 zadd_all(K_WORD, members)
+-- the replaced members go after the new ones are added (see "Slots that move" in _lib_thread.lua)
+if #gone > 0 then
+  local added, old = {}, {}
+  for _, m in ipairs(members) do added[m] = true end
+  for _, m in ipairs(gone) do
+    if not added[m] then old[#old + 1] = m end
+  end
+  if #old > 0 then redis.call('ZREM', K_WORD, unpack(old)) end
+end
 
 -- checkpoints last: the new ones in a few commands, one stored with other bytes by store_cp
 if counts[4] > 0 then mark_cps() end

@@ -130,6 +130,7 @@ end
 -- of newer ids may precede their checkpoint's put: they stay); from a lex cursor, at most
 -- `max` members; returns the cursor to go on from ("" = done)
 local function drop_orphans(ns_e, latest_e, cursor, max)
+  if GONE[K_WORD] then return '' end
   local from = lo(ns_e)
   if cursor ~= '' then from = '(' .. cursor end
   local members = redis.call('ZRANGE', K_WORD, from, '(' .. ns_e .. latest_e, 'BYLEX', 'LIMIT', 0, max)

@@ -21,7 +21,8 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
 Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
 in the thread and left them: the client then prunes the thread in bounded pages; 3 (nothing
 written) when a stream a new record names is gone or not at the length the client based its
-append on (another writer appended, or it was collected): the client resends with new streams;
+append on (another writer appended, or it was collected), or when the call forgot a thread that
+lost a key while its slot is moving (nothing else written): the client resends with new streams;
 4 (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
 checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
 this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
@@ -61,6 +62,9 @@ local ns_e, cid_e = enc(ns), enc(cid)
 if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
   record_loss()
+  -- the thread's slot is moving: this node may not create its keys again (see "Slots that
+  -- move" in _lib_thread.lua); as for a stream that went, the client sends the put again
+  if not can_recreate() then return 3 end
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
   return 4
@@ -137,7 +141,7 @@ elseif mode == 'latest' then
     if ocid ~= latest_e then drop_cp(ns_e, ocid, ocid == parent_e) end
   end
   local seen = {}
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
+  for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
     if ocid < latest_e and ocid ~= parent_e and not seen[ocid] then
       seen[ocid] = true
@@ -166,7 +170,7 @@ elseif mode == 'latest' then
     for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_cp(ons_e, string.sub(m, #ons_e + 1), false)
     end
-    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
+    for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_writes(ons_e, string.sub(m, #ons_e + 1, skip(m, #ons_e + 1) - 1))
     end
   end

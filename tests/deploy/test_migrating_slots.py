@@ -1,0 +1,264 @@
+"""Every saver call while the thread's slot moves key by key: refused before it runs, or run to
+its end, never stopped halfway.
+
+While a slot is MIGRATING on its source and IMPORTING on its target, Redis runs a script only
+where every key it declares exists, and fails a command of a running script on a key that is
+not there ("Script attempted to access a non local key"), keeping the writes before it
+(docs/architecture.md, "Slots that move"). Each case builds one history on two threads, holds
+the slot of one of them at a stage of a move (none, some or all of its keys moved, the slot not
+yet handed over), calls the operation straight at the source node and then at the target node
+with ASKING (clients that follow no redirection: what a cluster client reaches), and checks
+that each call was either refused before running (TRYAGAIN, ASK, MOVED), with nothing written
+on either node, or completed; the move is then finished, a refused call sent again (as the
+client's retry does), the same operation done on the other thread in a stable slot, and the two
+threads compared key by key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+import redis_saver
+from devkit.servers import client_kwargs, start_cluster
+from redis_saver.keys import enc
+from tests.deploy.helpers import cfg, new_prefix, summary, tcfg
+from tests.deploy.slotmove import REFUSALS, SlotMove, key_slot, thread_in_slot
+
+pytestmark = pytest.mark.cluster
+
+STAGES = ("none_moved", "some_moved", "all_moved")
+NAMES = ("meta", "cp", "cp_ns", "cp_id", "blob", "wr", "wr_ord", "runs", "chain")
+
+
+@pytest.fixture(scope="module")
+def mcluster() -> Iterator[Any]:
+    """A 3-primary cluster of this module's own: its slots end up moved around."""
+    c = start_cluster(masters=3, replicas_per_master=0)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def mclient(mcluster: Any) -> Iterator[Any]:
+    rc = mcluster.client(**client_kwargs(5.0, 5.0))
+    yield rc
+    rc.close()
+
+
+# --------------------------------------------------------------------------- histories
+
+
+def _checkpoint(i: int, versions: dict[str, str], values: dict[str, Any]) -> dict[str, Any]:
+    ck = empty_checkpoint()
+    ck["id"] = str(uuid6(clock_seq=i))
+    ck["ts"] = "2026-01-01T00:00:00+00:00"
+    ck["channel_values"] = dict(values)
+    ck["channel_versions"] = dict(versions)
+    return ck
+
+
+class History:
+    """A fixed list of puts and writes (the same bytes for every thread it is applied to):
+    a root namespace of 4 checkpoints (the first 3 in run ``r1``, the last in none: a prune
+    drops every run link), a subgraph namespace of 2, pending writes on each and an error write
+    on the latest."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, ...]] = []
+        self.latest: dict[str, str] = {}
+        self._n = 0
+        msgs: list[str] = []
+        for i in range(4):
+            msgs = [*msgs, f"m{i}"]
+            self._put("", {"messages": list(msgs), "step": i}, "r1" if i < 3 else None)
+            self._writes("", [("messages", f"w{i}")], f"task-{i}")
+        for i in range(2):
+            self._put("sub", {"inner": i}, None)
+            self._writes("sub", [("inner", i + 10)], f"sub-{i}")
+        self._writes("", [("__error__", "boom")], "task-err")
+
+    def _put(self, ns: str, values: dict[str, Any], run: str | None) -> None:
+        self._n += 1
+        versions = {ch: f"{self._n:02d}.v{ch}" for ch in values}
+        ck = _checkpoint(self._n, versions, values)
+        md: dict[str, Any] = {"source": "loop", "step": self._n, "parents": {"": self.latest[""]} if ns else {}}
+        if run is not None:
+            md["run_id"] = run
+        self.ops.append(("put", ns, self.latest.get(ns), ck, md, dict(versions)))
+        self.latest[ns] = ck["id"]
+
+    def _writes(self, ns: str, writes: list[tuple[str, Any]], task: str) -> None:
+        self.ops.append(("writes", ns, self.latest[ns], writes, task))
+
+        ck = _checkpoint(99, {"messages": "99.vnext"}, {"messages": ["next"]})
+        md = {"source": "loop", "step": 99, "parents": {}}
+        self.next_put = ("put", "", self.latest[""], ck, md, {"messages": "99.vnext"})  # not applied
+
+
+def apply(saver: Any, tid: str, op: tuple[Any, ...]) -> Any:
+    if op[0] == "put":
+        _, ns, parent, ck, md, new = op
+        return saver.put(cfg(tid, ns, parent), ck, md, new)
+    _, ns, cid, writes, task = op
+    return saver.put_writes(cfg(tid, ns, cid), writes, task_id=task)
+
+
+# --------------------------------------------------------------------------- the operations
+
+
+def _delete_for_runs(s: Any, t: str, h: History) -> Any:
+    return s.delete_for_runs(["r1"])
+
+
+def _copy(s: Any, t: str, h: History) -> Any:
+    s.copy_thread(t, t + "-copy")
+    return [summary(x) for x in s.list(tcfg(t + "-copy"))]
+
+
+OPS: dict[str, Callable[[Any, str, History], Any]] = {
+    "put": lambda s, t, h: apply(s, t, h.next_put)["configurable"]["checkpoint_id"],
+    "put_writes": lambda s, t, h: apply(s, t, ("writes", "", h.latest[""], [("messages", "late")], "task-late")),
+    "put_writes_special": lambda s, t, h: apply(
+        s, t, ("writes", "", h.latest[""], [("__error__", "again")], "task-err")
+    ),
+    "get_tuple": lambda s, t, h: summary(s.get_tuple(tcfg(t))),
+    "list": lambda s, t, h: [summary(x) for x in s.list(tcfg(t))],
+    "delta_history": lambda s, t, h: {
+        k: (list(v["writes"]), v.get("seed"))
+        for k, v in s.get_delta_channel_history(config=cfg(t, "", h.latest[""]), channels=["messages"]).items()
+    },
+    "prune_keep_latest": lambda s, t, h: s.prune([t]),
+    "prune_delete": lambda s, t, h: s.prune([t], strategy="delete"),
+    "delete_thread": lambda s, t, h: s.delete_thread(t),
+    "delete_for_runs": _delete_for_runs,
+    "copy_thread": _copy,
+    "pin": lambda s, t, h: s.pin(t),
+    "unpin": lambda s, t, h: (s.pin(t), s.unpin(t)),
+    "rewrite_values": lambda s, t, h: dataclasses.replace(s.rewrite_values(t), thread_id=""),
+}
+
+SAVERS: dict[str, dict[str, Any]] = {
+    "raw": {"compress": False},
+    "compressed": {},
+    "latest_only": {"compress": False, "history": "latest"},
+    "ttl": {"compress": False, "ttl": {"default_ttl": 60, "refresh_on_read": True}},
+}
+
+
+def _saver(client: Any, prefix: str, kind: str) -> Any:
+    return redis_saver.RedisSaver(client, prefix=prefix, eviction_check="off", **SAVERS[kind])
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def thread_state(rc: Any, saver: Any, tid: str, exact_blobs: bool, ttl: bool) -> dict[str, Any]:
+    """The thread's keys with its id taken out, its index entries and what it reads back."""
+    keys = saver.keys.thread_keys(tid)
+    te = enc(tid)
+    out: dict[str, Any] = {}
+    for name, k in zip(NAMES, keys[:9], strict=True):
+        kind = rc.type(k)
+        if kind == b"hash":
+            v: Any = rc.hgetall(k)
+        elif kind == b"zset":
+            v = rc.zrange(k, 0, -1, withscores=True)
+        else:
+            v = kind
+        out[name] = v
+    if isinstance(out["meta"], dict):
+        out["meta"].pop(b"tid", None)
+        out["meta"].pop(b"xk", None)  # a copy's random token
+        if ttl:
+            out["meta"].pop(b"ix", None)
+    if not exact_blobs and isinstance(out["blob"], dict):
+        b = out["blob"]
+        out["blob"] = (len(b), sorted(f for f in b if b"\x00" not in f.split(b"\x00", 2)[-1][:1]))
+    out["ixt"] = rc.zscore(keys[9], tid) is not None
+    out["ixr"] = sorted(m.replace(te, b"<T>") for m in rc.zrange(keys[10], 0, -1) if te in m)
+    out["reads"] = [summary(x) for x in saver.list(tcfg(tid))]
+    return out
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _call_at(
+    move: SlotMove, node: Any, asking: bool, prefix: str, kind: str, fn: Any, tid: str, h: History
+) -> tuple[str, Any]:
+    """The operation on one node: ("refused", error) with nothing written, or ("done", result)."""
+    client = move.client(node, asking)
+    try:
+        before = move.snapshot()
+        try:
+            return "done", fn(_saver(client, prefix, kind), tid, h)
+        except REFUSALS as e:
+            assert move.snapshot() == before, f"refused with {e!r}, but keys changed"
+            return "refused", e
+    finally:
+        client.close()
+
+
+def run_case(cluster: Any, rc: Any, kind: str, op: str, stage: str) -> dict[str, str]:
+    prefix = new_prefix("mig")
+    stable = _saver(rc, prefix, kind)
+    stable.setup()
+    h = History()
+    ref = f"ref-{prefix[-10:]}"
+    slot = (key_slot(stable.keys.thread_keys(ref)[0]) + 8192) % 16384
+    tid = thread_in_slot(stable.keys, slot)
+    for o in h.ops:
+        apply(stable, ref, o)
+        apply(stable, tid, o)
+    move = SlotMove(cluster, slot)
+    move.open()
+    keys = stable.keys.thread_keys(tid)
+    if stage == "some_moved":
+        move.migrate([keys[i] for i in (1, 3, 5, 7, 9)])
+    elif stage == "all_moved":
+        move.migrate(move.keys_at(move.src))
+    fn = OPS[op]
+    outcome: dict[str, str] = {}
+    result: Any = None
+    for where, node, asking in (("src", move.src, False), ("dst", move.dst, True)):
+        what, value = _call_at(move, node, asking, prefix, kind, fn, tid, h)
+        outcome[where] = what
+        if what == "done":
+            result = value
+            break
+    move.finish()
+    if "done" not in outcome.values():
+        result = fn(stable, tid, h)  # sent again once the slot has moved
+    expected = fn(stable, ref, h)
+    assert result == expected, outcome
+    exact = kind != "compressed"
+    ttl = kind == "ttl"
+    assert thread_state(rc, stable, tid, exact, ttl) == thread_state(rc, stable, ref, exact, ttl), outcome
+    if op == "copy_thread":
+        assert thread_state(rc, stable, tid + "-copy", False, ttl) == thread_state(
+            rc, stable, ref + "-copy", False, ttl
+        )
+    return outcome
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("kind", list(SAVERS))
+def test_call_is_refused_or_completes_while_the_slot_moves(mcluster, mclient, kind, op, stage):
+    outcome = run_case(mcluster, mclient, kind, op, stage)
+    # a thread that holds all 11 keys (compress=False, run ids, writes) runs where they all are
+    # (copy_thread: unless its target thread's slot is on another node)
+    if kind == "raw" and stage == "none_moved" and op != "copy_thread":
+        assert outcome["src"] == "done", outcome
+    # a thread whose keys are on two nodes: every call on it is refused (delete_for_runs is a
+    # call on every thread holding the runs, found through the slot index of each node)
+    if stage == "some_moved" and op != "delete_for_runs":
+        assert "done" not in outcome.values(), outcome
