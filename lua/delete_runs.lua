@@ -18,8 +18,16 @@ local step, budget = ARGV[5], tonumber(ARGV[6])
 if (step ~= 'all' and step ~= 'drop' and step ~= 'finish') or not budget or budget < 1 then
   fail('RS_BADARG', 'bad delete_runs arguments')
 end
+-- run-index entries of these runs that the thread no longer holds (left by a call of an earlier
+-- version that stopped halfway): delete_for_runs finds the thread through them, and drops them
+local function unlink_stale()
+  for i = 7, #ARGV do unlink_run_if_unused(enc(ARGV[i])) end
+end
+
 check_format()
 if not META_V then
+  -- no such thread (any more): what its run index still says goes
+  if step ~= 'drop' then unlink_stale() end
   return ({all = {0}, drop = {0, '0', {}}, finish = 0})[step]
 end
 
@@ -33,7 +41,10 @@ local function finish()
   return 0
 end
 
-if step == 'finish' then return finish() end
+if step == 'finish' then
+  unlink_stale()
+  return finish()
+end
 if step == 'all' and redis.call('HLEN', K_CP) > budget then return {'paged'} end
 
 local deleted = 0
@@ -49,6 +60,7 @@ for i = 7, #ARGV do
   if deleted >= budget then break end
 end
 if step == 'all' then
+  unlink_stale()
   gc_blobs()
   if deleted > 0 then finish() end
   return {deleted}

@@ -8,7 +8,9 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 (with its writes) back to the nearest one that stores a value for each DeltaChannel the
 latest still needs (channels named in its metadata counters_since_delta_snapshot whose value
 it does not store itself); delete the rest; drop blobs no kept checkpoint references; a kept
-checkpoint whose parent was deleted loses its parent.
+checkpoint whose parent was deleted loses its parent. A thread pruned in one call is also swept
+of what an earlier call that stopped halfway left: value records no kept checkpoint names (at
+most 16 x budget blob fields) and run-index entries of runs it no longer holds.
 A thread of at most `budget` checkpoints (and 8 x budget writes) is pruned atomically in one
 call ("all"). A larger one answers "paged" and the client goes on step by step, each call
 bounded by `budget` (redis_saver/core/plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
@@ -146,6 +148,34 @@ local function drop_orphans(ns_e, latest_e, cursor, max)
   return members[#members]
 end
 
+-- What an earlier call that stopped halfway may have left in a thread pruned whole (a prune
+-- of an earlier version, stopped by a slot that moved: see "Slots that move" in
+-- _lib_thread.lua): value records no kept checkpoint names, and run-index entries of runs the
+-- thread no longer holds. `kept`: e(ns) -> the kept e(cid)s. Bounded: at most 16 x budget blob
+-- fields (a larger thread is left as it is) and `budget` run entries.
+local function sweep(kept)
+  if not GONE[K_BLOB] and redis.call('HLEN', K_BLOB) <= 16 * budget then
+    local refs = {}
+    for ns_e, cids in pairs(kept) do
+      local members, out = {}, {}
+      for i, c in ipairs(cids) do members[i] = ns_e .. c end
+      refs_of(ns_e, members, out)
+      for _, f in ipairs(out) do refs[f] = true end
+    end
+    local gone = {}
+    for _, f in ipairs(redis.call('HKEYS', K_BLOB)) do
+      if f ~= BLOB_MARK and not refs[f] and not is_stream_part(f) then gone[#gone + 1] = f end
+    end
+    if #gone > 0 then drop_blobs(gone) end
+  end
+  if not GONE[K_IXR] then
+    local p = 't' .. THREAD_E
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo(p), hi(p), 'BYLEX', 'LIMIT', 0, budget)) do
+      unlink_run_if_unused(string.sub(m, #p + 1))
+    end
+  end
+end
+
 if step == 'all' then
   if redis.call('HLEN', K_CP) > budget or redis.call('ZCARD', K_WORD) > 8 * budget then
     return {'paged'}
@@ -159,12 +189,13 @@ if step == 'all' then
     local g = groups[ns_e]
     g[#g + 1] = string.sub(m, p)
   end
-  local deleted = 0
+  local deleted, kept = 0, {}
   for _, ns_e in ipairs(order) do
     local cids = groups[ns_e]
     local latest = cids[#cids]
     local need, left = needs(ns_e, latest)
     local kept_list, _, _, oldest_parent = walk(ns_e, latest, need, left, true, #cids + 1)
+    kept[ns_e] = kept_list
     local keep = {}
     for _, c in ipairs(kept_list) do keep[c] = true end
     for _, c in ipairs(cids) do
@@ -179,6 +210,7 @@ if step == 'all' then
     end
   end
   gc_blobs()
+  sweep(kept)
   touch()
   return {deleted}
 end
