@@ -455,7 +455,9 @@ local function touch()
   else
     for _, k in ipairs(keys) do redis.call('PERSIST', k) end
   end
-  if META_IX ~= score then
+  -- (a wr key this call emptied had no mark, so meta says none is due: it stays so, and a
+  -- later call sets both; the key is not created again here, see "Slots that move")
+  if META_IX ~= score and not GONE[K_WR] then
     redis.call('HSET', K_META, 'ix', score, 'wm', '1')
     META_IX, META_WM = score, '1'
     if score == 'inf' then

@@ -397,7 +397,9 @@ local function touch()
   else
     for _, k in ipairs(keys) do redis.call('PERSIST', k) end
   end
-  if META_IX ~= score then
+  -- (a wr key this call emptied had no mark, so meta says none is due: it stays so, and a
+  -- later call sets both; the key is not created again here, see "Slots that move")
+  if META_IX ~= score and not GONE[K_WR] then
     redis.call('HSET', K_META, 'ix', score, 'wm', '1')
     META_IX, META_WM = score, '1'
     if score == 'inf' then
@@ -893,13 +895,18 @@ if step == 'all' then
     local g = groups[ns_e]
     g[#g + 1] = string.sub(m, p)
   end
-  local deleted, kept = 0, {}
+  -- every namespace walked first: a walk can fail (RS_CYCLE), and nothing is written before
+  local deleted, kept, oldest = 0, {}, {}
+  for _, ns_e in ipairs(order) do
+    local cids = groups[ns_e]
+    local need, left = needs(ns_e, cids[#cids])
+    local k, _, _, o = walk(ns_e, cids[#cids], need, left, true, #cids + 1)
+    kept[ns_e], oldest[ns_e] = k, o
+  end
   for _, ns_e in ipairs(order) do
     local cids = groups[ns_e]
     local latest = cids[#cids]
-    local need, left = needs(ns_e, latest)
-    local kept_list, _, _, oldest_parent = walk(ns_e, latest, need, left, true, #cids + 1)
-    kept[ns_e] = kept_list
+    local kept_list, oldest_parent = kept[ns_e], oldest[ns_e]
     local keep = {}
     for _, c in ipairs(kept_list) do keep[c] = true end
     for _, c in ipairs(cids) do
