@@ -957,7 +957,10 @@ if entry ~= '' then
   end
 end
 for i = 1, nblobs do
-  if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  local b = ARGV[12 + 2 * i]
+  if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
+  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
