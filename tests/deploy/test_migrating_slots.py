@@ -170,3 +170,18 @@ def test_call_is_refused_or_completes_while_the_slot_moves(mcluster, mclient, ki
     # call on every thread holding the runs, found through the slot index of each node)
     if stage == "some_moved" and op != "delete_for_runs":
         assert "done" not in outcome.values(), outcome
+
+
+def test_prune_that_drops_every_run_link_runs_to_its_end_on_the_slot_it_leaves(mcluster, mclient):
+    """prune(keep_latest), compress off, where the kept checkpoint has no run id: the prune
+    empties the thread's run links and used to read them again, failing after deleting the
+    older checkpoints (a kept checkpoint naming a dropped parent, stale run-index entries and
+    unreferenced values left behind)."""
+    assert run_case(mcluster, mclient, "raw", "prune_keep_latest", "none_moved") == {"src": "done"}
+
+
+def test_delete_of_the_only_thread_in_its_slot_runs_to_its_end_on_the_slot_it_leaves(mcluster, mclient):
+    """delete_thread of the only thread in its slot empties the slot index and used to read it
+    again, failing after the thread was deleted."""
+    assert run_case(mcluster, mclient, "raw", "delete_thread", "none_moved") == {"src": "done"}
+    assert run_case(mcluster, mclient, "raw", "prune_delete", "none_moved") == {"src": "done"}
