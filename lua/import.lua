@@ -134,14 +134,16 @@ local function hset_all(key, flat)
   for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
 end
 local function zadd_all(key, members)
+  local added = 0
   for i = 1, #members, 1000 do
     local args = {}
     for j = i, math.min(i + 999, #members) do
       args[#args + 1] = 0
       args[#args + 1] = members[j]
     end
-    redis.call('ZADD', key, unpack(args))
+    added = added + redis.call('ZADD', key, unpack(args))
   end
+  return added
 end
 -- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
 local function stored(key, from, to)
@@ -259,7 +261,7 @@ for i = cstart, #ARGV - 1, 2 do
       runs[#runs + 1] = run_e .. ns_e .. cid_e
       if not linked[run_e] then
         linked[run_e] = true
-        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+        grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
       end
     end
   end
@@ -269,6 +271,6 @@ if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns)
 hset_all(K_CHAIN, chain)
 zadd_all(K_CPNS, by_ns)
 zadd_all(K_CPID, by_id)
-zadd_all(K_RUNS, runs)
+grew(K_RUNS, zadd_all(K_RUNS, runs))
 touch()
 return 1

@@ -130,6 +130,10 @@ local function shrink(key, card, cmd, ...)
   return n
 end
 
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+
 local function zrem(key, ...)
   return shrink(key, 'ZCARD', 'ZREM', ...)
 end

@@ -167,6 +167,10 @@ local function hi(p) return '(' .. p .. '\255' end
 -- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
 -- reads and expiry updates skip such keys.
 
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+
 
 
 -- the keys of `keys` this call has not emptied

@@ -213,6 +213,16 @@ local function shrink(key, card, cmd, ...)
   return n
 end
 
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+local function grew(key, n)
+  if LEFT[key] and n > 0 then
+    LEFT[key] = LEFT[key] + n
+    GONE[key] = nil
+  end
+end
+
 local function zrem(key, ...)
   return shrink(key, 'ZCARD', 'ZREM', ...)
 end
@@ -423,8 +433,9 @@ local function touch()
       redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
+  -- the thread's own entry first: the purge (which never drops it) then never empties the key
+  grew(K_IXT, redis.call('ZADD', K_IXT, score, THREAD_ID))
   purge_expired(now)
-  redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
 
@@ -474,8 +485,8 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e)
-  redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)
@@ -813,14 +824,16 @@ local function hset_all(key, flat)
   for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
 end
 local function zadd_all(key, members)
+  local added = 0
   for i = 1, #members, 1000 do
     local args = {}
     for j = i, math.min(i + 999, #members) do
       args[#args + 1] = 0
       args[#args + 1] = members[j]
     end
-    redis.call('ZADD', key, unpack(args))
+    added = added + redis.call('ZADD', key, unpack(args))
   end
+  return added
 end
 -- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
 local function stored(key, from, to)
@@ -938,7 +951,7 @@ for i = cstart, #ARGV - 1, 2 do
       runs[#runs + 1] = run_e .. ns_e .. cid_e
       if not linked[run_e] then
         linked[run_e] = true
-        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+        grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
       end
     end
   end
@@ -948,6 +961,6 @@ if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns)
 hset_all(K_CHAIN, chain)
 zadd_all(K_CPNS, by_ns)
 zadd_all(K_CPID, by_id)
-zadd_all(K_RUNS, runs)
+grew(K_RUNS, zadd_all(K_RUNS, runs))
 touch()
 return 1

@@ -1,4 +1,4 @@
-#!lua name=redis_saver_6d8a44451cc83107
+#!lua name=redis_saver_7797464ee91f3e9c
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -219,6 +219,16 @@ local function shrink(key, card, cmd, ...)
   LEFT[key] = left - n
   if n == left then GONE[key] = true end
   return n
+end
+
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+local function grew(key, n)
+  if LEFT[key] and n > 0 then
+    LEFT[key] = LEFT[key] + n
+    GONE[key] = nil
+  end
 end
 
 local function zrem(key, ...)
@@ -516,8 +526,9 @@ local function touch()
       redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
+  -- the thread's own entry first: the purge (which never drops it) then never empties the key
+  grew(K_IXT, redis.call('ZADD', K_IXT, score, THREAD_ID))
   purge_expired(now)
-  redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
 
@@ -574,8 +585,8 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e)
-  redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)
@@ -2238,14 +2249,16 @@ local function hset_all(key, flat)
   for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
 end
 local function zadd_all(key, members)
+  local added = 0
   for i = 1, #members, 1000 do
     local args = {}
     for j = i, math.min(i + 999, #members) do
       args[#args + 1] = 0
       args[#args + 1] = members[j]
     end
-    redis.call('ZADD', key, unpack(args))
+    added = added + redis.call('ZADD', key, unpack(args))
   end
+  return added
 end
 -- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
 local function stored(key, from, to)
@@ -2363,7 +2376,7 @@ for i = cstart, #ARGV - 1, 2 do
       runs[#runs + 1] = run_e .. ns_e .. cid_e
       if not linked[run_e] then
         linked[run_e] = true
-        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+        grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
       end
     end
   end
@@ -2373,7 +2386,7 @@ if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns)
 hset_all(K_CHAIN, chain)
 zadd_all(K_CPNS, by_ns)
 zadd_all(K_CPID, by_id)
-zadd_all(K_RUNS, runs)
+grew(K_RUNS, zadd_all(K_RUNS, runs))
 touch()
 return 1
 
@@ -3910,29 +3923,29 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_6d8a44451cc83107_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_6d8a44451cc83107_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_7797464ee91f3e9c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -184,6 +184,16 @@ local function shrink(key, card, cmd, ...)
   return n
 end
 
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+local function grew(key, n)
+  if LEFT[key] and n > 0 then
+    LEFT[key] = LEFT[key] + n
+    GONE[key] = nil
+  end
+end
+
 local function zrem(key, ...)
   return shrink(key, 'ZCARD', 'ZREM', ...)
 end
@@ -468,8 +478,9 @@ local function touch()
       redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
+  -- the thread's own entry first: the purge (which never drops it) then never empties the key
+  grew(K_IXT, redis.call('ZADD', K_IXT, score, THREAD_ID))
   purge_expired(now)
-  redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
 
