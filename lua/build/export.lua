@@ -42,9 +42,11 @@ if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 -- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
 -- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
 -- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
 -- the keys it removed from (see "Slots that move" in _lib_thread.lua)
 local GONE, LEFT = {}, {}
@@ -175,10 +177,11 @@ local function hi(p) return '(' .. p .. '\255' end
 
 -- the keys of `keys` this call has not emptied
 
--- After the thread was forgotten (its keys unlinked): whether this node may create them again
--- in this call. It may not while the slot is moving (a command naming the missing keys is
--- refused, see above: the caller then ends the call, and the client sends it again, to the
--- node that then serves the slot). A stable slot: the call goes on as on a new thread.
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
@@ -186,9 +189,9 @@ local function hi(p) return '(' .. p .. '\255' end
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -242,7 +245,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 
 -- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
 -- checkpoint missing, after check_counts()); true = expiring
@@ -442,6 +446,7 @@ if not max_cp or not max_fields or not max_bytes or max_cp < 1 then fail('RS_BAD
 check_format()
 
 if step == 'all' then
+  if META_XP then return {'all', {}, {}, {}} end  -- being written (not visible yet): as if absent
   local ncp = redis.call('HLEN', K_CP)
   if ncp > max_cp or ncp + redis.call('HLEN', K_BLOB) + redis.call('HLEN', K_WR) > max_fields then
     return {'paged'}

@@ -44,9 +44,11 @@ local THREAD_E = enc(THREAD_ID)
 -- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
 -- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
 local GC = {}  -- blob collection candidates (see gc_blobs())
 -- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
 -- the keys it removed from (see "Slots that move" in _lib_thread.lua)
@@ -253,14 +255,13 @@ local function live_keys(keys)
   return out
 end
 
--- After the thread was forgotten (its keys unlinked): whether this node may create them again
--- in this call. It may not while the slot is moving (a command naming the missing keys is
--- refused, see above: the caller then ends the call, and the client sends it again, to the
--- node that then serves the slot). A stable slot: the call goes on as on a new thread.
-local function can_recreate()
-  if type(redis.pcall('EXISTS', K_META, K_CP)) ~= 'number' then return false end
-  GONE, LEFT = {}, {}
-  return true
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
+local function slot_moving()
+  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
 end
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
@@ -269,9 +270,9 @@ end
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -346,8 +347,11 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 local function forget_thread()
   drop_thread()
   fix_index_expiry()
+  -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
+  -- moving: slot_moving()) writes them afresh
+  GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -361,7 +365,8 @@ local function record_loss()
 end
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 
 -- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
 -- checkpoint missing, after check_counts()); true = expiring
@@ -944,8 +949,8 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
 Returns: 1 [STORED]; 2 [PRUNE_IN_PAGES] when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
 in the thread and left them: the client then prunes the thread in bounded pages; 3 [STREAMS_MOVED] (nothing
 written) when a stream a new record names is gone or not at the length the client based its
-append on (another writer appended, or it was collected), or when the call forgot a thread that
-lost a key while its slot is moving (nothing else written): the client resends with new streams;
+append on (another writer appended, or it was collected), or when the thread lost a key while
+its slot is moving (it cannot be written afresh there): the client resends with new streams;
 4 [THREAD_GONE] (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
 checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
 this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
@@ -987,10 +992,11 @@ local ns_e, cid_e = enc(ns), enc(cid)
 -- its unchanged channels and its delta channels' history would be gone.
 if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+  -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
+  -- move" in _lib_thread.lua); nothing written and, as for a stream that went, the client sends
+  -- the put again
+  if slot_moving() then return 3 end
   record_loss()
-  -- the thread's slot is moving: this node may not create its keys again (see "Slots that
-  -- move" in _lib_thread.lua); as for a stream that went, the client sends the put again
-  if not can_recreate() then return 3 end
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
   return 4

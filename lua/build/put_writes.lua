@@ -45,9 +45,11 @@ local THREAD_E = enc(THREAD_ID)
 -- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
 -- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
 -- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
 -- the keys it removed from (see "Slots that move" in _lib_thread.lua)
 local GONE, LEFT = {}, {}
@@ -182,10 +184,11 @@ local function live_keys(keys)
   return out
 end
 
--- After the thread was forgotten (its keys unlinked): whether this node may create them again
--- in this call. It may not while the slot is moving (a command naming the missing keys is
--- refused, see above: the caller then ends the call, and the client sends it again, to the
--- node that then serves the slot). A stable slot: the call goes on as on a new thread.
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
@@ -193,9 +196,9 @@ end
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -270,8 +273,11 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 local function forget_thread()
   drop_thread()
   fix_index_expiry()
+  -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
+  -- moving: slot_moving()) writes them afresh
+  GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -285,7 +291,8 @@ local function record_loss()
 end
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 
 -- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
 -- checkpoint missing, after check_counts()); true = expiring

@@ -31,8 +31,8 @@ class Err(str, Enum):
 class Put(IntEnum):
     STORED = 1
     PRUNE_IN_PAGES = 2  # history "latest" left older checkpoints: prune the thread in pages
-    STREAMS_MOVED = 3  # nothing written (a stream the put appends to changed, or the thread, forgotten
-    # for a lost key, cannot be written afresh while its slot moves): resend with new streams
+    STREAMS_MOVED = 3  # nothing written (a stream the put appends to changed, or the thread lost a key
+    # and cannot be written afresh while its slot moves): resend with new streams
     THREAD_GONE = 4  # nothing stored: the parent's thread holds no checkpoint (ThreadEvictedError)
 
 
@@ -76,8 +76,8 @@ class Export(bytes, Enum):
 
 class Import(IntEnum):
     WRITTEN = 1
-    NOT_WRITTEN = 0  # the target no longer holds the copy's token, or a first call found it expiring while
-    # its slot moves (or, "abort", was not removed)
+    NOT_WRITTEN = 0  # the target no longer holds the copy's token (or, "abort", was not removed)
+    REDONE = 2  # "stage": an unfinished thread (an import or copy stopped midway) was removed first
 
 
 class Rewrite(IntEnum):
