@@ -21,8 +21,7 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
 Returns: 1 [STORED]; 2 [PRUNE_IN_PAGES] when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
 in the thread and left them: the client then prunes the thread in bounded pages; 3 [STREAMS_MOVED] (nothing
 written) when a stream a new record names is gone or not at the length the client based its
-append on (another writer appended, or it was collected), or when the thread lost a key while
-its slot is moving (it cannot be written afresh there): the client resends with new streams;
+append on (another writer appended, or it was collected): the client resends with new streams;
 4 [THREAD_GONE] (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
 checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
 this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
@@ -65,9 +64,8 @@ local ns_e, cid_e = enc(ns), enc(cid)
 if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
-  -- move" in _lib_thread.lua); nothing written and, as for a stream that went, the client sends
-  -- the put again
-  if slot_moving() then return 3 end
+  -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
+  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then

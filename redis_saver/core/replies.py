@@ -31,8 +31,7 @@ class Err(str, Enum):
 class Put(IntEnum):
     STORED = 1
     PRUNE_IN_PAGES = 2  # history "latest" left older checkpoints: prune the thread in pages
-    STREAMS_MOVED = 3  # nothing written (a stream the put appends to changed, or the thread lost a key
-    # and cannot be written afresh while its slot moves): resend with new streams
+    STREAMS_MOVED = 3  # nothing written: a stream the put appends to changed; resend with new streams
     THREAD_GONE = 4  # nothing stored: the parent's thread holds no checkpoint (ThreadEvictedError)
 
 

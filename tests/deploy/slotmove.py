@@ -16,6 +16,9 @@ from redis.exceptions import AskError, MovedError, TryAgainError
 
 from devkit.servers import client_kwargs
 
+# seconds a command to a node may take (a loaded machine is slow to answer MIGRATE and friends)
+TIMEOUT = 10.0
+
 # a node's answers that refuse a call before it runs: the slot is (partly) served elsewhere
 REFUSALS = (AskError, MovedError, TryAgainError)
 
@@ -60,28 +63,28 @@ class SlotMove:
         primaries = {int(r[2][1]) for r in cluster.slots()}
         self.dst = cluster.node(min(p for p in primaries if p != self.src.port))
         self.primaries = [cluster.node(p) for p in sorted(primaries)]
-        self.src_id = _text(self.src.command("CLUSTER", "MYID"))
-        self.dst_id = _text(self.dst.command("CLUSTER", "MYID"))
+        self.src_id = _text(self.src.command("CLUSTER", "MYID", timeout=TIMEOUT))
+        self.dst_id = _text(self.dst.command("CLUSTER", "MYID", timeout=TIMEOUT))
 
     def open(self) -> None:
         """IMPORTING on the target, then MIGRATING on the source (redis-cli's order)."""
-        _ok(self.dst.command("CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.src_id))
-        _ok(self.src.command("CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.dst_id))
+        _ok(self.dst.command("CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.src_id, timeout=TIMEOUT))
+        _ok(self.src.command("CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.dst_id, timeout=TIMEOUT))
 
     def keys_at(self, node: Any) -> list[bytes]:
-        return list(node.command("CLUSTER", "GETKEYSINSLOT", self.slot, 100_000))  # type: ignore[call-overload]
+        return list(node.command("CLUSTER", "GETKEYSINSLOT", self.slot, 100_000, timeout=TIMEOUT))  # type: ignore[call-overload]
 
     def migrate(self, keys: list[bytes]) -> None:
         """MIGRATE these keys (those the source holds) to the target."""
         keys = [k for k in keys if k in set(self.keys_at(self.src))]
         if keys:
-            _ok(self.src.command("MIGRATE", self.dst.host, self.dst.port, "", 0, 5000, "KEYS", *keys, timeout=10.0))
+            _ok(self.src.command("MIGRATE", self.dst.host, self.dst.port, "", 0, 5000, "KEYS", *keys, timeout=TIMEOUT))
 
     def finish(self) -> None:
         """Every remaining key to the target, then the slot to the target on every primary."""
         self.migrate(self.keys_at(self.src))
         for n in [self.dst, self.src, *[p for p in self.primaries if p not in (self.src, self.dst)]]:
-            _ok(n.command("CLUSTER", "SETSLOT", self.slot, "NODE", self.dst_id))
+            _ok(n.command("CLUSTER", "SETSLOT", self.slot, "NODE", self.dst_id, timeout=TIMEOUT))
 
     def snapshot(self) -> dict[tuple[int, bytes], Any]:
         """Every key of the slot on both nodes: (node port, key) -> its DUMP."""
@@ -98,8 +101,10 @@ class SlotMove:
     def client(self, node: Any, asking: bool = False) -> redis.Redis:
         """A client of one of the two nodes that follows no redirection."""
         if asking:
-            return AskingRedis(host=node.host, port=node.port, single_connection_client=True, **client_kwargs())
-        return redis.Redis(host=node.host, port=node.port, **client_kwargs())
+            return AskingRedis(
+                host=node.host, port=node.port, single_connection_client=True, **client_kwargs(TIMEOUT, TIMEOUT)
+            )
+        return redis.Redis(host=node.host, port=node.port, **client_kwargs(TIMEOUT, TIMEOUT))
 
 
 def _text(b: Any) -> str:

@@ -16,7 +16,7 @@ import redis.exceptions
 
 from devkit.servers import client_kwargs, start_cluster
 from tests.deploy.helpers import new_prefix
-from tests.deploy.slotmove import key_slot, thread_in_slot
+from tests.deploy.slotmove import TIMEOUT, key_slot, thread_in_slot
 from tests.deploy.test_migrating_slots import OPS, STAGES, _saver, run_case
 from tests.deploy.threadstate import History, apply, thread_state
 
@@ -70,13 +70,22 @@ def _migrate_atomically(cluster: Any, slot: int) -> Any:
     """CLUSTER MIGRATESLOTS of one slot to another primary; returns the target node."""
     src = cluster.primary_for_slot(slot)
     dst = next(n for n in cluster.nodes if n.port != src.port)
-    reply = src.command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", dst.command("CLUSTER", "MYID"))
+    reply = src.command(
+        "CLUSTER",
+        "MIGRATESLOTS",
+        "SLOTSRANGE",
+        slot,
+        slot,
+        "NODE",
+        dst.command("CLUSTER", "MYID", timeout=TIMEOUT),
+        timeout=TIMEOUT,
+    )
     assert reply in ("OK", b"OK"), reply
     return src, dst
 
 
 def _migration_done(src: Any) -> bool:
-    jobs = src.command("CLUSTER", "GETSLOTMIGRATIONS")
+    jobs = src.command("CLUSTER", "GETSLOTMIGRATIONS", timeout=TIMEOUT)
     return all(b"success" in job or b"failed" in job for job in jobs)  # type: ignore[union-attr]
 
 

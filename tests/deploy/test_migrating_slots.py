@@ -185,3 +185,25 @@ def test_delete_of_the_only_thread_in_its_slot_runs_to_its_end_on_the_slot_it_le
     again, failing after the thread was deleted."""
     assert run_case(mcluster, mclient, "raw", "delete_thread", "none_moved") == {"src": "done"}
     assert run_case(mcluster, mclient, "raw", "prune_delete", "none_moved") == {"src": "done"}
+
+
+def test_put_on_a_thread_that_lost_a_key_is_refused_before_writing_while_its_slot_moves(mcluster, mclient):
+    """A put that finds the thread damaged forgets it and writes afresh; no node may create the
+    thread's keys while its slot moves, so there the put is refused before its first write."""
+    prefix = new_prefix("dmg")
+    saver = _saver(mclient, prefix, "raw")
+    saver.setup()
+    h = History()
+    tid = thread_in_slot(saver.keys, key_slot(saver.keys.thread_keys(f"x-{prefix[-10:]}")[0]))
+    for o in h.ops:
+        apply(saver, tid, o)
+    mclient.hset(saver.keys.thread_keys(tid)[0], "dmg", "wr")  # what earlier versions wrote on a loss
+    move = SlotMove(mcluster, key_slot(saver.keys.thread_keys(tid)[0]))
+    move.open()
+    what, err = _call_at(move, move.src, False, prefix, "raw", OPS["put"], tid, h)
+    move.finish()
+    assert what == "refused" and "moving" in str(err), err
+    # once the slot moved: as on any slot, the put forgets the thread, and refuses to continue
+    # from a parent it no longer holds
+    with pytest.raises(redis_saver.ThreadEvictedError):
+        OPS["put"](saver, tid, h)
