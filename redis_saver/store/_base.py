@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import redis
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
@@ -137,19 +137,10 @@ class RedisStoreBase(Shell, BaseStore):
         self._cfg.ann = ann
         if not vector_sets:
             self._cfg.vsets = False
+        self._probe_lock = threading.Lock()  # RedisStore: one thread probes, the others wait
         # the engine's key schema serves the saver's setup and slot index only, which the store
         # never asks for
         self._attach(client, shared, KeySchema(), functions)
-
-    def _vsets_probe(self) -> tuple[str, bytes]:
-        """The command whose success says the server has vector sets (any reply: yes; an error,
-        unknown command or refused by an ACL: no). Probed by the first batch."""
-        return ("VCARD", self.keys.vset(0, b""))
-
-    def _vsets_answer(self, error: Exception | None) -> None:
-        if isinstance(error, (ConnectionError, TimeoutError, redis.ConnectionError, redis.TimeoutError)):
-            raise error
-        self._cfg.vsets = error is None
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""

@@ -152,9 +152,7 @@ class _Search:
         if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
             assert query_vector is not None
             if _vset.usable_query(query_vector):
-                self.vs = _vset.VsetSearch(
-                    cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann
-                )
+                self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann)
                 self._vs_check()
 
     # ---- from vector sets ---------------------------------------------------------------
@@ -542,7 +540,8 @@ class _List:
         # a prefix condition without wildcards that lit starts with holds for every namespace
         # of that lex range (e(ns) starts with e(lit), labels self-delimiting): not checked again
         self.conditions = [
-            c for c in self.conditions
+            c
+            for c in self.conditions
             if not (c.match_type == "prefix" and "*" not in c.path and tuple(lit[: len(c.path)]) == tuple(c.path))
         ]
         self.want = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None

@@ -242,9 +242,7 @@ class Entry:
             sl = [sl[j] for j in np.lexsort(self._order(np.asarray(sl, dtype=np.int64)))]
         return sl
 
-    def reranked(
-        self, query: list[float], ranked: list[int], scores: list[float], whole: bool, first: int
-    ) -> Ranking:
+    def reranked(self, query: list[float], ranked: list[int], scores: list[float], whole: bool, first: int) -> Ranking:
         """``ranking`` after a patch that numbered its items from ``first`` on, from the ranking
         before it (``ranked`` best first, exact, ``whole`` or the head of the whole): the items
         of it still live, and the patch's live items scored exactly, merged. Every item outside
