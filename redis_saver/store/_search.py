@@ -104,6 +104,7 @@ class _Search:
     def __init__(self, cfg: Config, op: SearchOp, query_vector: list[float] | None) -> None:
         self.cfg, self.op, self.qv = cfg, op, query_vector
         self.scored = query_vector is not None
+        self.metric: str = cfg.index.get("distance_type", "cosine") if cfg.index else "cosine"
         self.eprefix = enc_ns(op.namespace_prefix)
         # a search stops at offset + limit matches (InMemoryStore filters every item under the
         # prefix first: a comparison that raises on a later item raises there, not here)
@@ -149,7 +150,9 @@ class _Search:
             else:
                 self.fill = []
         self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
-        if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
+        # (VSIM ranks by cosine: other distances are scored from the cache or a scan)
+        vs_ok = cfg.vsets and self.metric == "cosine" and self.entry is None and self.scored
+        if vs_ok and not op.filter and self.keep and len(shards) == 1:
             assert query_vector is not None
             if _vset.usable_query(query_vector):
                 self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann)
@@ -189,7 +192,7 @@ class _Search:
             with entry.lock:  # the ranking and the token it holds for
                 self.token = entry.token
                 self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(
-                    self.qv, self.keep + 2 * _vcache.MARGIN
+                    self.qv, self.keep + 2 * _vcache.MARGIN, self.metric
                 )
         self.next_sc = self.next_sl = 0  # the next candidates to ask
         self.kept_sc: list[tuple[float, _Found]] = []
@@ -218,7 +221,7 @@ class _Search:
             with entry.lock:
                 current = entry.token == self.token
                 if current:
-                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None, self.metric)
             if not current:  # patched by another search meanwhile: start again from what it holds
                 self.known = {}
                 self._rank(entry)
@@ -283,7 +286,7 @@ class _Search:
                 if applied:
                     assert self.qv is not None
                     # the ranking before the patch, its items that changed out, the new ones in
-                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first)
+                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first, self.metric)
                     if entry.wasted():
                         new = entry.compacted()
             if applied or entry.token != self.token:
@@ -347,7 +350,7 @@ class _Search:
                 ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
                 entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, None)))
         else:  # the page scored at once: each item's best score (None: no vectors)
-            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)])
+            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)], self.metric)
             # the kept ones only get better: an item scoring at most the worst of them now, when
             # they are full, comes after it and can never enter (dropped before the merge)
             floor = None
@@ -399,7 +402,7 @@ class _Search:
             self.fill.append((flat, counts, m32))
         floor = self.top[0][0] if len(self.top) >= self.keep else None
         flt = self.op.filter
-        idx, scores = sem.page_candidates(self.qv, m32, counts, None if flt else self.keep, floor)
+        idx, scores = sem.page_candidates(self.qv, m32, counts, None if flt else self.keep, floor, self.metric)
         base = self.flat
         self.flat += len(pages)
         limit, cfg = self.op.limit, self.cfg
