@@ -43,8 +43,6 @@ def vset_format(hnsw: tuple[int, int] | None = None) -> str:
     """ARGV[1] of a script call that keeps vector sets (lua/_store_lib.lua st_check): the store
     format and "v", then "h<M>:<EF>" when the sets it makes get those HNSW parameters."""
     return STORE_FORMAT + "v" + (f"h{hnsw[0]}:{hnsw[1]}" if hnsw else "")
-
-
 MARKER = ":store#"
 
 

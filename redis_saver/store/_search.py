@@ -150,12 +150,18 @@ class _Search:
             else:
                 self.fill = []
         self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
+        self.refill = False  # a repeated search from sets: scan instead, to fill the cache
         # (VSIM ranks by cosine: other distances are scored from the cache or a scan)
         vs_ok = cfg.vsets and self.metric == "cosine" and self.entry is None and self.scored
         if vs_ok and not op.filter and self.keep and len(shards) == 1:
             assert query_vector is not None
             if _vset.usable_query(query_vector):
-                self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann)
+                self.vs = _vset.VsetSearch(
+                    cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann
+                )
+                # exact mode: a repeated search of the prefix fills the cache (``_vs_to_cache``)
+                if self.ckey is not None and cfg.vcache is not None and not cfg.ann:
+                    self.refill = cfg.vcache.repeated(self.ckey)
                 self._vs_check()
 
     # ---- from vector sets ---------------------------------------------------------------
@@ -173,6 +179,18 @@ class _Search:
         else:
             self.merge.finished = True
             self.fill = None
+
+    def _vs_to_cache(self) -> None:
+        """A repeated search of a prefix, its sets listed: scan instead and fill the cache, when
+        their vectors fit in it (else the sets keep answering)."""
+        vs, vcache = self.vs, self.cfg.vcache
+        assert vs is not None and vcache is not None
+        self.refill = False
+        vectors = sum(_vset.set_size(count) for _, count in vs.spaces.values())
+        if vectors * vs.dims * 4 <= vcache.max_bytes:
+            self.vs = None
+            self.merge = _Merge([vs.shard])
+            self.fill = []
 
     def vsim_pipe(self) -> Any:
         return self.vs.pipe() if self.vs is not None else None
@@ -329,6 +347,8 @@ class _Search:
     def feed(self, shard: int, reply: Any) -> None:
         if self.vs is not None:
             self.vs.feed(reply)
+            if self.refill and self.vs.phase == "vsim" and not self.vs.failed:
+                self._vs_to_cache()
             self._vs_check()
             return
         if self.entry is not None:
@@ -543,8 +563,7 @@ class _List:
         # a prefix condition without wildcards that lit starts with holds for every namespace
         # of that lex range (e(ns) starts with e(lit), labels self-delimiting): not checked again
         self.conditions = [
-            c
-            for c in self.conditions
+            c for c in self.conditions
             if not (c.match_type == "prefix" and "*" not in c.path and tuple(lit[: len(c.path)]) == tuple(c.path))
         ]
         self.want = op.offset + op.limit if min(op.offset, op.limit) >= 0 else None

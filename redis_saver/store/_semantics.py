@@ -184,10 +184,9 @@ def rough_scores(m32: Any, q: Any, qn: float, norms: Any = None, metric: str = "
     is within ``rough_delta``, a dot product within ``rough_delta |x| |q|``, a squared distance
     ``|x|^2 + |q|^2 - 2 dot`` within ``rough_delta (2 |x| |q| + |x|^2)`` (the float32 norm's
     share; and float64 rounding of the sum), and minus its square root within the roots of
-    those ends. A row whose norm is
-    zero, under 2**-30, over 2**30 or not finite is not sure (float32 products and squares
-    under- or overflow there, and rounding is no longer relative), nor is a bound that is not
-    finite."""
+    those ends. A row whose norm is zero, under 2**-30, over 2**30 or not finite is not sure
+    (float32 products and squares under- or overflow there, and rounding is no longer
+    relative), nor is a bound that is not finite."""
     np = _np
     delta = rough_delta(m32.shape[1])
     with np.errstate(all="ignore"):
@@ -235,9 +234,8 @@ def page_candidates(
     Two passes: a float32 product over every vector gives each item bounds of its exact score
     (``rough_scores``), so an item whose upper bound is under the line (``floor``, or the k-th
     best lower bound) scores exactly under it; the items above the line only are scored in
-    float64, row by row as ``best_scores`` scores them. A vector whose
-    float32 norm is zero, tiny, huge or not finite (where float32 rounding is not relative) is
-    always scored exactly."""
+    float64, row by row as ``best_scores`` scores them. A vector whose float32 norm is zero,
+    tiny, huge or not finite (where float32 rounding is not relative) is always scored exactly."""
     np = _np
     if m32 is None:
         return [], []

@@ -38,6 +38,7 @@ MARGIN = 8  # candidates asked beyond what is needed, for the ones that vanished
 CHANGE_BUDGET = 256  # changed items under the prefix one cached read brings (more: a scan)
 CHANGE_LOG = 2048  # items a shard's change log keeps (lua/_store_lib.lua CHANGE_LOG)
 PATCHES = 8  # change sets one search applies at most (writes racing it: then it scans)
+ASKED = 4096  # prefixes remembered as searched once from vector sets (``VectorCache.repeated``)
 
 
 class Entry:
@@ -329,6 +330,7 @@ class VectorCache:
         self.lock = threading.Lock()
         self.hits = self.misses = self.fills = 0  # searches answered from it, found it not current, filled it
         self.patches = 0  # change sets applied to entries (searches that found the shard written since)
+        self.asked: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # see ``repeated``
 
     def get(self, key: tuple[int, bytes]) -> Entry | None:
         with self.lock:
@@ -336,6 +338,20 @@ class VectorCache:
             if e is not None:
                 self.entries.move_to_end(key)
             return e
+
+    def repeated(self, key: tuple[int, bytes]) -> bool:
+        """Whether a search of ``key`` without an entry came before this one (until the entry
+        is filled: ``put``); else this one is remembered (the last ``ASKED`` keys). On a server
+        with vector sets, the first search of a prefix is answered from them and the next ones
+        fill the cache (a prefix searched once never pays the scan)."""
+        with self.lock:
+            if key in self.asked:
+                self.asked.move_to_end(key)
+                return True
+            self.asked[key] = None
+            if len(self.asked) > ASKED:
+                self.asked.popitem(last=False)
+            return False
 
     def drop(self, key: tuple[int, bytes], entry: Entry | None = None) -> None:
         with self.lock:
@@ -349,6 +365,7 @@ class VectorCache:
             self.drop(key)
             return
         with self.lock:
+            self.asked.pop(key, None)
             old = self.entries.pop(key, None)
             if old is not None:
                 self.nbytes -= old.nbytes

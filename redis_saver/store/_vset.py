@@ -104,6 +104,11 @@ def set_m(count: bytes) -> int:
     return 4
 
 
+def set_size(count: bytes) -> int:
+    """The number of elements of a complete set, from its count in "c" (``set_m``)."""
+    return int(count.rsplit(b":", 1)[-1])
+
+
 def usable_query(qv: list[float]) -> bool:
     """A query VSIM scores within the bound: finite, squared norm in float32's comfortable range."""
     n2 = math.fsum(x * x for x in qv)

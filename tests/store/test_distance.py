@@ -155,7 +155,7 @@ def _check_prefix(store: RedisStore, items: dict[str, list[str]], distance: str,
 
 
 @pytest.mark.parametrize("distance", DISTANCES)
-@pytest.mark.parametrize("path", ["sets"])
+@pytest.mark.parametrize("path", ["sets", "cache"])
 def test_each_distance_scores_as_postgres_on_redis8(client8, prefix, distance, path):
     store = _store(client8, prefix, distance, vector_cache_bytes=0 if path == "sets" else 2**24)
     _fill(store, ("d", "n0"))
