@@ -34,6 +34,7 @@ from langgraph.store.base import (
 
 from ..core import values as _values
 from ..core.plans import Call, Plan
+from ..core.replies import StoreProbe
 from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _budgets as B
@@ -184,9 +185,9 @@ def probe_plan(cfg: Config) -> Plan[bool]:
     """Whether the server keeps vector sets for this store: one "P" read on shard 0 (a VCARD in
     the script: an unknown command, or one the store's ACL user may not run, answers no)."""
     reply = yield Call("store_read", [cfg.keys.index(0)], [STORE_FORMAT, b"0", b"1", b"P"])
-    if not isinstance(reply, list) or len(reply) != 1 or reply[0] not in (0, 1):
+    if not isinstance(reply, list) or len(reply) != 1 or reply[0] not in set(StoreProbe):
         raise MalformedReplyError(f"store_read replied {reply!r:.80}")
-    return bool(reply[0] == 1)
+    return bool(reply[0] == StoreProbe.VECTOR_SETS)
 
 
 def write_format(cfg: Config) -> str:
