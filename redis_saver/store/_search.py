@@ -152,20 +152,23 @@ class _Search:
                 self.fill = []
         self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
         self.refill = False  # a repeated search from sets: scan instead, to fill the cache
-        # (VSIM ranks by cosine: other distances are scored from the cache or a scan)
-        vs_ok = cfg.vsets and self.metric == "cosine" and self.entry is None and self.scored
-        if vs_ok and not op.filter and self.keep and len(shards) == 1:
-            assert query_vector is not None
-            if _vset.usable_query(query_vector):
-                self.vs = _vset.VsetSearch(
-                    cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann
-                )
-                # exact mode: a repeated search of the prefix fills the cache (``_vs_to_cache``)
-                if self.ckey is not None and cfg.vcache is not None and not cfg.ann:
-                    self.refill = cfg.vcache.repeated(self.ckey)
-                self._vs_check()
+        if self.entry is None:
+            self._vset_search(refill=True)
 
     # ---- from vector sets ---------------------------------------------------------------
+    def _vset_search(self, refill: bool) -> None:
+        """Search from vector sets, when they can answer (a server with sets, cosine: VSIM ranks
+        by it; scored, no filter, one shard, a query VSIM scores within the bound); in exact
+        mode, a repeated search of the prefix fills the cache instead (``refill``: this one may)."""
+        cfg, shards, qv = self.cfg, self.merge.buffers, self.qv
+        if qv is None or not (cfg.vsets and self.metric == "cosine" and not self.op.filter and self.keep):
+            return
+        if len(shards) == 1 and _vset.usable_query(qv):
+            self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, qv, self.keep, cfg.ann)
+            if self.ckey is not None and cfg.vcache is not None and not cfg.ann:
+                self.refill = cfg.vcache.repeated(self.ckey) and refill  # ``_vs_to_cache``
+            self._vs_check()
+
     def _vs_check(self) -> None:
         """A vector set search that cannot answer exactly gives way to a scan (which fills the
         vector cache, when there is one)."""
@@ -182,8 +185,7 @@ class _Search:
             self.fill = None
 
     def _vs_to_cache(self) -> None:
-        """A repeated search of a prefix, its sets listed: scan instead and fill the cache, when
-        their vectors fit in it (else the sets keep answering)."""
+        """A repeated search, its sets listed: a scan that fills the cache, if their vectors fit."""
         vs, vcache = self.vs, self.cfg.vcache
         assert vs is not None and vcache is not None
         self.refill = False
@@ -325,11 +327,13 @@ class _Search:
                     self.known = {}
                     self._rank(entry)
                 return
-        # not current: scan as without a cache, and cache what the scan reads
+        # not current: scan as without a cache, and cache what the scan reads; on a server with
+        # vector sets, they answer (the next search of the prefix fills the cache)
         vcache.drop(ckey, entry)
         vcache.misses += 1
         self.entry, self.fill, self.asked = None, [], []
         self.merge = _Merge([ckey[0]])
+        self._vset_search(refill=False)
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
         if self.vs is not None:

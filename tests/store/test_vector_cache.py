@@ -21,7 +21,7 @@ from langgraph.store.memory import InMemoryStore
 from devkit.servers import client_kwargs
 from redis_saver import RedisStore
 from redis_saver.keys import enc
-from redis_saver.store import _semantics
+from redis_saver.store import _semantics, _vcache
 from redis_saver.store._keys import enc_ns
 
 from .test_store import count_round_trips
@@ -406,10 +406,11 @@ async def test_async_store_uses_the_cache(prefix, client):
     await ac.aclose()
 
 
-def test_redis8_exact_mode_fills_the_cache_from_the_second_search(redis8, prefix):
+def test_redis8_exact_mode_fills_the_cache_from_the_second_search(redis8, prefix, monkeypatch):
     """On a server with vector sets (exact mode), the first search of a prefix is answered from
-    them, the second scans and fills the cache, the next ones use it; a prefix whose vectors do
-    not fit in the cache's bound stays with the sets (no scan)."""
+    them, the second scans and fills the cache, the next ones use it; a cache found not current
+    (more changes than a read brings) gives way to the sets, and the next search fills it again;
+    a prefix whose vectors do not fit in the cache's bound stays with the sets (no scan)."""
     client = redis.Redis.from_url(redis8.url, **client_kwargs(5.0, 5.0))
     a = RedisStore(client, prefix=prefix, index=INDEX)
     scan = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0, vector_sets=False)
@@ -421,6 +422,13 @@ def test_redis8_exact_mode_fills_the_cache_from_the_second_search(redis8, prefix
     assert sets["hits"] == 1 and vc.fills == 1 and vc.hits == 0
     check(a, scan, "kiwi lemon", limit=4, offset=2)
     assert sets["hits"] == 1 and vc.fills == 1 and vc.hits == 1
+    monkeypatch.setattr(_vcache, "CHANGE_BUDGET", 2)
+    fill(a, 5, start=100)
+    check(a, scan, "apple melon")
+    assert sets["hits"] == 2 and vc.misses == 1 and vc.fills == 1
+    check(a, scan, "banana", limit=3)
+    check(a, scan, "kiwi lemon", limit=4, offset=2)
+    assert sets["hits"] == 2 and vc.fills == 2 and vc.hits == 2
     small = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=40 * 8 * 4 - 1)
     check_all(small, scan)
     check_all(small, scan)

@@ -86,7 +86,11 @@ def test_change_log_lost_is_never_taken_for_no_change(client, prefix):
     client.delete(log)
     b.put(NS, "k2", {"text": "fig"})  # a new log, floor at the counter before it
     assert "best" in [r[1] for r in check(a, c, "apple melon", limit=3)]
-    assert vc.misses == 1 and vc.fills == 2
+    assert vc.misses == 1
+    if a._cfg.vsets:  # Redis 8: the sets answered that search (no scan), the next one refills
+        assert vc.fills == 1 and a._cfg.vset_stats["hits"] == 1
+        check(a, c, "kiwi", limit=3)
+    assert vc.fills == 2
     b.put(NS, "k3", {"text": "kiwi"})
     check_all(a, c)
     assert vc.misses == 1 and vc.patches == 1  # the new log covers the refilled entry
