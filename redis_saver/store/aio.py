@@ -48,7 +48,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         tasks meanwhile await (shielded: a cancelled caller does not cancel it)."""
         if self._cfg.vsets is not None:
             return
-        if self._probing is None:
+        if self._probing is None or self._probing.get_loop() is not asyncio.get_running_loop():  # (a new loop)
             self._probing = asyncio.ensure_future(self._driver.run(probe_plan(self._cfg), "store.probe"))
         probing = self._probing
         try:
