@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ._shell import Options, Shell
+from .core.integrity import Integrity
 from .core.plans import Plans
 from .core.ttl import TTLConfig
 from .core.values import StreamCache
@@ -66,6 +67,14 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
         cache_bytes: bound of the per-saver cache of the streams last read or written (LRU,
             by the streams' raw bytes; a stream above a quarter of it is not kept). A put of
             a channel the saver has not seen starts a new stream instead of a delta.
+        integrity_key: bytes of at least 32, or a sequence of such keys (the first signs new
+            data, every one verifies: key rotation). Every checkpoint, value and pending write
+            is then stored with a tag bound to where it belongs (prefix, thread, namespace,
+            checkpoint id, channel and version, task id and write index), checked before
+            anything is deserialized: data that fails, or carries no tag, raises
+            ``IntegrityError`` (docs/deployment.md "Trust model"). ``None`` (default): no tags
+            are written or checked; tagged data reads as any other. ``copy_thread`` with a
+            key checks each record in the client and signs it for the target.
     """
 
     def __init__(
@@ -90,6 +99,8 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
         self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
         self.keys = KeySchema(shared["prefix"])
+        key = shared["integrity_key"]
+        self._integrity = None if key is None else Integrity(key, self.keys.prefix)
         self.ttl = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")

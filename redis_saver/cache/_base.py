@@ -9,6 +9,7 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 
 from .._shell import Options, Shell
 from ..core.engine import Engine, Io
+from ..core.integrity import Integrity
 from ..keys import KeySchema
 from . import _core as core
 from .keys import CacheKeys
@@ -26,6 +27,9 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
         prefix: the key prefix (no braces); every key is ``<prefix>:cache{<namespace>}...``,
             so it never meets a saver's or a store's key, whatever the two prefixes.
         serde: the serializer of the values (default: LangGraph's ``JsonPlusSerializer``).
+        integrity_key: bytes of at least 32, or a sequence of such keys (the first signs): each
+            entry then carries a tag of its namespace and key, checked before it is
+            decompressed or deserialized (``IntegrityError``: never another key's value).
         compress: store values of 256 bytes or more as one zstd frame when that saves an
             eighth or more (default); ``False`` stores the serializer's bytes as they are. Both
             read everything.
@@ -40,6 +44,8 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
         shared = self._options(options)
         super().__init__(serde=shared["serde"])
         self.keys = CacheKeys(shared["prefix"])
+        key = shared["integrity_key"]
+        self._integrity = None if key is None else Integrity(key, shared["prefix"])
         # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
         # after NOSCRIPT), given the cache's scripts; its key schema is not used
         self._engine: Engine = self._attach(client, shared, KeySchema(), False).engine
@@ -47,10 +53,11 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
 
     # the plans of the three operations, run by the shells
     def _get(self, keys: Sequence[FullKey]) -> Io[dict[FullKey, ValueT]]:
-        return self._engine.drive(core.get(self.keys, self.serde, keys, self._engine.cluster), "cache_get")
+        plan = core.get(self.keys, self.serde, keys, self._engine.cluster, self._integrity)
+        return self._engine.drive(plan, "cache_get")
 
     def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> Io[None]:
-        plan = core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster)
+        plan = core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster, self._integrity)
         return self._engine.drive(plan, "cache_set")
 
     def _clear(self, namespaces: Sequence[Namespace] | None) -> Io[None]:

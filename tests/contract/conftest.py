@@ -12,6 +12,9 @@ The Redis URL comes from the project fixture ``redis_url`` when tests/conftest.p
 provides it; otherwise this file starts its own redis-server (devkit/servers.py).
 Each saver gets a unique key prefix, so tests never see each other's keys.
 
+``CONTRACT_INTEGRITY_KEY=1`` runs every redis_saver saver of the suite with an
+``integrity_key`` (every record signed and checked).
+
 Hypothesis knobs (environment): ``CONTRACT_EXAMPLES`` (default 35) and
 ``CONTRACT_EXAMPLES_SMALL`` (default 20) set ``max_examples``; ``CONTRACT_NO_SHRINK=1``
 skips shrinking (fast stress runs), e.g.::
@@ -27,8 +30,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import StateGraph
+
+from tests.contract._graphs import Pair
 
 KINDS = ["memory", "sync", "async"]
+INTEGRITY_KEY = os.urandom(32)
 
 
 def redis_saver_module() -> Any:
@@ -138,6 +146,8 @@ def new_saver(kind: str, url: str | None, prefix: str | None = None, **kwargs: A
         return InMemorySaver(**{k: v for k, v in kwargs.items() if k == "serde"})
     mod = redis_saver_module()
     prefix = prefix or unique_prefix()
+    if os.environ.get("CONTRACT_INTEGRITY_KEY") == "1":
+        kwargs.setdefault("integrity_key", INTEGRITY_KEY)
     if kind == "sync":
         return mod.RedisSaver(sync_redis(url), prefix=prefix, **kwargs)
     if kind == "async":
@@ -168,3 +178,28 @@ def contract_url(contract_kind: str, contract_redis_url: str) -> str | None:
         return None
     redis_saver_module()
     return contract_redis_url
+
+
+# the graph tests (test_graphs*.py): the same graph compiled with InMemorySaver and with a fresh saver of
+# ``contract_kind`` (see _graphs.Pair); each saver's keys deleted afterwards
+@pytest.fixture
+async def pair_factory(contract_kind: str, contract_url: str | None):
+    made: list[tuple[Any, str]] = []
+
+    def make(builder: StateGraph, **compile_kw: Any) -> Pair:
+        prefix = unique_prefix()
+        target = new_saver(contract_kind, contract_url, prefix=prefix)
+        made.append((target, prefix))
+        mode = "async" if contract_kind == "async" else "sync"
+        return Pair(builder, InMemorySaver(), target, mode, **compile_kw)
+
+    yield make
+    for target, prefix in made:
+        client = getattr(target, "client", None)
+        if client is not None:
+            if contract_kind == "async":
+                await client.aclose()
+            else:
+                client.close()
+        if contract_url:
+            delete_prefix(contract_url, prefix)

@@ -14,6 +14,7 @@ The package: ``common`` (the steps, the helpers, PlanBase), ``write`` (put, put_
 from __future__ import annotations
 
 from . import budgets
+from ._resign import SignPlans
 from .common import (
     Call,
     IndexSlots,
@@ -29,7 +30,7 @@ from .read import ReadPlans
 from .write import WritePlans
 
 
-class Plans(WritePlans, ReadPlans):
+class Plans(WritePlans, ReadPlans, SignPlans):
     """Plans for every operation; mixed into the savers (reads ``self.serde`` per call)."""
 
 
