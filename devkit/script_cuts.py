@@ -55,29 +55,42 @@ GET_STAGES = [
     ("the latest id (one ZRANGE BYLEX)", "local raw = redis.call('HGET', K_CP, ns_e .. cid_e)"),
     ("the record (one HGET)", "local reply, streams, blobs = tuple_replies("),
 ]
-GET_NO_TOUCH = ("record decoding, blobs (HMGET), streams, writes (ZRANGE, HMGET), the reply",
-                "touch_read()\nreturn {cid", "return {cid")
+# then tuple_replies() (the helper get_tuple and list answer with), cut before each of these lines
+# with "do return nil end" (get_tuple then answers nil)
+TUPLE_REPLIES = "local function tuple_replies(items, span)\n"
+TUPLE_STAGES = [
+    ("the versions decoded from the record (cmsgpack), the blob fields", "  local blobs = hmget(K_BLOB, bfields)"),
+    ("the blobs (one HMGET)", "  local streams = fetch_streams(bfields, blobs)"),
+    ("the stream directories and frames (2 HMGET)", "  local wfields, owner = {}, {}"),
+    ("the writes (ZRANGE BYLEX, HMGET)", "  local out, checked, sent, sent_at = {}, false, {}, {}"),
+]
+GET_NO_TOUCH = ("the reply's tables, the reply", "touch_read()\nreturn {cid", "return {cid")
 GET_BODY = "local function s_get_tuple()\n"
 
 
+def _region(text: str, first_line: str) -> tuple[int, int]:
+    """From after ``first_line`` to the next script function of the library."""
+    start = text.index(first_line) + len(first_line)
+    return start, text.index("\nlocal function s_", start)
+
+
 def cut_libraries(script: str, body_start: str, stages: list[tuple[str, str]],
-                  edit: tuple[str, str, str] | None = None, whole: str = "the whole script"
-                  ) -> list[tuple[str, str, str]]:
+                  edit: tuple[str, str, str] | None = None, whole: str = "the whole script",
+                  helper: tuple[str, list[tuple[str, str]]] | None = None) -> list[tuple[str, str, str]]:
     """(label, FUNCTION LOAD source, the function's name) per variant: the function library with
     ``script``'s body (from ``body_start``) cut before each stage's line (every variant a library of
-    its own name), then ``edit`` (label, old, new: one replacement in the body) if given, the whole
-    library, and an empty function with the script's keys and arguments first."""
+    its own name), then ``helper`` (its first line, its stages: a helper the body calls last, cut
+    with ``do return nil end``), then ``edit`` (label, old, new: one replacement in the body) if
+    given, the whole library, and an empty function with the script's keys and arguments first."""
     lib = _scripts.library()
     text = lib.source.decode()
-    start = text.index(body_start) + len(body_start)
-    end = text.index("\nlocal function s_", start)
+    start, end = _region(text, body_start)
     body = text[start:end]
-
     fname = lib.functions[script].removeprefix(lib.name + "_")
 
-    def variant(k: int, b: str) -> tuple[str, str]:
+    def variant(k: int, b: str, at: tuple[int, int] = (start, end)) -> tuple[str, str]:
         name = f"{lib.name}_{fname}_cut{k}"
-        return (text[:start] + b + text[end:]).replace(lib.name, name), lib.functions[script].replace(lib.name, name)
+        return (text[:at[0]] + b + text[at[1]:]).replace(lib.name, name), lib.functions[script].replace(lib.name, name)
 
     empty = f"{lib.name}_{fname}_empty"
     out = [("empty function (same keys and arguments)",
@@ -87,10 +100,19 @@ def cut_libraries(script: str, body_start: str, stages: list[tuple[str, str]],
     for k, (label, marker) in enumerate(stages, 1):
         assert body.count(marker) == 1, f"{script}.lua changed: marker {marker!r} not found once"
         out.append((f"+ {label}", *variant(k, body.replace(marker, "do return 0 end\n" + marker, 1))))
+    k = len(stages)
+    if helper is not None:
+        h_start, h_end = _region(text, helper[0])
+        h_body = text[h_start:h_end]
+        for label, marker in helper[1]:
+            assert h_body.count(marker) == 1, f"lua changed: marker {marker!r} not found once"
+            k += 1
+            out.append((f"+ {label}", *variant(k, h_body.replace(marker, "  do return nil end\n" + marker, 1),
+                                               (h_start, h_end))))
     if edit is not None:
         label, old, new = edit
         assert body.count(old) == 1, f"{script}.lua changed: {old!r} not found once"
-        out.append((f"+ {label}", *variant(len(stages) + 1, body.replace(old, new, 1))))
+        out.append((f"+ {label}", *variant(k + 1, body.replace(old, new, 1))))
     out.append((f"+ {whole}", text, lib.functions[script]))
     return out
 
@@ -101,9 +123,10 @@ def put_libraries() -> list[tuple[str, str, str]]:
 
 
 def get_libraries() -> list[tuple[str, str, str]]:
-    """get_tuple's variants (``cut_libraries``), cut before each GET_STAGES line, then without its
-    touch_read()."""
-    return cut_libraries("get_tuple", GET_BODY, GET_STAGES, GET_NO_TOUCH, "touch_read(): the whole script")
+    """get_tuple's variants (``cut_libraries``), cut before each GET_STAGES line, then its
+    tuple_replies() before each TUPLE_STAGES line, then without its touch_read()."""
+    return cut_libraries("get_tuple", GET_BODY, GET_STAGES, GET_NO_TOUCH, "touch_read(): the whole script",
+                         (TUPLE_REPLIES, TUPLE_STAGES))
 
 
 @contextmanager
