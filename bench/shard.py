@@ -36,6 +36,7 @@ compare rows of one run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import operator
 import os
 import random
@@ -53,6 +54,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
+import redis.asyncio as aioredis  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
@@ -79,6 +81,22 @@ def make_saver(name: str, client: redis.Redis) -> Any:
     from langgraph_checkpoint_plainredis import RedisSaver as PlainRedisSaver
 
     return PlainRedisSaver(client=client)
+
+
+def make_async_saver(name: str, client: Any) -> Any:
+    """The async class of each saver, on a ``redis.asyncio.Redis`` client (redis_saver with its
+    automatic pipelining on, the default)."""
+    if name == "redis_saver":
+        from redis_saver import AsyncRedisSaver
+
+        return AsyncRedisSaver(client, prefix="lg")
+    if name == "minimal floor":
+        from bench.floor_min import AsyncMinFloorSaver
+
+        return AsyncMinFloorSaver(client)
+    from langgraph_checkpoint_plainredis import AsyncRedisSaver as AsyncPlainRedisSaver
+
+    return AsyncPlainRedisSaver(client=client)
 
 
 # --------------------------------------------------------------------------- the graphs
@@ -227,6 +245,23 @@ def invoke_phase(admin: redis.Redis, saver: Any, graph: str, threads: int, turns
             "cmds": cmd_delta(a, b)}
 
 
+def async_invoke_phase(loop: asyncio.AbstractEventLoop, admin: redis.Redis, saver: Any, graph: str, threads: int,
+                       turns: int, tag: str, overhead: float) -> dict[str, Any]:
+    """As invoke_phase, with the async saver: each turn's invokes of all threads at once (gather)."""
+    g = GRAPHS[graph](saver)
+
+    async def turn(t: int) -> None:
+        await asyncio.gather(*(g.ainvoke(user_input(graph, str(k), t), {"configurable": {"thread_id": f"{tag}:{k}"}})
+                               for k in range(threads)))
+
+    a = reading(admin)
+    for t in range(turns):
+        loop.run_until_complete(turn(t))
+    b = reading(admin)
+    return {"cpu": (b["cpu"] - a["cpu"] - overhead) / (threads * turns), "mem": b["mem"] - a["mem"],
+            "cmds": cmd_delta(a, b)}
+
+
 def ops_phase(admin: redis.Redis, saver: Any, calls: list[Call], threads: int, tag: str,
               overhead: float) -> dict[str, float]:
     spent: dict[str, float] = defaultdict(float)
@@ -257,12 +292,19 @@ def warm_up(saver: Any, turns: int) -> None:
         list(saver.list({"configurable": {"thread_id": f"warm:{graph}"}}, limit=10))
 
 
-def run(rounds: int, threads: int, turns: int) -> dict[str, Any]:
+def async_name(name: str, threads: int) -> str:
+    return f"{name} (async, x{threads})"
+
+
+def run(rounds: int, threads: int, turns: int, use_async: bool = False) -> dict[str, Any]:
     recorded = {g: record(g, turns) for g in GRAPHS}
+    names = list(SAVERS) + ([async_name(n, threads) for n in SAVERS] if use_async else [])
     res: dict[str, Any] = {"inv": defaultdict(list), "mem": defaultdict(list), "ops": defaultdict(list),
-                           "cmds": defaultdict(list), "recorded": recorded}
+                           "cmds": defaultdict(list), "recorded": recorded, "names": names}
+    loop = asyncio.new_event_loop()
     with ExitStack() as stack:
-        savers, admins, overhead = {}, {}, {}
+        stack.callback(loop.close)
+        savers, admins, overhead, asavers = {}, {}, {}, {}
         for name in SAVERS:
             srv = stack.enter_context(start_standalone())
             admins[name] = redis.Redis(host=srv.host, port=srv.port, **client_kwargs())
@@ -272,6 +314,11 @@ def run(rounds: int, threads: int, turns: int) -> dict[str, Any]:
             savers[name] = make_saver(name, cl)
             warm_up(savers[name], turns)
             overhead[name] = info_cost(admins[name])
+            if use_async:  # on the same server: phases never overlap
+                acl = aioredis.Redis(host=srv.host, port=srv.port, socket_timeout=30)
+                stack.callback(lambda acl=acl: loop.run_until_complete(acl.aclose()))
+                asavers[name] = make_async_saver(name, acl)
+                async_invoke_phase(loop, admins[name], asavers[name], "chat", 2, 2, "warm:async", 0.0)
         res["overhead"] = overhead
         for rnd in range(rounds):
             order = list(SAVERS) if rnd % 2 == 0 else list(SAVERS)[::-1]
@@ -285,6 +332,16 @@ def run(rounds: int, threads: int, turns: int) -> dict[str, Any]:
                     res["mem"][graph, name].append(d["mem"] / puts)
                     res["cmds"][graph, name].append(d["cmds"])
                     print(f"round {rnd} {graph} {name}: {d['cpu']:.0f} µs/invoke "
+                          f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+                for name in order if use_async else ():
+                    t0 = time.perf_counter()
+                    d = async_invoke_phase(loop, admins[name], asavers[name], graph, threads, turns,
+                                           f"{graph}:ainv:{rnd}", overhead[name])
+                    key = async_name(name, threads)
+                    res["inv"][graph, key].append(d["cpu"])
+                    res["mem"][graph, key].append(d["mem"] / puts)
+                    res["cmds"][graph, key].append(d["cmds"])
+                    print(f"round {rnd} {graph} {key}: {d['cpu']:.0f} µs/invoke "
                           f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
                 for name in order:
                     ops = ops_phase(admins[name], savers[name], recorded[graph], threads, f"{graph}:ops:{rnd}",
@@ -308,13 +365,14 @@ def report(res: dict[str, Any], threads: int, turns: int) -> list[str]:
                "| memory per checkpoint, bytes |")
     out.append("|---|---|---|---|---|---|")
     for graph in GRAPHS:
-        for name in SAVERS:
+        for name in res["names"]:
             v = res["inv"][graph, name]
-            ratios = [a / b for a, b in zip(v, res["inv"][graph, floor], strict=True)]
+            fl = async_name(floor, threads) if name.endswith(async_name("", threads)) else floor
+            ratios = [a / b for a, b in zip(v, res["inv"][graph, fl], strict=True)]
             mem = statistics.median(res["mem"][graph, name])
             out.append(f"| {graph} | {name} | {_med(v)} | {statistics.median(ratios):.2f}x "
                        f"({min(ratios):.2f}-{max(ratios):.2f}) | {1e6 / statistics.median(v):,.0f} "
-                       f"| {mem:,.0f} ({mem / statistics.median(res['mem'][graph, floor]):.2f}x) |")
+                       f"| {mem:,.0f} ({mem / statistics.median(res['mem'][graph, fl]):.2f}x) |")
     ops = sorted({op for (_, _, op) in res["ops"]}, key=["put", "put_writes", "get_tuple", "list(limit=10)"].index)
     out += ["", "Server CPU per operation (µs, median of rounds; ratio to the minimal floor):", "",
             "| graph | operation | calls per invoke | " + " | ".join(SAVERS) + " |",
@@ -338,7 +396,7 @@ def report(res: dict[str, Any], threads: int, turns: int) -> list[str]:
     out += ["", "Commands per invoke (`INFO commandstats`, last round; script-called commands counted too): "
             "calls and usec per call, the 8 costliest by total usec:", ""]
     for graph in GRAPHS:
-        for name in SAVERS:
+        for name in res["names"]:
             d = res["cmds"][graph, name][-1]
             top = sorted(d.items(), key=lambda kv: -kv[1][1])[:8]
             n = threads * turns
@@ -408,12 +466,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=40, help="threads per phase (default 40)")
     ap.add_argument("--turns", type=int, default=12, help="invokes per thread (default 12)")
+    ap.add_argument("--async", dest="use_async", action="store_true",
+                    help="also the async savers, each turn's invokes of all threads at once")
     ap.add_argument("--stages", type=int, default=0, metavar="ROUNDS",
                     help="also run bench/where.py's stage cuts of put and put_writes (ROUNDS rounds)")
     a = ap.parse_args(argv)
     load = os.getloadavg()
     t0 = time.perf_counter()
-    res = run(a.rounds, a.threads, a.turns)
+    res = run(a.rounds, a.threads, a.turns, a.use_async)
     print(f"# Server CPU per invoke and per operation ({a.threads} threads x {a.turns} turns, {a.rounds} "
           f"interleaved rounds, medians (ranges); load average {load[0]:.1f} at start, "
           f"{os.getloadavg()[0]:.1f} at the end; {time.perf_counter() - t0:.0f} s)\n")
