@@ -315,7 +315,7 @@ def run(rounds: int, threads: int, turns: int, use_async: bool = False) -> dict[
             warm_up(savers[name], turns)
             overhead[name] = info_cost(admins[name])
             if use_async:  # on the same server: phases never overlap
-                acl = aioredis.Redis(host=srv.host, port=srv.port, socket_timeout=30)
+                acl = aioredis.Redis(host=srv.host, port=srv.port, socket_timeout=30, max_connections=4096)
                 stack.callback(lambda acl=acl: loop.run_until_complete(acl.aclose()))
                 asavers[name] = make_async_saver(name, acl)
                 async_invoke_phase(loop, admins[name], asavers[name], "chat", 2, 2, "warm:async", 0.0)
