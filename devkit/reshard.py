@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import random
 import shutil
 import subprocess
@@ -214,7 +215,9 @@ async def work(api: Api, threads: list[Thread], stop: list[float], seed: int) ->
 
 
 def _cli(cluster: Any) -> str:
-    cli = shutil.which("redis-cli")
+    """The redis-cli beside the cluster's server binary when its package ships one, else the one on PATH."""
+    here = os.path.dirname(cluster.binary or "")
+    cli = shutil.which("redis-cli", path=here + os.pathsep + os.environ.get("PATH", ""))
     if cli is None:
         raise FileNotFoundError("redis-cli not found")
     return cli
@@ -231,10 +234,58 @@ def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> Non
         src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
         cmd = [_cli(cluster), "--cluster", "reshard", f"{src.host}:{src.port}", "--cluster-from", node_id(src),
                "--cluster-to", node_id(dst), "--cluster-slots", str(slots), "--cluster-yes"]  # fmt: skip
+        before = len(_served(dst))
         res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise RuntimeError(f"reshard failed: {res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+        if len(_served(dst)) - before != slots:  # the redis-cli of another version did its job
+            raise RuntimeError(f"reshard moved {len(_served(dst)) - before} slots, not {slots}: {res.stdout[-2000:]}")
         report.moved_slots += slots
+
+
+def _owned(cluster: Any, port: int, count: int) -> list[tuple[int, int]]:
+    """The first ``count`` slots the primary on ``port`` serves, as (first, last) ranges."""
+    ranges = sorted((int(r[0]), int(r[1])) for r in cluster.slots() if int(r[2][1]) == port)
+    out = []
+    for first, last in ranges:
+        if count <= 0:
+            break
+        last = min(last, first + count - 1)
+        out.append((first, last))
+        count -= last - first + 1
+    return out
+
+
+def atomic_rounds(cluster: Any, rounds: int, slots: int, report: Report, timeout: float = 300.0) -> None:
+    """``rounds`` atomic slot migrations (Valkey 9's ``CLUSTER MIGRATESLOTS``) of ``slots`` slots
+    each, from one primary to the next; each round waits until the target serves them all, and
+    fails on a job the source reports failed or cancelled (``CLUSTER GETSLOTMIGRATIONS``)."""
+    primaries = sorted({int(row[2][1]) for row in cluster.slots()})
+    for i in range(rounds):
+        src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
+        ranges = _owned(cluster, src.port, slots)
+        args = [x for r in ranges for x in r]
+        reply = src.command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", *args, "NODE", node_id(dst))
+        if reply not in (b"OK", "OK"):
+            raise RuntimeError(f"CLUSTER MIGRATESLOTS on {src.port}: {reply!r}")
+        wanted = {s for first, last in ranges for s in range(first, last + 1)}
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = repr(src.command("CLUSTER", "GETSLOTMIGRATIONS"))
+            if "failed" in jobs or "cancelled" in jobs:
+                raise RuntimeError(f"atomic migration failed: {jobs[-2000:]}")
+            if not wanted - _served(dst):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"atomic migration not done after {timeout} s: {jobs[-2000:]}")
+            time.sleep(0.05)
+        report.moved_slots += len(wanted)
+
+
+def _served(node: Any) -> set[int]:
+    """The slots ``node`` serves as primary, as it sees the map."""
+    rows: Any = node.command("CLUSTER", "SLOTS")
+    return {s for r in rows if int(r[2][1]) == node.port for s in range(int(r[0]), int(r[1]) + 1)}
 
 
 def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: Report) -> None:
@@ -321,6 +372,7 @@ class Plan:
     slow_slots: int = 32
     hold: float = 2.0
     settle: float = 1.0  # seconds of load before the first round and after the last
+    atomic: bool = False  # rounds by CLUSTER MIGRATESLOTS (Valkey 9) instead of redis-cli reshard
 
 
 def run(cluster: Any, plan: Plan, prefix: str = "rs") -> Report:
@@ -353,7 +405,7 @@ def run(cluster: Any, plan: Plan, prefix: str = "rs") -> Report:
         w.start()
     try:
         time.sleep(plan.settle)
-        reshard_rounds(cluster, plan.rounds, plan.round_slots, report)
+        (atomic_rounds if plan.atomic else reshard_rounds)(cluster, plan.rounds, plan.round_slots, report)
         tids = [t.tid for ts in [*sync_threads, *per_task] for t in ts if t.ids and not t.broken]
         slow_round(cluster, tids, plan.slow_slots, plan.hold, report)
         time.sleep(plan.settle)
