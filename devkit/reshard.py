@@ -72,6 +72,9 @@ class Report:
     slowest: tuple[float, str] = (0.0, "")
     moved_slots: int = 0
     half_moved: int = 0
+    started: float = field(default_factory=time.monotonic)
+    during_rounds: int = 0  # calls that ended while the rounds ran (the slow round apart)
+    rounds_s: float = 0.0  # how long the rounds took
     seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -80,6 +83,7 @@ class Report:
             "wrong_reads": len(self.wrong_reads), "lost_writes": len(self.lost), "damaged": len(self.damaged),
             "leaks": len(self.leaks), "slowest_s": round(self.slowest[0], 3), "slowest_call": self.slowest[1],
             "moved_slots": self.moved_slots, "half_moved_slots": self.half_moved, "seconds": round(self.seconds, 1),
+            "rounds_s": round(self.rounds_s, 2), "calls_during_rounds": self.during_rounds,
         }  # fmt: skip
 
 
@@ -102,7 +106,8 @@ class Api:
         with self.lock:
             self.report.ops[op] += 1
             if took > self.report.slowest[0]:
-                self.report.slowest = (took, f"{op} {_thread_of(op, args)}")
+                at = f"ended {t0 + took - self.report.started:.1f} s in"
+                self.report.slowest = (took, f"{op} {_thread_of(op, args)} {at}")
         return res
 
 
@@ -223,13 +228,17 @@ def _cli(cluster: Any) -> str:
     return cli
 
 
-def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> None:
-    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next
-    (a primary emptied so stays one: Redis 7 would make it a replica of the node that took its
-    last slot, unless ``cluster-allow-replica-migration`` is off)."""
+def _keep_primaries(cluster: Any) -> list[int]:
+    """The primaries' ports; a primary emptied by a round stays one (Redis 7 and Valkey make it a
+    replica of the node that took its last slot, unless ``cluster-allow-replica-migration`` is off)."""
     for node in cluster.live_nodes():
         node.command("CONFIG", "SET", "cluster-allow-replica-migration", "no")
-    primaries = sorted({int(row[2][1]) for row in cluster.slots()})
+    return sorted({int(row[2][1]) for row in cluster.slots()})
+
+
+def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> None:
+    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next."""
+    primaries = _keep_primaries(cluster)
     for i in range(rounds):
         src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
         cmd = [_cli(cluster), "--cluster", "reshard", f"{src.host}:{src.port}", "--cluster-from", node_id(src),
@@ -260,7 +269,7 @@ def atomic_rounds(cluster: Any, rounds: int, slots: int, report: Report, timeout
     """``rounds`` atomic slot migrations (Valkey 9's ``CLUSTER MIGRATESLOTS``) of ``slots`` slots
     each, from one primary to the next; each round waits until the target serves them all, and
     fails on a job the source reports failed or cancelled (``CLUSTER GETSLOTMIGRATIONS``)."""
-    primaries = sorted({int(row[2][1]) for row in cluster.slots()})
+    primaries = _keep_primaries(cluster)
     for i in range(rounds):
         src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
         ranges = _owned(cluster, src.port, slots)
@@ -405,7 +414,11 @@ def run(cluster: Any, plan: Plan, prefix: str = "rs") -> Report:
         w.start()
     try:
         time.sleep(plan.settle)
+        with lock:
+            before, r0 = sum(report.ops.values()), time.monotonic()
         (atomic_rounds if plan.atomic else reshard_rounds)(cluster, plan.rounds, plan.round_slots, report)
+        with lock:
+            report.during_rounds, report.rounds_s = sum(report.ops.values()) - before, time.monotonic() - r0
         tids = [t.tid for ts in [*sync_threads, *per_task] for t in ts if t.ids and not t.broken]
         slow_round(cluster, tids, plan.slow_slots, plan.hold, report)
         time.sleep(plan.settle)

@@ -62,6 +62,7 @@ def test_valkey_atomic_slot_migrations_under_load_fail_no_call_and_lose_nothing(
     summary = report.summary()
     print(f"\nvalkey atomic reshard: {summary}\nhalfway: {report.halfway[:5]}")
     assert summary["calls"] > 500 and report.moved_slots == 6000 and report.half_moved == 6
+    assert report.during_rounds > 0  # calls were served while the slots moved atomically
     assert not report.errors, report.errors[:10]
     assert not report.wrong_reads, report.wrong_reads[:10]
     assert not report.lost, report.lost[:10]
