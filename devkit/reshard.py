@@ -75,6 +75,7 @@ class Report:
     started: float = field(default_factory=time.monotonic)
     during_rounds: int = 0  # calls that ended while the rounds ran (the slow round apart)
     rounds_s: float = 0.0  # how long the rounds took
+    window_s: float = 0.0  # from the slow round's first slot opened to its last slot moved
     seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -84,6 +85,7 @@ class Report:
             "leaks": len(self.leaks), "slowest_s": round(self.slowest[0], 3), "slowest_call": self.slowest[1],
             "moved_slots": self.moved_slots, "half_moved_slots": self.half_moved, "seconds": round(self.seconds, 1),
             "rounds_s": round(self.rounds_s, 2), "calls_during_rounds": self.during_rounds,
+            "slow_window_s": round(self.window_s, 2),
         }  # fmt: skip
 
 
@@ -303,6 +305,7 @@ def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: R
 
     slots = sorted({key_slot(thread_tag(t)) for t in tids})[:count]
     moves = [SlotMove(cluster, s) for s in slots]
+    t0 = time.monotonic()
     for m in moves:
         m.open()
         keys = m.keys()
@@ -311,6 +314,7 @@ def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: R
     time.sleep(hold)
     for m in moves:
         m.finish()
+    report.window_s = time.monotonic() - t0
 
 
 def check(saver: Any, client: Any, prefix: str, threads: list[Thread], report: Report) -> None:
