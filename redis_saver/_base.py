@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
-    """State and plans shared by both savers; subclasses add only the I/O shell.
+class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
+    """State and plans shared by both savers; subclasses add only the I/O shell. The plans are
+    those of a frozen context of the saver's options (``_plans``).
 
     Args:
         client: a redis-py client created with ``decode_responses=False`` (the default):
@@ -88,7 +90,7 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
             raise ValueError("wait_for_replicas must be an int >= 0")
         if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
-        self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
+        wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
         self.keys = KeySchema(shared["prefix"])
         self.ttl = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
@@ -97,8 +99,19 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
         self.fencing = bool(fencing)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
-        self._streams = StreamCache(cache_bytes)
         self._attach(client, shared, self.keys, functions).set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
+        self._context = Plans(
+            self.serde, self.keys, self.ttl, history, self.fencing, self.compress, StreamCache(cache_bytes), wait
+        )
+
+    @property
+    def _plans(self) -> Plans:
+        """The plans over this saver's frozen context; built again with the saver's ``serde`` when
+        that was replaced (``with_allowlist`` copies a saver and sets its ``serde``)."""
+        plans = self._context
+        if plans.serde is not self.serde:
+            plans = self._context = dataclasses.replace(plans, serde=self.serde)
+        return plans
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions: the counter's digit count, its digits, ``.``, 6 random letters or digits

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -19,11 +19,7 @@ from ...errors import DamagedThreadError, MalformedReplyError, ParentCycleError,
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-
-if TYPE_CHECKING:
-    from ..ttl import TTLConfig
-
-
+from ..ttl import TTLConfig
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.3 us more per call to build
@@ -124,18 +120,25 @@ def _idx8(idx: int) -> bytes:
 
 
 
+@dataclass(frozen=True, eq=False)
 class PlanBase:
-    """What every plan uses: the saver's options, the call header, loading stored values,
-    building a checkpoint tuple; the other plan classes of this package derive from it."""
+    """The frozen context of a saver's plans, and what every plan uses (the call header, loading
+    stored values, building a checkpoint tuple); the other plan classes of this package derive
+    from it. A plan is a method of this context: a function of it and the call's arguments,
+    reading nothing else, so a test builds one without a client (``PlanBase(serde, keys)``).
+
+    ``streams``, the cache of the streams last read or written (``values.StreamCache``), is the
+    one mutable object it holds: reads and puts remember a channel's stream there, so the next
+    put of that channel sends only its new bytes."""
 
     serde: SerializerProtocol
     keys: KeySchema
-    ttl: TTLConfig
-    history: str
-    fencing: bool
-    compress: bool
-    _streams: values_.StreamCache
-    _wait: tuple[int, int] | None
+    ttl: TTLConfig = field(default_factory=TTLConfig)
+    history: str = "full"
+    fencing: bool = False
+    compress: bool = True
+    streams: values_.StreamCache = field(default_factory=lambda: values_.StreamCache(64 << 20))
+    wait: tuple[int, int] | None = None  # (replicas, timeout ms): WAIT after each write
 
     # ---- helpers -------------------------------------------------------------------
     def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
@@ -191,7 +194,7 @@ class PlanBase:
             data, known = values_.decode_stream_value(data, streams)
             type_ = type_[:-2]
             if cache_key is not None:
-                self._streams.put(cache_key, known)
+                self.streams.put(cache_key, known)
         return self._typed(type_, data)
 
     def _tuple(

@@ -46,7 +46,7 @@ class LifecyclePlans(PlanBase):
     # ---- deletes, prune, copy ------------------------------------------------------
     def _plan_delete_thread(self, thread_id: Any) -> Plan[None]:
         tid = normalize_thread_id(thread_id)
-        self._streams.drop_thread(tid)
+        self.streams.drop_thread(tid)
         yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
 
     def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan[int]:

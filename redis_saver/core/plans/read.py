@@ -55,7 +55,7 @@ class ReadPlans(PlanBase):
         cid_b, raw, values_at, writes, streams, blobs = reply
         return self._tuple(
             thread_id, ns, cid_b.decode(), raw, values_at, writes,
-            _ReplyBlobs(blobs, values_.decode_streams(streams, self._streams, thread_id)), remember=True,
+            _ReplyBlobs(blobs, values_.decode_streams(streams, self.streams, thread_id)), remember=True,
         )
 
     # ---- list ----------------------------------------------------------------------
@@ -121,7 +121,7 @@ class ReadPlans(PlanBase):
         """A list reply's blobs: {cursor, streams, blobs, item, ...} ({cursor} alone when empty)."""
         if len(reply) < 3:
             return _ReplyBlobs([], {})
-        return _ReplyBlobs(reply[2], values_.decode_streams(reply[1], self._streams, thread_id))
+        return _ReplyBlobs(reply[2], values_.decode_streams(reply[1], self.streams, thread_id))
 
     def _plan_list_all(self, fargs: list[bytes], before_id: str | None, limit: int | None) -> Plan[None]:
         threads = yield from self._plan_live_threads()
@@ -192,7 +192,7 @@ class ReadPlans(PlanBase):
                 # deleted) between two calls of the walk; a history without its seed would
                 # rebuild a wrong state, so the answer is the absent thread's
                 return {c: {"writes": []} for c in chans}
-            streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self._streams, thread_id)
+            streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self.streams, thread_id)
             pages.append(ancestors)
             for ch, blob in codec.pairs(seeds):
                 result[ch.decode()] = {

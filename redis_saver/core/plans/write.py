@@ -143,19 +143,19 @@ class WritePlans(LifecyclePlans):
         ]
         keys = self.keys.thread_keys(thread_id)
         args, appends = self._blob_args(thread_id, ns, serialized, True)
-        cleaned = yield Call("put", keys, head + args, self._wait)
+        cleaned = yield Call("put", keys, head + args, self.wait)
         if cleaned == 3:
             # a stream this worker appended to changed or went since it last saw it (another
             # worker wrote the channel): nothing was written; new streams cannot conflict
             args, appends = self._blob_args(thread_id, ns, serialized, False)
-            cleaned = yield Call("put", keys, head + args, self._wait)
+            cleaned = yield Call("put", keys, head + args, self.wait)
         if cleaned == 4:
-            self._streams.drop_thread(thread_id)
+            self.streams.drop_thread(thread_id)
             raise self._evicted(
                 thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
             )
         for a, (ch, *_rest) in appends:
-            self._streams.put((thread_id, ns, ch), a.known)
+            self.streams.put((thread_id, ns, ch), a.known)
         if cleaned == 2:
             # history="latest" on a thread too large to clean in one bounded call (written
             # with "full" before): prune it in pages; later puts keep it latest-only
@@ -181,7 +181,7 @@ class WritePlans(LifecyclePlans):
             if self.compress:
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
-                known = self._streams.get((thread_id, ns, ch)) if cached and big else None
+                known = self.streams.get((thread_id, ns, ch)) if cached and big else None
                 rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known)
                 args.append(rec)
                 if app is not None:
@@ -232,11 +232,11 @@ class WritePlans(LifecyclePlans):
         if self.ttl.ttl_ms == 0:
             # the steady state: 2 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
-            stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self._wait)
+            stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self.wait)
             if stored is not None:
                 return None
-        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self._wait)) == -1:
-            self._streams.drop_thread(thread_id)
+        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self.wait)) == -1:
+            self.streams.drop_thread(thread_id)
             raise self._evicted(thread_id, f"put_writes to checkpoint {cid!r}: the thread lost a key and was forgotten")
         return None
 
