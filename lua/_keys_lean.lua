@@ -1,5 +1,5 @@
 -- _keys_lean.lua: the KEYS layout of a script's "+lean" variant, swapped in for the block
--- between "@keys-begin" and "@keys-end" of _lib.lua by redis_saver/core/scripts.py. Only the keys
+-- between "@keys-begin" and "@keys-end" of _lib.lua by devkit/luagen.py. Only the keys
 -- put_writes writes when touch() has nothing to do (no ttl, thread indexed: the lean mark in wr):
 --   KEYS[1] wr   KEYS[2] wr_ord
 -- The other keys are nil: a lean script must return before anything would use them.

@@ -1,4 +1,4 @@
--- _lib.lua: helpers prepended to every per-thread script by redis_saver/core/scripts.py
+-- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
 -- (after the script's #!lua line). Not a script of its own.
 --
 -- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
@@ -17,7 +17,7 @@ local function fail(code, msg)
 end
 
 -- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
--- only wr and wr_ord: see put_writes.lua and redis_saver/core/scripts.py)
+-- only wr and wr_ord: see put_writes.lua and devkit/luagen.py)
 local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN}
@@ -32,7 +32,7 @@ local function enc(s)
 end
 
 -- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
--- run on every call where they stand; in the function library (redis_saver/core/scripts.py
+-- run on every call where they stand; in the function library (devkit/luagen.py
 -- library()) their names are declared once and these lines run at the start of every call.
 local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
@@ -50,7 +50,7 @@ local GC = {}  -- blob collection candidates (see gc_blobs())
 -- @state-end
 
 --- The helpers, by topic, in this order (a helper uses only those above it): records, the
---- thread as a whole, channel values, checkpoints and writes. scripts.py read_lib() puts each
+--- thread as a whole, channel values, checkpoints and writes. luagen.py read_lib() puts each
 --- file here (without these "--- " notes, which are not sent); a script keeps what it uses.
 --- @include "_lib_records.lua"
 --- @include "_lib_thread.lua"

@@ -11,8 +11,9 @@ most `budget` checkpoints and returns the blob fields they referenced), then "fi
 last the blobs no checkpoint left references (gc.lua), so every call's work is bounded.
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] step: "all" | "drop" | "finish"
 ARGV[6] budget   ARGV[7..] run ids
-Returns: all: {deleted} or {"paged"}; drop: {deleted, "1" = more to delete | "0", {blob fields
-of the deleted checkpoints}}; finish: 1 = the thread was left empty and removed, else 0
+Returns: all: {deleted} or {"paged" [PAGED]}; drop: {deleted, "1" [MORE] = more to delete | "0", {blob fields
+of the deleted checkpoints}}; finish: 1 [EMPTIED] = the thread was left empty and removed, else 0 [KEPT]
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local step, budget = ARGV[5], tonumber(ARGV[6])
 if (step ~= 'all' and step ~= 'drop' and step ~= 'finish') or not budget or budget < 1 then

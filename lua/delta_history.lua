@@ -20,7 +20,7 @@ call is a continuation (the client checks them for a cycle across calls), else e
 streams = the streams the seeds name, as get_tuple's reply (absent on an empty reply).
 Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_DAMAGED (a key
 of the thread was lost: see "Lost keys" in _lib.lua; the client then sends the writable variant
-with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA
+with ARGV[4] = "f", which forgets the thread and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local ns, cid, cont, budget = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 if (cont ~= '0' and cont ~= '1') or not budget or budget < 1 then fail('RS_BADARG', 'bad walk arguments') end

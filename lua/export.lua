@@ -7,9 +7,9 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] step: "all" | "page"
 all:  ARGV[6..8] the most checkpoints, fields (cp, blob and wr together) and bytes of one call.
       The whole thread in this one call, a snapshot, when it holds no more than that.
-      Returns {"all", {cp field, record, ...}, {blob field, record, ...}, {wr field, record, ...}}
+      Returns {"all" [ALL], {cp field, record, ...}, {blob field, record, ...}, {wr field, record, ...}}
       (blob: streams' directories and frames included, without the blob mark; wr: without the
-      lean / wr mark), or {"paged"} when it holds more (nothing else is returned).
+      lean / wr mark), or {"paged" [PAGED]} when it holds more (nothing else is returned).
 page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] after: the last
       cp_id member exported ("" = from the oldest)   ARGV[8] upto: the greatest cp_id member of
       the copy ("" = the thread's greatest now)   ARGV[9..11] the most checkpoints, fields and
@@ -20,8 +20,8 @@ page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] 
       name (directory and frames, read together) unless the client holds that directory: then
       the directory and only the frames the client's does not list (frames never change under
       their number).
-      Returns {"ok", next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
-      ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed"} when meta
+      Returns {"ok" [OK], next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
+      ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed" [CHANGED]} when meta
       "g" is not the guard: the thread went, or changed destructively (see bump_guard()).
 Errors: RS_BADARG, RS_SCHEMA
 ]]

@@ -11,6 +11,7 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh)   ARGV[5] step: "refs" |
 refs: ARGV[6] e(ns)   ARGV[7] lex cursor ("" = start)   ARGV[8] budget (checkpoints per call)
 hdel: ARGV[6..] blob fields
 Returns: refs: {cursor ("" = done), {blob fields referenced}}; hdel: number of fields deleted
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local step = ARGV[5]
 check_format()

@@ -13,7 +13,7 @@ Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hol
          values" in _lib.lua)}, blobs}
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
-        and answers as if it did not exist), RS_SCHEMA
+        and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local ns, cid = ARGV[5], ARGV[6]
 check_format()

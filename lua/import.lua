@@ -20,13 +20,13 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
       a record counts when it changes its field (a retried call counts nothing twice); a
       stream sent again (it grew in the source) comes with its new frames only, keeps the
       target's count and drops the frames its new directory does not list.
-      Returns 1; 0 (nothing written) on a later call when the target's meta no longer holds
+      Returns 1 [WRITTEN]; 0 [NOT_WRITTEN] (nothing written) on a later call when the target's meta no longer holds
       the token (deleted, expired or started over by another writer since the first call).
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
 abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
-      Returns 1 when it did, else 0.
+      Returns 1 [WRITTEN] when it did, else 0 [NOT_WRITTEN].
 Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
 local step, token = ARGV[5], ARGV[6]

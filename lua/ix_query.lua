@@ -4,6 +4,7 @@ KEYS[1] slot index: threads (ZSET thread id -> expiry ms, inf = none)
 KEYS[2] slot index: runs (lex ZSET "r"e(run)e(thread), "t"e(thread)e(run))
 ARGV[1] "threads" | "runs"   ARGV[2..] run ids (for "runs")
 Returns: the ids of live (not expired) threads: all of them, or those holding one of the runs
+Errors: RS_BADARG
 ]]
 if #KEYS ~= 2 then error({err = 'RS_BADARG expected 2 keys'}) end
 local mode = ARGV[1]

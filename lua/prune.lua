@@ -27,11 +27,11 @@ then the step's arguments (positions in ARGV):
            follow the ones sent  12.. kept e(cid)s, ascending, from the cursor on
   detach:  8 e(ns)  9 e(cid)
   orphans: 8 e(ns)  9 e(latest)  10 lex cursor ("" = start)
-Returns: all: {deleted} or {"paged"}; ns: {e(ns), ...} (fewer than 64 = the last ones);
+Returns: all: {deleted} or {"paged" [PAGED]}; ns: {e(ns), ...} (fewer than 64 = the last ones);
 walk: {e(latest), {kept e(cid), ...}, next e(cid) ("" = done), {channels still needed},
 e(parent of the oldest kept)}; drop: {deleted, cursor ("" = done), {blob fields of the
-deleted checkpoints}}; detach: 1; orphans: cursor ("" = done)
-Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked)
+deleted checkpoints}}; detach: 1 [DONE]; orphans: cursor ("" = done)
+Errors: RS_CYCLE (the parent chain returns to a checkpoint it already walked), RS_BADARG, RS_SCHEMA
 ]]
 local strategy, step, budget = ARGV[5], ARGV[6], tonumber(ARGV[7])
 if strategy ~= 'keep_latest' and strategy ~= 'delete' then fail('RS_BADARG', 'unknown strategy') end

@@ -18,11 +18,11 @@ ARGV[13 + 2n] m = number of stream appends, then m groups of 5 (see "Encoded val
          ("a", "m": the call changes nothing and returns 3 unless the stored length is that),
          the raw length after it, the zstd frame. Only the appends a new stream record of this
          call names are applied (a retried put appends nothing twice).
-Returns: 1; 2 when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
-in the thread and left them: the client then prunes the thread in bounded pages; 3 (nothing
+Returns: 1 [STORED]; 2 [PRUNE_IN_PAGES] when history mode "latest" found more than 256 checkpoints (or 2,048 writes)
+in the thread and left them: the client then prunes the thread in bounded pages; 3 [STREAMS_MOVED] (nothing
 written) when a stream a new record names is gone or not at the length the client based its
 append on (another writer appended, or it was collected): the client resends with new streams;
-4 (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
+4 [THREAD_GONE] (nothing stored) when the put continues from a parent (ARGV[7]) in a thread that holds no
 checkpoint: the thread was evicted, expired or deleted while a run used it (or lost a key, and
 this call forgot it: see "Lost keys" in _lib.lua); the client raises ThreadEvictedError
 Errors: RS_BADARG (nothing written), RS_SCHEMA, RS_CONFLICT

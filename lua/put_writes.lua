@@ -22,7 +22,7 @@ keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lin
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
 of fields per call.
-Returns: number of writes stored; -1 (the thread was forgotten, nothing stored: see above)
+Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
 local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])

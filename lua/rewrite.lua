@@ -15,7 +15,7 @@ get:  ARGV[6..] blob fields (the client keeps a page's total small)
 set:  ARGV[6] e(ns)   ARGV[7] n, then n triples: blob field, sha1 hex of the record the client
       read, new record; then the stream appends (5 each, as put.lua's)
       A field whose record changed since the client read it is left alone. Returns the number
-      of records replaced, or -1 (nothing written) when a stream the new records need is gone or
+      of records replaced, or -1 [STREAMS_MOVED] (nothing written) when a stream the new records need is gone or
       moved (see plan_blobs() in _lib.lua): the client starts that channel's stream again.
 Errors: RS_BADARG, RS_SCHEMA
 ]]

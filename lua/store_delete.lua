@@ -10,6 +10,7 @@ Every argument is checked before the first delete; the shard's version token "w"
 and the deleted items logged in its change log "l" (_store_lib.lua st_bump: a few bytes a
 deleted item, trimmed to CHANGE_LOG, while the item's keys are freed).
 Returns: the number of deletes.
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 local base = st_base()

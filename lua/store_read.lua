@@ -31,16 +31,17 @@ Returns one reply per read, in order:
   "s": {{e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}}, ...} flattened 6 by 6,
        then the cursor ns_seq, item_seq to go on from ("" "": done), then the shard's version
        token ("": none)
-  "c": {1, record or nil, ...} (one per item, in order) when the cache is current;
-       {2, token, changes, record or nil, ...} when the log brings it up to date: the shard's
+  "c": {1 [CURRENT], record or nil, ...} (one per item, in order) when the cache is current;
+       {2 [UPDATED], token, changes, record or nil, ...} when the log brings it up to date: the shard's
        token now, and the items under e(prefix) changed after the client's token, as a "s"
        page's items ({e(ns), e(key), ns_seq, item_seq, record, {path, vector, ...}} flattened 6
-       by 6; an item a scan does not find: "" "" nil {}); else {0}
+       by 6; an item a scan does not find: "" "" nil {}); else {0 [STALE]}
   "l": {{e(ns), ...}, the last namespace examined ("": done)}
-  "V": {1, e(ns), ns_seq, count, ...} (3 per namespace, in no order; count as in "c",
-       _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0}: a scan
-  "C": {1, record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0}: the
+  "V": {1 [OK], e(ns), ns_seq, count, ...} (3 per namespace, in no order; count as in "c",
+       _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0 [SCAN]}: a scan
+  "C": {1 [OK], record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0 [SCAN]}: the
        sets changed (search by a scan)
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
 local WORK = 2048  -- entries a search page examines at most

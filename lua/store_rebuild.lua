@@ -23,10 +23,11 @@ ends the rebuild. A page adds the vectors of the next items of k: in sequence or
 st_vs_put; no VSIM); items put meanwhile get later sequences (next pages), or are written by
 the writers.
 Every argument is checked before the first write.
-Returns: {status, token, elements}: status "done" (the set is complete: searches use it),
-"more" (call again with "0" and the token returned: a rebuild started by another rebuilder is
-joined), "ended" (the rebuild of token ended, the namespace is out of sets), "none" (no items:
+Returns: {status, token, elements}: status "done" [DONE] (the set is complete: searches use it),
+"more" [MORE] (call again with "0" and the token returned: a rebuild started by another rebuilder is
+joined), "ended" [ENDED] (the rebuild of token ended, the namespace is out of sets), "none" [NONE] (no items:
 a namespace without a k: index gets a new set from its next put).
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 if not ST_VS then st_fail('RS_BADARG', 'a rebuild needs vector sets (format "<format>v")') end

@@ -19,6 +19,7 @@ Every write is checked before the first is applied. A call with a put or a delet
 shard's version token "w" and logs the items it put or deleted in the shard's change log "l"
 (_store_lib.lua st_bump); any call makes the token when it is missing.
 Returns: the number of writes.
+Errors: RS_BADARG, RS_SCHEMA
 ]]
 st_check(ARGV[1])
 local base = st_base()

@@ -7,6 +7,8 @@ failures, OOM, ...) propagate unchanged as ``redis.exceptions.RedisError``.
 
 from __future__ import annotations
 
+from .core.replies import Err
+
 
 class RedisSaverError(Exception):
     """Base class of the conditions that redis_saver itself detects."""
@@ -88,12 +90,12 @@ class EvictionPolicyWarning(UserWarning):
     ``maxmemory`` for the data), or a ``volatile-*`` policy with a ttl for a session cache."""
 
 
-# Error codes raised by the Lua scripts (``redis.error_reply('RS_<CODE> ...')``).
+# The error codes the Lua scripts raise (named in core/replies.py) -> their exception classes.
 LUA_ERROR_CLASSES: dict[str, type[Exception]] = {
-    "RS_SCHEMA": SchemaMismatchError,
-    "RS_CONFLICT": ConflictError,
-    "RS_BADARG": ValueError,
-    "RS_CYCLE": ParentCycleError,
-    "RS_DAMAGED": DamagedThreadError,
-    "RS_EXISTS": ThreadExistsError,
+    Err.SCHEMA: SchemaMismatchError,
+    Err.CONFLICT: ConflictError,
+    Err.BADARG: ValueError,
+    Err.CYCLE: ParentCycleError,
+    Err.DAMAGED: DamagedThreadError,
+    Err.EXISTS: ThreadExistsError,
 }

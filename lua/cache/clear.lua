@@ -9,9 +9,10 @@ index); each call then deletes up to a page of the snapshot's entries, except th
 since (members of the new index), and drops them from it. The snapshot only shrinks, so a clear
 takes a bounded number of calls whatever other workers set meanwhile; a snapshot left by a
 clear that stopped halfway is finished by the next (before it takes the index).
-Returns: {members left in the snapshot, 1 if this call took the index (or there was none to
-take) else 0}; a namespace is clear of what preceded the clear once a call answered 1 and a
+Returns: {members left in the snapshot, 1 [TOOK_INDEX] if this call took the index (or there was none to
+take) else 0 [INDEX_TAKEN]}; a namespace is clear of what preceded the clear once a call answered 1 and a
 call since (or that one) answered 0 left.
+Errors: RS_BADARG
 ]]
 local rcall = redis.call
 local ix, snap = KEYS[1], KEYS[2]

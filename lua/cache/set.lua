@@ -12,6 +12,7 @@ Returns: the number of entries
 Bounded: besides the entries, per group it drops at most 2n+16 index members whose entries
 expired (so an index holds its live entries and a lag of that size) and reads the index's last
 member to set its expiry: O(n log N).
+Errors: RS_BADARG
 ]]
 local rcall = redis.call
 local groups = {}

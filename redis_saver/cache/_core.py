@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core import values as values_
 from ..core.engine import Cmd, Pipe, Scan
 from ..core.plans import Call
+from ..core.replies import CacheClear
 from ..core.scripts import Script, lua_dir
 from ..keys import dec_first, enc
 from .keys import CacheKeys
@@ -188,7 +189,7 @@ def clear(keys: CacheKeys, namespaces: Iterable[Any] | None) -> Plan[None]:
         replies = [(yield calls[0])] if len(calls) == 1 else (yield calls)
         left = []
         for b, (n, took_now) in zip(bases, replies, strict=True):
-            if int(took_now):
+            if int(took_now) == CacheClear.TOOK_INDEX:
                 took.add(b)
             if int(n) > 0 or b not in took:
                 left.append(b)

@@ -26,7 +26,6 @@ again as EVAL of its script's body, as after NOSCRIPT.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -56,7 +55,7 @@ from ..telemetry import Recording, Telemetry
 from . import policy as _policy
 from .plans import Call, IndexSlots, Out
 from .policy import logger
-from .scripts import Library, Script, library, load_all
+from .scripts import Library, Script, library, load_all, where
 
 T = TypeVar("T")
 
@@ -68,7 +67,6 @@ CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: trie
 # the Cmd names of script calls -> their commands (the sync driver's direct path and
 # AsyncRedisSaver's lanes send these themselves)
 SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
-_SUFFIX = re.compile(r"\s*script: [0-9A-Za-z_]+, on @user_(?:script|function):\d+\.?\s*$")
 
 
 # ---- operations ------------------------------------------------------------------------
@@ -138,7 +136,7 @@ def map_error(exc: ResponseError) -> Exception:
                 break
     if cls is None:
         return exc
-    err = cls(_SUFFIX.sub("", msg[len(code) :].strip()))
+    err = cls(where(msg[len(code) :].strip()))  # the file and line Redis ran
     err.__cause__ = exc
     return err
 

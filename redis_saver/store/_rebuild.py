@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from ..core.plans import Call, Plan
+from ..core.replies import StoreRebuild
 from ..errors import MalformedReplyError
 from . import _budgets as B
 from ._keys import STORE_FORMAT, dec_ns, enc_ns, vset_format
@@ -88,7 +89,7 @@ def rebuild_plan(
         while True:
             status, token, _ = parse_page((yield page_call(cfg, shard, ens, token, start, budget, hnsw)))
             start = False
-            if status != "more":
+            if status != StoreRebuild.MORE:
                 break
         out[dec_ns(ens)] = status
     return out

@@ -16,6 +16,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from ..core.replies import StoreCache
 from . import _budgets as B
 from . import _semantics as sem
 from . import _vcache, _vset
@@ -270,11 +271,11 @@ class _Search:
         assert entry is not None and ckey is not None and vcache is not None
         n = len(self.asked)
         ok = isinstance(reply, list) and bool(reply)
-        if ok and reply[0] == 1 and len(reply) == n + 1:
+        if ok and reply[0] == StoreCache.CURRENT and len(reply) == n + 1:
             self.checked = True
             self._cached_take(reply[1:])
             return
-        if ok and reply[0] == 2 and len(reply) == n + 3 and self.patched < _vcache.PATCHES:
+        if ok and reply[0] == StoreCache.UPDATED and len(reply) == n + 3 and self.patched < _vcache.PATCHES:
             # the shard was written since the entry's token; the log brought what changed
             token, flat, recs = reply[1], reply[2], reply[3:]
             self.patched += 1

@@ -52,6 +52,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.engine import Pipe
+from ..core.replies import StoreSets
 from ..errors import MalformedReplyError
 from ..keys import dec_first
 from . import _semantics as sem
@@ -154,7 +155,7 @@ class VsetSearch:
     def feed(self, reply: Any) -> None:
         if not isinstance(reply, list) or not reply:
             raise MalformedReplyError(f"store_read replied {reply!r:.80}")
-        if reply[0] != 1:
+        if reply[0] != StoreSets.OK:
             self.failed = True
             return
         if self.phase == "list":

@@ -14,6 +14,7 @@ import redis.exceptions
 from redis_saver import RedisCache
 from redis_saver.cache import _core as core
 from redis_saver.cache.keys import CacheKeys
+from redis_saver.core.replies import CacheClear
 from redis_saver.core.scripts import lua_dir
 from tests.cache.conftest import keys_under
 
@@ -110,11 +111,11 @@ def test_clear_script_keeps_what_was_set_after_the_clear_began(sync_client, pref
     ck, ns = CacheKeys(prefix), ("n",)
     cache.set({(ns, f"k{i}"): (i, None) for i in range(10)})
     src, keys = core.scripts()["cache_clear"].source, [ck.index(ns), ck.snapshot(ns)]
-    assert sync_client.eval(src, 2, *keys, 1) == [9, 1]  # took the index, deleted one entry
+    assert sync_client.eval(src, 2, *keys, 1) == [9, CacheClear.TOOK_INDEX]  # 9 left: deleted one entry
     cache.set({(ns, "k7"): ("again", None), (ns, "k99"): ("new", None)})  # into a new index
     while True:
         left, took = sync_client.eval(src, 2, *keys, 3)
-        assert took == 0
+        assert took == CacheClear.INDEX_TAKEN
         if left == 0:
             break
     assert cache.get([(ns, f"k{i}") for i in range(10)] + [(ns, "k99")]) == {(ns, "k7"): "again", (ns, "k99"): "new"}

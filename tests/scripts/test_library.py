@@ -1,6 +1,6 @@
-"""The function library (``_scripts.library()``): the same scripts, loaded once per server.
+"""The function library (``lua/build/library.lua``, ``_scripts.library()``): the same scripts, loaded once per server.
 
-The library is generated from ``lua/``: these tests check what the generation relies on (the
+The library is generated from ``lua/`` (``devkit/luagen.py``): these tests check what the generation relies on (the
 per-call state of ``_lib.lua`` all inside its @keys / @state blocks, the rest constant), that
 the server loads it with the right flags, and the saver's life around it on a real server: a
 server that lost it (FUNCTION FLUSH) gets it again within the call, single or pipelined, and
@@ -17,8 +17,9 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
+from devkit.luagen import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, read_lib
 from redis_saver import RedisSaver
-from redis_saver.core.scripts import _FUNCTION, _KEYS_BLOCK, _STATE_BLOCK, library, load_all, read_lib
+from redis_saver.core.scripts import library, load_all
 
 _LITERAL = r"(?:-?\d+|'[^']*'|\{[^}]*\})"
 CONSTANT = re.compile(rf"^local [A-Z_][A-Z0-9_]*(?:, [A-Z_][A-Z0-9_]*)* = {_LITERAL}(?:, {_LITERAL})*(?:\s+--.*)?$")

@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config, generate_metadata
 
+from devkit.luagen import _COMMENT, _FUNCTION, _LOCAL, definitions, read_lib
 from redis_saver import FORMAT_VERSION, READ_FORMATS, RedisSaver
 from redis_saver.core.plans import Call, IndexSlots, Out
-from redis_saver.core.scripts import _COMMENT, _FUNCTION, _LOCAL, definitions, library, load_all, lua_dir, read_lib
+from redis_saver.core.scripts import library, load_all, lua_dir
 
 HEADER = re.compile(r"--\[\[(.*?)\]\]", re.S)
 
@@ -184,7 +185,7 @@ def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
 
 
 def test_included_library_keeps_only_the_helpers_a_script_uses():
-    from redis_saver.core.scripts import shake
+    from devkit.luagen import shake
 
     lib = (
         "local X = 1\n"
@@ -286,6 +287,9 @@ def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     assert {"touch", "purge_expired", "check_format", "init_meta"} <= dropped and "write_channel" not in dropped
     assert "META_V" not in dropped  # a multi-name local: kept
     rebuilt = full[:begin] + keys_lean + full[end:]
+    # the generated line that names the sources: lean's adds _keys_lean.lua
+    assert lean.split("\n")[1] == full.split("\n")[1].replace(" by ", ", lua/_keys_lean.lua by ", 1)
+    rebuilt = rebuilt.replace(full.split("\n")[1], lean.split("\n")[1], 1)
     for line in full_only:
         rebuilt = rebuilt.replace(line + "\n", "")
     rebuilt = _FUNCTION.sub(lambda m: "" if m.group(1) in dropped else m.group(0), rebuilt)

@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError, RedisError, ResponseError, Timeout
 from redis_saver.core import engine as engine_mod
 from redis_saver.core.engine import Cmd, Emit, Pipe, Refresh, Scan, Sleep, Targets, backoff
 from redis_saver.core.plans import Call, IndexSlots, Out
+from redis_saver.core.replies import Err
 from redis_saver.core.scripts import load_all
 from redis_saver.errors import (
     LUA_ERROR_CLASSES,
@@ -115,9 +116,9 @@ def test_a_call_finding_another_load_under_way_goes_on_with_evalsha():
     assert converse(e.call(PIN), turns) == 1
 
 
-@pytest.mark.parametrize("code", sorted(LUA_ERROR_CLASSES))
+@pytest.mark.parametrize("code", list(Err), ids=[e.value for e in Err])
 def test_script_error_codes_become_the_savers_exceptions(code):
-    reply = ResponseError(f"{code} thread 'th': what went wrong")
+    reply = ResponseError(f"{code.value} thread 'th': what went wrong")
     with pytest.raises(LUA_ERROR_CLASSES[code]) as info:
         converse(engine().call(PIN), [(fcall("pin", KEYS, ARGS), reply)])
     assert str(info.value) == "thread 'th': what went wrong"

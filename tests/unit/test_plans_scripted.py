@@ -16,6 +16,16 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from redis_saver import RedisSaver
 from redis_saver.core import codec
 from redis_saver.core.plans import Call, IndexSlots, Out, Plans, budgets
+from redis_saver.core.replies import (
+    DeleteRuns,
+    DeleteRunsFinish,
+    Export,
+    Import,
+    Prune,
+    PruneDetach,
+    Put,
+    PutWrites,
+)
 from redis_saver.core.ttl import TTLConfig
 from redis_saver.errors import CopyConflictError, DamagedThreadError, ParentCycleError, ThreadEvictedError
 from redis_saver.keys import FORMAT_VERSION, KeySchema, enc
@@ -63,7 +73,7 @@ def prune_step(name: str, *args) -> Call:
 def test_put_stored_is_one_call_answering_the_new_config():
     p = plans(compress=False)
     cp = checkpoint({"x": [1, 2]})
-    got = converse(p._plan_put(cfg(), cp, {"step": 1}, {"x": "1"}), [(a_put(), 1)])
+    got = converse(p._plan_put(cfg(), cp, {"step": 1}, {"x": "1"}), [(a_put(), Put.STORED)])
     assert got == cfg(cp["id"])
 
 
@@ -71,7 +81,7 @@ def test_put_sends_the_call_header_options_and_wait():
     p = plans(compress=False, history="latest", fencing=True, wait=(2, 500))
     cp = checkpoint()
     sent: list[Call] = []
-    converse(p._plan_put(cfg("parent"), cp, {}, {}), [(sent.append, 1)])
+    converse(p._plan_put(cfg("parent"), cp, {}, {}), [(sent.append, Put.STORED)])
     (call,) = sent
     assert (call.script, list(call.keys), call.wait) == ("put", KEYS, (2, 500))
     assert call.args[:7] == [*HEAD, "", cp["id"], "parent"]
@@ -82,11 +92,11 @@ def test_put_answered_2_prunes_the_thread_in_bounded_pages():
     p = plans(compress=False, history="latest")
     ns_e, field = enc(""), enc("") + enc("x") + b"1"
     turns = [
-        (a_put(), 2),
+        (a_put(), Put.PRUNE_IN_PAGES),
         (prune_step("ns", b""), [ns_e]),  # fewer than a page of namespaces: the last page
         (prune_step("walk", ns_e, b""), [b"c3", [b"c3", b"c2"], b"", [], b"c1"]),
         (prune_step("drop", ns_e, b"c3", b"", "0", b"c2", b"c3"), [5, b"", [field]]),
-        (prune_step("detach", ns_e, b"c2"), 1),  # c1 was not kept: the oldest kept one loses it
+        (prune_step("detach", ns_e, b"c2"), PruneDetach.DONE),  # c1 was not kept: the oldest kept one loses it
         (prune_step("orphans", ns_e, b"c3", b""), b""),
         (Call("gc", KEYS, [*HEAD, "refs", ns_e, b"", budgets.WORK_BUDGET]), [b"", []]),
         (Call("gc", KEYS, [*HEAD, "hdel", field]), 1),  # no kept checkpoint names it
@@ -109,11 +119,11 @@ def test_put_answered_3_sends_the_values_again_in_new_streams():
     p = plans()  # compressed: a list channel's versions share a stream
     first = checkpoint({"m": _chat(20)})
     new_stream = asserting(lambda op: _stream_mode(op) == b"n", "a new stream")
-    converse(p._plan_put(cfg(), first, {}, {"m": "1"}), [(new_stream, 1)])
+    converse(p._plan_put(cfg(), first, {}, {"m": "1"}), [(new_stream, Put.STORED)])
     sent: list[Call] = []
     second = checkpoint({"m": _chat(30)})
     second["channel_versions"] = {"m": "2"}
-    turns = [(sent.append, 3), (sent.append, 1)]  # 3: another writer changed the stream meanwhile
+    turns = [(sent.append, Put.STREAMS_MOVED), (sent.append, Put.STORED)]  # another writer changed the stream
     assert converse(p._plan_put(cfg(first["id"]), second, {}, {"m": "2"}), turns) == cfg(second["id"])
     assert [_stream_mode(c) for c in sent] == [b"a", b"n"]  # an append to the known stream, then a new one
     assert sent[0].args[-5] != sent[1].args[-5]  # another stream id
@@ -122,10 +132,10 @@ def test_put_answered_3_sends_the_values_again_in_new_streams():
 
 def test_put_answered_4_raises_thread_evicted_and_forgets_its_streams():
     p = plans()
-    converse(p._plan_put(cfg(), checkpoint({"m": _chat(20)}), {}, {"m": "1"}), [(a_put(), 1)])
+    converse(p._plan_put(cfg(), checkpoint({"m": _chat(20)}), {}, {"m": "1"}), [(a_put(), Put.STORED)])
     assert len(p.streams) == 1
     with pytest.raises(ThreadEvictedError, match="no longer holds") as info:
-        converse(p._plan_put(cfg("gone"), checkpoint({"m": _chat(21)}), {}, {"m": "2"}), [(a_put(), 4)])
+        converse(p._plan_put(cfg("gone"), checkpoint({"m": _chat(21)}), {}, {"m": "2"}), [(a_put(), Put.THREAD_GONE)])
     assert info.value.thread_id == "th"
     assert len(p.streams) == 0
 
@@ -158,7 +168,7 @@ def test_put_writes_answered_nil_by_the_lean_call_sends_the_full_one():
 
 def test_put_writes_to_a_forgotten_thread_raises_thread_evicted():
     with pytest.raises(ThreadEvictedError, match="forgotten"):
-        converse(plans()._plan_put_writes(cfg("c1"), [("x", 1)], "task"), _writes_turns(None, -1))
+        converse(plans()._plan_put_writes(cfg("c1"), [("x", 1)], "task"), _writes_turns(None, PutWrites.FORGOTTEN))
 
 
 def test_put_writes_with_a_ttl_goes_straight_to_the_full_call():
@@ -181,7 +191,7 @@ def test_prune_fans_out_and_pages_only_the_threads_that_need_it():
     ]
     step = [*big_head, "keep_latest"]
     turns = [
-        (fanout, [[3], [b"paged"]]),
+        (fanout, [[3], [Prune.PAGED]]),
         (Call("prune", other, [*step, "ns", budgets.WORK_BUDGET, b""]), []),  # no namespace left
     ]
     assert converse(plans()._plan_prune(["th", "big"]), turns) == 3
@@ -204,10 +214,10 @@ def test_delete_for_runs_finds_the_threads_then_pages_a_large_one():
     turns = [
         (IndexSlots(), [5]),
         ([Call("ix_query", SCHEMA.index_keys(5), ["runs", "r1"])], [[b"th"]]),
-        ([Call("delete_runs", KEYS, [*HEAD, "all", budgets.WORK_BUDGET, "r1"])], [[b"paged"]]),
-        (Call("delete_runs", KEYS, runs_head), [2, b"1", []]),
+        ([Call("delete_runs", KEYS, [*HEAD, "all", budgets.WORK_BUDGET, "r1"])], [[DeleteRuns.PAGED]]),
+        (Call("delete_runs", KEYS, runs_head), [2, DeleteRuns.MORE, []]),
         (Call("delete_runs", KEYS, runs_head), [1, b"0", [field]]),
-        (Call("delete_runs", KEYS, [*HEAD, "finish", budgets.WORK_BUDGET]), 0),
+        (Call("delete_runs", KEYS, [*HEAD, "finish", budgets.WORK_BUDGET]), DeleteRunsFinish.KEPT),
         (Call("gc", KEYS, [*HEAD, "refs", enc(""), b"", budgets.WORK_BUDGET]), [b"", [field]]),  # still named
     ]
     assert converse(plans()._plan_delete_for_runs(["r1"]), turns) == 3
@@ -225,12 +235,12 @@ def test_copy_thread_changed_during_every_attempt_raises_and_aborts_nothing_it_d
     is_ = lambda script, keys, arg: asserting(  # noqa: E731
         lambda op: (op.script, list(op.keys), op.args[4]) == (script, keys, arg), f"{script} {arg}"
     )
-    turns = [(is_("export", src, "all"), [b"paged"])]
+    turns = [(is_("export", src, "all"), [Export.PAGED])]
     for _ in range(2):
         turns += [
-            (is_("import", SCHEMA.thread_keys("b"), "import"), 1),  # the target checked: empty
+            (is_("import", SCHEMA.thread_keys("b"), "import"), Import.WRITTEN),  # the target checked: empty
             (is_("import", src, "guard"), b"7"),
-            (is_("export", src, "page"), [b"moved"]),  # the guard moved: a destructive change
+            (is_("export", src, "page"), [Export.CHANGED]),  # the guard moved: a destructive change
         ]
     with pytest.raises(CopyConflictError, match="each of 2 attempts"):
         converse(plans()._plan_copy_thread("a", "b"), turns)
@@ -256,9 +266,9 @@ def _stored(p: Plans, values: dict, writes: list) -> tuple[dict, list]:
     cp = checkpoint(values)
     sent: list[Call] = []
     plan = p._plan_put(cfg(), cp, {"step": 4, "source": "loop"}, dict.fromkeys(values, "1"))
-    conf = converse(plan, [(sent.append, 1)])
+    conf = converse(plan, [(sent.append, Put.STORED)])
     if writes:
-        converse(p._plan_put_writes(conf, writes, "task-1"), [(sent.append, 1)])
+        converse(p._plan_put_writes(conf, writes, "task-1"), [(sent.append, len(writes))])  # the lean call stored them
     return cp, sent
 
 

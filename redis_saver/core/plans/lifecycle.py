@@ -13,6 +13,7 @@ from ...errors import CopyConflictError
 from ...keys import dec_first, dec_str
 from .. import codec
 from .. import values as values_
+from ..replies import DeleteRuns, DeleteRunsFinish, Export, Import, Prune, Rewrite
 
 if TYPE_CHECKING:
     pass
@@ -62,7 +63,7 @@ class LifecyclePlans(PlanBase):
         ]
         total = 0
         for t, r in zip(threads, replies, strict=True):
-            total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == b"paged" else int(r[0])
+            total += (yield from self._plan_delete_runs_paged(t, runs)) if r[0] == DeleteRuns.PAGED else int(r[0])
         return total
 
     def _plan_delete_runs_paged(self, thread_id: str, runs: list[str]) -> Plan[int]:
@@ -73,10 +74,10 @@ class LifecyclePlans(PlanBase):
             n, more, fields = yield Call("delete_runs", keys, [*head, "drop", B.WORK_BUDGET, *runs])
             deleted += int(n)
             candidates.update(fields)
-            if more != b"1":
+            if more != DeleteRuns.MORE:
                 break
         emptied = yield Call("delete_runs", keys, [*head, "finish", B.WORK_BUDGET])
-        if not int(emptied):
+        if int(emptied) != DeleteRunsFinish.EMPTIED:
             yield from self._plan_gc(thread_id, candidates)
         return deleted
 
@@ -112,7 +113,7 @@ class LifecyclePlans(PlanBase):
         ]
         total = 0
         for t, r in zip(tids, replies, strict=True):
-            total += (yield from self._plan_prune_paged(t)) if r[0] == b"paged" else int(r[0])
+            total += (yield from self._plan_prune_paged(t)) if r[0] == Prune.PAGED else int(r[0])
         return total
 
     def _plan_prune_paged(self, thread_id: str) -> Plan[int]:
@@ -189,7 +190,7 @@ class LifecyclePlans(PlanBase):
         src_keys = self.keys.thread_keys(src)
         budget = [B.WORK_BUDGET, B.SNAPSHOT * B.COPY_FIELDS, 2 * B.COPY_BYTES]
         reply = yield Call("export", src_keys, [*self._header(src), "all", *budget])
-        if reply[0] == b"all":
+        if reply[0] == Export.ALL:
             streams, records = _split_blobs(reply[2])
             # only the streams some record names (a stream a replaced record left counted
             # stays in the source until the thread goes; the copy need not carry it), and the
@@ -227,7 +228,7 @@ class LifecyclePlans(PlanBase):
             for d, n in held.items():
                 args += [d, n]
             reply = yield Call("export", src_keys, args)
-            if reply[0] != b"ok":
+            if reply[0] != Export.OK:
                 if not first:
                     yield Call("import", self.keys.thread_keys(dst), [*self._header(dst), "abort", ids.token])
                 return False
@@ -290,7 +291,7 @@ class LifecyclePlans(PlanBase):
             args: list[Any] = [*head, "import", ids.token, *flags, *(len(x) // 2 for x in c)]
             for x in c:
                 args += x
-            if not (yield Call("import", keys, args)):
+            if (yield Call("import", keys, args)) != Import.WRITTEN:
                 raise CopyConflictError(
                     f"copy_thread into {dst!r}: the target was deleted, expired or written by another "
                     "writer while the copy ran"
@@ -350,7 +351,7 @@ class LifecyclePlans(PlanBase):
                     for a in appends:
                         args += a.args()
                     n = yield Call("rewrite", keys, args)
-                    if int(n) < 0:
+                    if int(n) == Rewrite.STREAMS_MOVED:
                         ok = False  # a stream changed under us: this channel again, new streams
                         break
                     stats.values += int(n)

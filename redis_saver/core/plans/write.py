@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
+from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
     pass
@@ -144,19 +145,19 @@ class WritePlans(LifecyclePlans):
         keys = self.keys.thread_keys(thread_id)
         args, appends = self._blob_args(thread_id, ns, serialized, True)
         cleaned = yield Call("put", keys, head + args, self.wait)
-        if cleaned == 3:
+        if cleaned == Put.STREAMS_MOVED:
             # a stream this worker appended to changed or went since it last saw it (another
             # worker wrote the channel): nothing was written; new streams cannot conflict
             args, appends = self._blob_args(thread_id, ns, serialized, False)
             cleaned = yield Call("put", keys, head + args, self.wait)
-        if cleaned == 4:
+        if cleaned == Put.THREAD_GONE:
             self.streams.drop_thread(thread_id)
             raise self._evicted(
                 thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
             )
         for a, (ch, *_rest) in appends:
             self.streams.put((thread_id, ns, ch), a.known)
-        if cleaned == 2:
+        if cleaned == Put.PRUNE_IN_PAGES:
             # history="latest" on a thread too large to clean in one bounded call (written
             # with "full" before): prune it in pages; later puts keep it latest-only
             yield from self._plan_prune_paged(thread_id)
@@ -235,7 +236,7 @@ class WritePlans(LifecyclePlans):
             stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self.wait)
             if stored is not None:
                 return None
-        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self.wait)) == -1:
+        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self.wait)) == PutWrites.FORGOTTEN:
             self.streams.drop_thread(thread_id)
             raise self._evicted(thread_id, f"put_writes to checkpoint {cid!r}: the thread lost a key and was forgotten")
         return None
@@ -244,6 +245,6 @@ class WritePlans(LifecyclePlans):
     def _plan_pin(self, thread_id: Any, pinned: bool) -> Plan[bool]:
         tid = normalize_thread_id(thread_id)
         reply = yield Call("pin", self.keys.thread_keys(tid), self._header(tid) + ["1" if pinned else "0"])
-        return bool(reply)
+        return bool(reply == Pin.DONE)
 
 

@@ -1,0 +1,580 @@
+#!lua flags=no-writes
+-- generated from lua/export.lua, lua/_lib.lua, lua/_lib_records.lua, lua/_lib_thread.lua, lua/_lib_values.lua, lua/_lib_checkpoints.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
+-- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
+-- (after the script's #!lua line). Not a script of its own.
+--
+-- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
+--   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs   KEYS[9] chain
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+-- and one ARGV header:
+--   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl;
+--           "f" = a read's forgetting variant (see "Lost keys")
+-- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
+-- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
+-- right-hand sides free of effects, they may not run.
+local function fail(code, msg)
+  error({err = code .. ' ' .. msg})
+end
+
+-- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
+-- only wr and wr_ord: see put_writes.lua and devkit/luagen.py)
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
+-- @keys-end
+
+-- order-preserving, self-delimiting component encoding (keys.enc)
+local function enc(s)
+  if not string.find(s, '\0', 1, true) then return s .. '\0' end  -- the common case, 4x faster
+  return (string.gsub(s, '%z', '\0\255')) .. '\0'
+end
+
+-- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
+-- run on every call where they stand; in the function library (devkit/luagen.py
+-- library()) their names are declared once and these lines run at the start of every call.
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys")
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N = nil, nil
+-- @state-end
+
+-- position just after the encoded component that starts at pos
+local function skip(s, pos)
+  while true do
+    local i = string.find(s, '\0', pos, true)
+    if not i then fail('RS_BADARG', 'unterminated component') end
+    if string.byte(s, i + 1) == 255 then pos = i + 2 else return i + 1 end
+  end
+end
+
+
+-- record layouts, 1-based (redis_saver/core/codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
+-- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
+-- parts of a write record they read, and the whole blob record of a channel without a value
+local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
+local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
+
+-- records: "<len>,<len>,...;" .. parts (redis_saver/core/codec.py)
+local function unpack_rec(s)
+  if not s then fail('RS_BADARG', 'missing record') end
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local out, pos = {}, semi + 1
+  for n in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    n = tonumber(n)
+    out[#out + 1] = string.sub(s, pos, pos + n - 1)
+    pos = pos + n
+  end
+  if pos ~= #s + 1 then fail('RS_BADARG', 'malformed record') end
+  return out
+end
+
+-- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
+-- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
+
+-- the channel (part 2) of a well-framed write record (exactly 6 parts), else nil; checked
+-- the same way
+
+-- one part of a record without copying the others (records hold large serde payloads)
+local function rec_field(s, want)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, i = semi + 1, 0
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    i = i + 1
+    len = tonumber(len)
+    if i == want then return string.sub(s, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  fail('RS_BADARG', 'record has no part ' .. want)
+end
+
+-- two parts of a record in one pass over its header (a < b)
+
+
+-- Checkpoint records (redis_saver/core/codec.py). Format 6 writes a MessagePack array of 10 (first
+-- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
+-- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
+-- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
+-- give either in one layout: the parts, nested parts as arrays of strings.
+local function cp_is_mp(raw)
+  return string.byte(raw, 1) == 154
+end
+
+-- a format-6 record's parts: one MessagePack array of 10 and nothing after it
+
+-- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
+-- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
+-- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
+-- 2.2 us a record: the copies are memcpy of bytes the script already holds.)
+
+-- every part of a checkpoint record of any format; with `upto`, at least parts 1 .. upto
+
+-- one part of a checkpoint record of any format (an earlier format's without copying the others)
+local function cp_field(raw, i)
+  if cp_is_mp(raw) then return (select(i + 1, cmsgpack.unpack_limit(raw, i, 1))) end
+  local f = rec_field(raw, i)
+  if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then return unpack_rec(f) end
+  return f
+end
+
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+local function hmget(key, fields)
+  local n = #fields
+  if n == 0 then return {} end
+  if n <= 1000 then return redis.call('HMGET', key, unpack(fields)) end
+  local out = {}
+  for i = 1, n, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, n)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- lex range of every member that starts with the encoded prefix p
+local function lo(p) return '[' .. p end
+local function hi(p) return '(' .. p .. '\255' end
+
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
+
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
+
+local function check_format()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
+  end
+end
+
+
+-- remove the thread and its slot-index entries
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+
+
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
+
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
+
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+
+
+-- the blob field of a channel's version: e(ns)e(channel)..version
+local function blob_field(ns_e, ch, ver)
+  return ns_e .. enc(ch) .. ver
+end
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
+local function blob_fields(ns_e, v)
+  local fields, chans, n = {}, {}, 0
+  for i = 1, #v - 1, 2 do
+    n = n + 1
+    chans[n] = v[i]
+    fields[n] = blob_field(ns_e, v[i], v[i + 1])
+  end
+  return fields, chans
+end
+
+-- channel -> blob field, from a versions part
+
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+local STREAM_MARK = '\31s'
+local STREAM_REC_MAX = 512  -- the client never writes a longer stream record
+
+-- the stream id a blob record names, or nil (not a stream record)
+local function stream_id(b)
+  local _, e, a = string.find(b, '^(%d+),%d+;')
+  if not e then return nil end
+  a = tonumber(a)
+  if a < 2 or string.sub(b, e + a - 1, e + a) ~= STREAM_MARK then return nil end
+  local p = e + a + 1
+  local l = tonumber(string.match(b, '^%d+', p))
+  local semi = string.find(b, ';', p, true)
+  if not l or not semi then fail('RS_BADARG', 'malformed stream record') end
+  return string.sub(b, semi + 1, semi + l)
+end
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+local function blob_prefix_of(field)
+  return string.sub(field, 1, skip(field, skip(field, 1)) - 1)
+end
+
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+
+-- delete blob fields, and the streams no remaining record names
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+
+
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
+
+
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+
+
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
+local function wfield(prefix, member)
+  local p = skip(member, #prefix + 1)
+  return prefix .. string.sub(member, p, skip(member, p) + 7)
+end
+
+
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
+
+
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
+
+--[[ export: a source thread's stored data, for copy_thread (import.lua writes it into the target).
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] step: "all" | "page"
+all:  ARGV[6..8] the most checkpoints, fields (cp, blob and wr together) and bytes of one call.
+      The whole thread in this one call, a snapshot, when it holds no more than that.
+      Returns {"all" [ALL], {cp field, record, ...}, {blob field, record, ...}, {wr field, record, ...}}
+      (blob: streams' directories and frames included, without the blob mark; wr: without the
+      lean / wr mark), or {"paged" [PAGED]} when it holds more (nothing else is returned).
+page: ARGV[6] the guard (meta "g", as import.lua "guard" returned it)   ARGV[7] after: the last
+      cp_id member exported ("" = from the oldest)   ARGV[8] upto: the greatest cp_id member of
+      the copy ("" = the thread's greatest now)   ARGV[9..11] the most checkpoints, fields and
+      bytes of one page (at least one checkpoint is returned)   ARGV[12..] the streams the
+      client holds: directory field, the directory record it holds, ...
+      The next checkpoints in cp_id order (oldest id first), each with its record, the blob
+      records its versions name (once per page), its writes, and the streams those records
+      name (directory and frames, read together) unless the client holds that directory: then
+      the directory and only the frames the client's does not list (frames never change under
+      their number).
+      Returns {"ok" [OK], next after ("" = done), upto, {cp field, record, ...}, {blob field, record,
+      ...}, {stream part field, value, ...}, {wr field, record, ...}}, or {"changed" [CHANGED]} when meta
+      "g" is not the guard: the thread went, or changed destructively (see bump_guard()).
+Errors: RS_BADARG, RS_SCHEMA
+]]
+local step = ARGV[5]
+if step ~= 'all' and step ~= 'page' then fail('RS_BADARG', 'bad export step') end
+local base = step == 'all' and 6 or 9
+local max_cp, max_fields, max_bytes = tonumber(ARGV[base]), tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
+if not max_cp or not max_fields or not max_bytes or max_cp < 1 then fail('RS_BADARG', 'bad export arguments') end
+check_format()
+
+if step == 'all' then
+  local ncp = redis.call('HLEN', K_CP)
+  if ncp > max_cp or ncp + redis.call('HLEN', K_BLOB) + redis.call('HLEN', K_WR) > max_fields then
+    return {'paged'}
+  end
+  local out, nbytes = {'all'}, 0
+  for _, key in ipairs({K_CP, K_BLOB, K_WR}) do
+    -- the whole hash (HSCAN to its end, not HGETALL: the ACL rule of docs/deployment.md lists
+    -- the commands the scripts use; a field HSCAN returns twice is kept once). The blob mark
+    -- and the lean / wr mark (field "" of blob, of wr: see _lib.lua) are the target thread's
+    -- own state (import.lua sets them)
+    local kept, seen, cursor = {}, {}, '0'
+    repeat
+      local page = redis.call('HSCAN', key, cursor, 'COUNT', 1000)
+      local flat = page[2]
+      cursor = page[1]
+      for i = 1, #flat, 2 do
+        local f = flat[i]
+        if f ~= '' and not seen[f] then
+          seen[f] = true
+          kept[#kept + 1] = f
+          kept[#kept + 1] = flat[i + 1]
+          nbytes = nbytes + #f + #flat[i + 1]
+        end
+      end
+      if nbytes > max_bytes then return {'paged'} end
+    until cursor == '0'
+    out[#out + 1] = kept
+  end
+  return out
+end
+
+if redis.call('HGET', K_META, 'g') ~= ARGV[6] then return {'changed'} end
+local after, upto = ARGV[7], ARGV[8]
+if upto == '' then
+  local top = redis.call('ZRANGE', K_CPID, '+', '-', 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return {'ok', '', '', {}, {}, {}, {}} end
+  upto = top[1]
+end
+local members = redis.call('ZRANGE', K_CPID, after == '' and '-' or '(' .. after, '[' .. upto, 'BYLEX', 'LIMIT', 0, max_cp)
+local held = {}
+for i = 12, #ARGV - 1, 2 do held[ARGV[i]] = ARGV[i + 1] end
+-- read 16 checkpoints at a time in a few commands (their records, the blobs they name, each
+-- once, their writes) until the budget runs out: the page ends after that chunk's checkpoint
+-- that reached it (at least one)
+local cfields, raws = {}, {}
+local bfields, bvals, bowner, seen = {}, {}, {}, {}
+local wfields, wvals, wowner = {}, {}, {}
+local last, nfields, nbytes = 0, 0, 0
+local size, count = {}, {}
+local from = 1
+while from <= #members and last == 0 do
+  local to = math.min(from + 15, #members)
+  local chunk = {}
+  for i = from, to do
+    local m = members[i]
+    local p = skip(m, 1)
+    cfields[i] = string.sub(m, p) .. string.sub(m, 1, p - 1)
+    chunk[#chunk + 1] = cfields[i]
+  end
+  local got = hmget(K_CP, chunk)
+  local b0, w0 = #bfields, #wfields
+  for i = from, to do
+    local raw, field = got[i - from + 1], cfields[i]
+    raws[i] = raw
+    size[i], count[i] = raw and #field + #raw or 0, raw and 1 or 0
+    if raw then
+      local ns_e = string.sub(field, 1, skip(field, 1) - 1)
+      for _, f in ipairs((blob_fields(ns_e, cp_field(raw, CP_VERSIONS)))) do
+        if not seen[f] then
+          seen[f] = true
+          bfields[#bfields + 1] = f
+          bowner[#bfields] = i
+        end
+      end
+      for _, w in ipairs(redis.call('ZRANGE', K_WORD, lo(field), hi(field), 'BYLEX')) do
+        wfields[#wfields + 1] = wfield(field, w)
+        wowner[#wfields] = i
+      end
+    end
+  end
+  -- the chunk's new value and write fields, read and counted against their checkpoints
+  for _, t in ipairs({{K_BLOB, bfields, bvals, bowner, b0}, {K_WR, wfields, wvals, wowner, w0}}) do
+    local key, fields, vals, owner, k0 = t[1], t[2], t[3], t[4], t[5]
+    local part = {}
+    for k = k0 + 1, #fields do part[#part + 1] = fields[k] end
+    local got_v = hmget(key, part)
+    for k = 1, #part do
+      local v = got_v[k]
+      vals[k0 + k] = v
+      if v then
+        local i = owner[k0 + k]
+        size[i], count[i] = size[i] + #part[k] + #v, count[i] + 1
+      end
+    end
+  end
+  for i = from, to do
+    nfields, nbytes = nfields + count[i], nbytes + size[i]
+    if nfields >= max_fields or nbytes >= max_bytes then
+      last = i
+      break
+    end
+  end
+  from = to + 1
+end
+if last == 0 then last = #members end
+local cps, blobs, streams, writes = {}, {}, {}, {}
+for i = 1, last do
+  if raws[i] then
+    cps[#cps + 1] = cfields[i]
+    cps[#cps + 1] = raws[i]
+  end
+end
+-- the streams the page's records name, unless the client holds them at their length:
+-- directories in one HMGET, their frames in another
+local dfields, dseen = {}, {}
+for k = 1, #bfields do
+  local b = bvals[k]
+  if b and bowner[k] <= last then
+    blobs[#blobs + 1] = bfields[k]
+    blobs[#blobs + 1] = b
+    local sid = #b <= STREAM_REC_MAX and stream_id(b)
+    local d = sid and blob_prefix_of(bfields[k]) .. '\0' .. sid
+    if d and not dseen[d] then
+      dseen[d] = true
+      dfields[#dfields + 1] = d
+    end
+  end
+end
+local dirs, ffields = hmget(K_BLOB, dfields), {}
+for j, d in ipairs(dfields) do
+  local dir = dirs[j]
+  if dir then
+    local h = held[d]
+    if h ~= dir then
+      -- frames never change under their number (a merge writes a new one): only those the
+      -- client does not hold
+      local have, parts = {}, unpack_rec(dir)
+      if h then
+        local hp = unpack_rec(h)
+        for k = 4, #hp - 1, 2 do have[hp[k]] = true end
+      end
+      streams[#streams + 1] = d
+      streams[#streams + 1] = dir
+      for k = 4, #parts - 1, 2 do
+        if not have[parts[k]] then ffields[#ffields + 1] = d .. '\0' .. parts[k] end
+      end
+    end
+  end
+end
+local frames = hmget(K_BLOB, ffields)
+for k = 1, #ffields do
+  if frames[k] then
+    streams[#streams + 1] = ffields[k]
+    streams[#streams + 1] = frames[k]
+  end
+end
+for k = 1, #wfields do
+  if wvals[k] and wowner[k] <= last then
+    writes[#writes + 1] = wfields[k]
+    writes[#writes + 1] = wvals[k]
+  end
+end
+local done = #members == 0 or (last == #members and (#members < max_cp or members[last] == upto))
+return {'ok', done and '' or members[last], upto, cps, blobs, streams, writes}

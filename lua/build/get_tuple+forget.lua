@@ -1,0 +1,738 @@
+#!lua flags=allow-oom
+-- generated from lua/get_tuple.lua, lua/_lib.lua, lua/_lib_records.lua, lua/_lib_thread.lua, lua/_lib_values.lua, lua/_lib_checkpoints.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
+-- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
+-- (after the script's #!lua line). Not a script of its own.
+--
+-- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
+--   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs   KEYS[9] chain
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+-- and one ARGV header:
+--   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl;
+--           "f" = a read's forgetting variant (see "Lost keys")
+-- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
+-- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
+-- right-hand sides free of effects, they may not run.
+local function fail(code, msg)
+  error({err = code .. ' ' .. msg})
+end
+
+-- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
+-- only wr and wr_ord: see put_writes.lua and devkit/luagen.py)
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local THREAD_KEYS = {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN}
+if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
+-- @keys-end
+
+-- order-preserving, self-delimiting component encoding (keys.enc)
+local function enc(s)
+  if not string.find(s, '\0', 1, true) then return s .. '\0' end  -- the common case, 4x faster
+  return (string.gsub(s, '%z', '\0\255')) .. '\0'
+end
+
+-- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
+-- run on every call where they stand; in the function library (devkit/luagen.py
+-- library()) their names are declared once and these lines run at the start of every call.
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+local THREAD_E = enc(THREAD_ID)
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys")
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N = nil, nil
+-- @state-end
+
+-- position just after the encoded component that starts at pos
+local function skip(s, pos)
+  while true do
+    local i = string.find(s, '\0', pos, true)
+    if not i then fail('RS_BADARG', 'unterminated component') end
+    if string.byte(s, i + 1) == 255 then pos = i + 2 else return i + 1 end
+  end
+end
+
+local function dec(s, pos)
+  local e = skip(s, pos)
+  local x = string.sub(s, pos, e - 2)
+  if string.find(x, '\255', 1, true) then x = string.gsub(x, '%z\255', '\0') end
+  return x, e
+end
+
+-- record layouts, 1-based (redis_saver/core/codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
+-- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
+-- parts of a write record they read, and the whole blob record of a channel without a value
+local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
+local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
+local EMPTY_BLOB = '5,0;empty'
+
+-- records: "<len>,<len>,...;" .. parts (redis_saver/core/codec.py)
+local function unpack_rec(s)
+  if not s then fail('RS_BADARG', 'missing record') end
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local out, pos = {}, semi + 1
+  for n in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    n = tonumber(n)
+    out[#out + 1] = string.sub(s, pos, pos + n - 1)
+    pos = pos + n
+  end
+  if pos ~= #s + 1 then fail('RS_BADARG', 'malformed record') end
+  return out
+end
+
+-- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
+-- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
+
+-- the channel (part 2) of a well-framed write record (exactly 6 parts), else nil; checked
+-- the same way
+
+-- one part of a record without copying the others (records hold large serde payloads)
+local function rec_field(s, want)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, i = semi + 1, 0
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    i = i + 1
+    len = tonumber(len)
+    if i == want then return string.sub(s, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  fail('RS_BADARG', 'record has no part ' .. want)
+end
+
+-- two parts of a record in one pass over its header (a < b)
+
+
+-- Checkpoint records (redis_saver/core/codec.py). Format 6 writes a MessagePack array of 10 (first
+-- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
+-- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
+-- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
+-- give either in one layout: the parts, nested parts as arrays of strings.
+local function cp_is_mp(raw)
+  return string.byte(raw, 1) == 154
+end
+
+-- a format-6 record's parts: one MessagePack array of 10 and nothing after it
+
+-- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
+-- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
+-- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
+-- 2.2 us a record: the copies are memcpy of bytes the script already holds.)
+
+-- every part of a checkpoint record of any format; with `upto`, at least parts 1 .. upto
+
+-- one part of a checkpoint record of any format (an earlier format's without copying the others)
+local function cp_field(raw, i)
+  if cp_is_mp(raw) then return (select(i + 1, cmsgpack.unpack_limit(raw, i, 1))) end
+  local f = rec_field(raw, i)
+  if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then return unpack_rec(f) end
+  return f
+end
+
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+local function hmget(key, fields)
+  local n = #fields
+  if n == 0 then return {} end
+  if n <= 1000 then return redis.call('HMGET', key, unpack(fields)) end
+  local out = {}
+  for i = 1, n, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, n)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- lex range of every member that starts with the encoded prefix p
+local function lo(p) return '[' .. p end
+local function hi(p) return '(' .. p .. '\255' end
+
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+local function latest_of(ns_e)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  if #top == 0 then return nil end
+  return string.sub(top[1], #ns_e + 1)
+end
+
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
+
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+local WR_MARK = ''
+
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
+
+local function check_format()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
+  end
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- remove the thread and its slot-index entries
+local function drop_thread()
+  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  end
+  redis.call('ZREM', K_IXT, THREAD_ID)
+  redis.call('UNLINK', unpack(THREAD_KEYS))
+end
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+local function fix_index_expiry()
+  local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  if top[2] == 'inf' then
+    redis.call('PERSIST', K_IXT)
+    redis.call('PERSIST', K_IXR)
+  else
+    redis.call('PEXPIREAT', K_IXT, top[2])
+    redis.call('PEXPIREAT', K_IXR, top[2])
+  end
+end
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+local EXPIRY_SLACK_MS = 2000
+
+local function thread_expiring()
+  for _, k in ipairs(THREAD_KEYS) do
+    local t = redis.call('PTTL', k)
+    if t >= 0 and t <= EXPIRY_SLACK_MS then return true end
+  end
+  return false
+end
+
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+local function forget_thread()
+  drop_thread()
+  fix_index_expiry()
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+  META_NC, META_N = nil, nil
+end
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
+local function damaged(what)
+  if thread_expiring() then return true end
+  if REFRESH == 'f' then
+    forget_thread()
+    return true
+  end
+  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
+    .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
+end
+
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+local function check_counts()
+  if not META_V then
+    -- no meta: a thread that does not exist (one command), or one that lost its meta key
+    if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then
+      -- no key at all: a thread that does not exist, or one evicted whole while its slot
+      -- index still lists it without expiry or as expiring later (forgetting drops the entry)
+      local score = redis.call('ZSCORE', K_IXT, THREAD_ID)
+      if score and (score == 'inf' or tonumber(score) > now_ms() + EXPIRY_SLACK_MS) then
+        return damaged('all its keys were lost')
+      end
+      return false
+    end
+    return damaged('its meta key is missing')
+  end
+  if META_DMG then
+    local text = ({meta = 'its meta key was lost', wr = 'key wr was lost', parent = 'it was written on after'
+      .. ' all its keys were lost (its first checkpoint names a parent that is not stored)'})[META_DMG]
+    return damaged(text or META_DMG)
+  end
+  -- the slot index key holding the thread's entry was lost (a write puts it back; a read
+  -- forgets the thread, so list(None) never misses a thread that reads back)
+  if META_IX and not redis.call('ZSCORE', K_IXT, THREAD_ID) then return damaged('its slot index entry was lost') end
+  -- both checkpoint indexes, whichever the read uses: a thread is whole or gone for every read
+  local ncp, nns, nid = redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)
+  if ncp ~= nns or ncp ~= nid then
+    return damaged(ncp .. ' checkpoint records but ' .. nns .. ' in index cp_ns and ' .. nid .. ' in cp_id')
+  end
+  if META_NC ~= '1' then
+    local nchain = redis.call('HLEN', K_CHAIN) - (META_C == '1' and 1 or 0)
+    if nchain ~= ncp then return damaged(ncp .. ' checkpoint records but ' .. nchain .. ' in chain') end
+  elseif tonumber(META_N) ~= ncp then
+    return damaged(ncp .. ' checkpoint records but ' .. tostring(META_N) .. ' counted in meta')
+  end
+  local nwr, nord = redis.call('HLEN', K_WR), redis.call('ZCARD', K_WORD)
+  local want = (META_IX == 'inf' or META_WM == '1') and 1 or 0  -- the wr mark
+  if nwr - want ~= nord then
+    local mark = redis.call('HEXISTS', K_WR, WR_MARK)
+    if mark < want then return damaged('key wr was lost') end
+    if nwr - mark ~= nord then
+      return damaged((nwr - mark) .. ' write records but ' .. nord .. ' in the write index wr_ord')
+    end
+  end
+  return false
+end
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+local function check_cp_keys()
+  if not META_V then return false end  -- check_counts() found no key of the thread
+  local marks = META_C == '1' and 1 or 0
+  if marks == 1 and redis.call('HEXISTS', K_CHAIN, CHAIN_MARK) == 0 then return damaged('key chain was lost') end
+  local n = {redis.call('HLEN', K_CP), redis.call('ZCARD', K_CPNS), redis.call('ZCARD', K_CPID)}
+  local names = {'cp', 'cp_ns', 'cp_id', 'chain'}
+  if META_NC ~= '1' then n[4] = redis.call('HLEN', K_CHAIN) - marks else n[4] = tonumber(META_N) or 0 end
+  local most = math.max(n[1], n[2], n[3], n[4] or 0)
+  for i = 1, #n do
+    if n[i] < most then
+      return damaged('key ' .. names[i] .. ' holds ' .. n[i] .. ' of ' .. most .. ' checkpoints')
+    end
+  end
+  -- all 4 gone: a thread that never had a checkpoint (or lost them all to deletes) has no run
+  -- links, and no blobs beside the blob mark (deletes collect the blobs of what they delete)
+  if most == 0 then
+    if redis.call('EXISTS', K_RUNS) == 1 then
+      return damaged('its checkpoint keys were lost')
+    elseif META_B == '1' and redis.call('HLEN', K_BLOB) > 1 then
+      return damaged('its checkpoint keys were lost (blobs remain)')
+    end
+  end
+  return false
+end
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+local function check_blob_missing(field)
+  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+    local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
+    return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
+  end
+  return false
+end
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+local function purge_expired(now)
+  local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
+  for _, thr in ipairs(dead) do
+    local te = enc(thr)
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    end
+    redis.call('ZREM', K_IXT, thr)
+  end
+end
+
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
+local function touch()
+  local expiring = TTL_MS > 0 and META_PIN ~= '1'
+  if TTL_MS == 0 and META_IX == 'inf' then
+    -- already indexed without expiry: every key is persistent; only their access time moves
+    -- (and the slot index key is put back if it was evicted: ZADD answers 1)
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
+    return
+  end
+  local now = now_ms()
+  local score = 'inf'
+  if expiring then
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    local step = math.max(1, math.floor(TTL_MS / 64))
+    score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
+    if META_IX == score then
+      -- the thread's keys: the PEXPIREs accessed them; the slot index as above
+      redis.call('TOUCH', K_IXR)
+      if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
+      return
+    end
+  else
+    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+  end
+  if META_IX ~= score then
+    redis.call('HSET', K_META, 'ix', score, 'wm', '1')
+    META_IX, META_WM = score, '1'
+    if score == 'inf' then
+      redis.call('HSET', K_WR, WR_MARK, FORMAT)
+    else
+      -- not the lean mark, but the wr mark all the same (see "Lost keys")
+      redis.call('HSET', K_WR, WR_MARK, 't')
+      redis.call('PEXPIRE', K_WR, TTL_MS)
+    end
+  end
+  purge_expired(now)
+  redis.call('ZADD', K_IXT, score, THREAD_ID)
+  fix_index_expiry()
+end
+
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+local function touch_read()
+  if REFRESH == '1' then
+    touch()
+  else
+    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
+  end
+end
+
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+
+
+-- the blob field of a channel's version: e(ns)e(channel)..version
+local function blob_field(ns_e, ch, ver)
+  return ns_e .. enc(ch) .. ver
+end
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
+
+-- channel -> blob field, from a versions part
+
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+local STREAM_MARK = '\31s'
+local STREAM_REC_MAX = 512  -- the client never writes a longer stream record
+
+-- the stream id a blob record names, or nil (not a stream record)
+local function stream_id(b)
+  local _, e, a = string.find(b, '^(%d+),%d+;')
+  if not e then return nil end
+  a = tonumber(a)
+  if a < 2 or string.sub(b, e + a - 1, e + a) ~= STREAM_MARK then return nil end
+  local p = e + a + 1
+  local l = tonumber(string.match(b, '^%d+', p))
+  local semi = string.find(b, ';', p, true)
+  if not l or not semi then fail('RS_BADARG', 'malformed stream record') end
+  return string.sub(b, semi + 1, semi + l)
+end
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+local function blob_prefix_of(field)
+  return string.sub(field, 1, skip(field, skip(field, 1)) - 1)
+end
+
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+local function fetch_streams(fields, blobs)
+  local dfields, sids, seen = {}, {}, {}
+  for i = 1, #fields do
+    local b = blobs[i]
+    if b and #b <= STREAM_REC_MAX then
+      local sid = stream_id(b)
+      if sid and not seen[sid] then
+        seen[sid] = true
+        sids[#sids + 1] = sid
+        dfields[#dfields + 1] = blob_prefix_of(fields[i]) .. '\0' .. sid
+      end
+    end
+  end
+  if #dfields == 0 then return {} end
+  local dirs = hmget(K_BLOB, dfields)
+  local out, ffields, owner = {}, {}, {}
+  for j = 1, #dfields do
+    local d = dirs[j]
+    if not d then
+      if damaged('the stream of a stored value is missing') then return nil end
+    end
+    out[j] = {sids[j], d}
+    local dir = unpack_rec(d)
+    for k = 4, #dir - 1, 2 do
+      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+      owner[#ffields] = j
+    end
+  end
+  local frames = hmget(K_BLOB, ffields)
+  for k = 1, #ffields do
+    if not frames[k] then
+      if damaged('a frame of a stream is missing') then return nil end
+    end
+    local o = out[owner[k]]
+    o[#o + 1] = frames[k]
+  end
+  return out
+end
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+
+-- delete blob fields, and the streams no remaining record names
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+
+
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
+
+
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+
+
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
+local function wfield(prefix, member)
+  local p = skip(member, #prefix + 1)
+  return prefix .. string.sub(member, p, skip(member, p) + 7)
+end
+
+
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
+
+
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
+local function tuple_replies(items, span)
+  -- each distinct blob field once (consecutive checkpoints share the versions of the channels
+  -- that did not change)
+  -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
+  -- checkpoints share most of their versions: the field is built once)
+  local bfields, memo, bidx, bchans = {}, {}, {}, {}
+  for i, it in ipairs(items) do
+    local v, ns_e = cp_field(it[3], CP_VERSIONS), it[1]
+    local by_ch = memo[ns_e]
+    if not by_ch then
+      by_ch = {}
+      memo[ns_e] = by_ch
+    end
+    local at, chans, n = {}, {}, 0
+    for j = 1, #v - 1, 2 do
+      local ch, ver = v[j], v[j + 1]
+      n = n + 1
+      chans[n] = ch
+      local m = by_ch[ch]
+      if not m then
+        m = {}
+        by_ch[ch] = m
+      end
+      local k = m[ver]
+      if not k then
+        k = #bfields + 1
+        bfields[k] = blob_field(ns_e, ch, ver)
+        m[ver] = k
+      end
+      at[n] = k
+    end
+    bidx[i], bchans[i] = at, chans
+  end
+  local blobs = hmget(K_BLOB, bfields)
+  local streams = fetch_streams(bfields, blobs)
+  if not streams then return nil end
+  local wfields, owner = {}, {}
+  local ns_e = items[1][1]
+  for i = 2, #items do
+    if items[i][1] ~= ns_e then span = false end
+  end
+  if span and #items > 1 then
+    local by_prefix = {}
+    for i, it in ipairs(items) do by_prefix[ns_e .. it[2]] = i end
+    local lower, upper = lo(ns_e .. items[#items][2]), hi(ns_e .. items[1][2])
+    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lower, upper, 'BYLEX')) do
+      local prefix = string.sub(m, 1, skip(m, #ns_e + 1) - 1)
+      local i = by_prefix[prefix]
+      if i then
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
+      end
+    end
+  else
+    for i, it in ipairs(items) do
+      local prefix = it[1] .. it[2]
+      for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
+        wfields[#wfields + 1] = wfield(prefix, m)
+        owner[#wfields] = i
+      end
+    end
+  end
+  local writes = hmget(K_WR, wfields)
+  local out, checked, sent, sent_at = {}, false, {}, {}
+  for i, it in ipairs(items) do
+    local values, at, chans = {}, bidx[i], bchans[i]
+    for c = 1, #chans do
+      local k = at[c]
+      local b = blobs[k]
+      if b and b ~= EMPTY_BLOB then
+        local s = sent_at[k]
+        if not s then
+          s = #sent + 1
+          sent[s], sent_at[k] = b, s
+        end
+        values[#values + 1] = chans[c]
+        values[#values + 1] = s
+      elseif not b and not checked then
+        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        checked = true
+      end
+    end
+    out[i] = {it[3], values, {}}
+  end
+  for k = 1, #wfields do
+    local w = out[owner[k]][3]
+    if not writes[k] then
+      if damaged('a write indexed in wr_ord is missing from wr') then return nil end
+    end
+    w[#w + 1] = writes[k]
+  end
+  return out, streams, sent
+end
+
+--- @forget-variant
+--[[ get_tuple: one checkpoint (by id, or the latest of its namespace) with blobs and writes.
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
+            the driver then runs the writable variant of this script, without no-writes)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
+Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
+         the position of its blob in blobs}, {write records in writes_sort_key order},
+         {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
+         values" in _lib.lua)}, blobs}
+Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
+        client then sends the writable variant with ARGV[4] = "f", which forgets the thread
+        and answers as if it did not exist), RS_SCHEMA, RS_BADARG
+]]
+local ns, cid = ARGV[5], ARGV[6]
+check_format()
+if check_counts() then return nil end
+local ns_e = enc(ns)
+local cid_e
+if cid == '' then
+  cid_e = latest_of(ns_e)
+  if not cid_e then
+    check_cp_keys()  -- none in this namespace; or cp and cp_ns were both lost
+    return nil
+  end
+  cid = dec(cid_e, 1)
+else
+  cid_e = enc(cid)
+end
+local raw = redis.call('HGET', K_CP, ns_e .. cid_e)
+if not raw then
+  if ARGV[6] == '' then damaged('the record of its latest checkpoint is missing') return nil end
+  check_cp_keys()
+  return nil
+end
+local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false)
+if not reply then return nil end
+reply = reply[1]
+touch_read()
+return {cid, reply[1], reply[2], reply[3], streams, blobs}

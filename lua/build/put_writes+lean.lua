@@ -1,0 +1,390 @@
+#!lua
+-- generated from lua/put_writes.lua, lua/_lib.lua, lua/_lib_records.lua, lua/_lib_thread.lua, lua/_lib_values.lua, lua/_lib_checkpoints.lua, lua/_keys_lean.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
+-- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
+-- (after the script's #!lua line). Not a script of its own.
+--
+-- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
+--   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs   KEYS[9] chain
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+-- and one ARGV header:
+--   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl;
+--           "f" = a read's forgetting variant (see "Lost keys")
+-- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
+-- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
+-- right-hand sides free of effects, they may not run.
+local function fail(code, msg)
+  error({err = code .. ' ' .. msg})
+end
+
+-- _keys_lean.lua: the KEYS layout of a script's "+lean" variant, swapped in for the block
+-- between "@keys-begin" and "@keys-end" of _lib.lua by devkit/luagen.py. Only the keys
+-- put_writes writes when touch() has nothing to do (no ttl, thread indexed: the lean mark in wr):
+--   KEYS[1] wr   KEYS[2] wr_ord
+-- The other keys are nil: a lean script must return before anything would use them.
+local K_WR, K_WORD = KEYS[1], KEYS[2]
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS
+local LEAN = true
+if #KEYS ~= 2 then fail('RS_BADARG', 'expected 2 keys (lean)') end
+
+-- order-preserving, self-delimiting component encoding (keys.enc)
+local function enc(s)
+  if not string.find(s, '\0', 1, true) then return s .. '\0' end  -- the common case, 4x faster
+  return (string.gsub(s, '%z', '\0\255')) .. '\0'
+end
+
+-- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
+-- run on every call where they stand; in the function library (devkit/luagen.py
+-- library()) their names are declared once and these lines run at the start of every call.
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys")
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N = nil, nil
+-- @state-end
+
+-- position just after the encoded component that starts at pos
+local function skip(s, pos)
+  while true do
+    local i = string.find(s, '\0', pos, true)
+    if not i then fail('RS_BADARG', 'unterminated component') end
+    if string.byte(s, i + 1) == 255 then pos = i + 2 else return i + 1 end
+  end
+end
+
+
+-- record layouts, 1-based (redis_saver/core/codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
+-- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
+-- parts of a write record they read, and the whole blob record of a channel without a value
+local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
+local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
+
+-- records: "<len>,<len>,...;" .. parts (redis_saver/core/codec.py)
+
+-- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
+-- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
+
+-- the channel (part 2) of a well-framed write record (exactly 6 parts), else nil; checked
+-- the same way
+local function write_channel(s)
+  local _, e, a, b, c, d, f, g = string.find(s, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+);')
+  if not e or e + a + b + c + d + f + g ~= #s then return nil end
+  return string.sub(s, e + 1 + a, e + a + b)
+end
+
+-- one part of a record without copying the others (records hold large serde payloads)
+
+-- two parts of a record in one pass over its header (a < b)
+local function rec_two(s, a, b)
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local pos, i, first = semi + 1, 0, nil
+  for len in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    i = i + 1
+    len = tonumber(len)
+    if i == a then first = string.sub(s, pos, pos + len - 1) end
+    if i == b then return first, string.sub(s, pos, pos + len - 1) end
+    pos = pos + len
+  end
+  fail('RS_BADARG', 'record has no part ' .. b)
+end
+
+
+-- Checkpoint records (redis_saver/core/codec.py). Format 6 writes a MessagePack array of 10 (first
+-- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
+-- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
+-- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
+-- give either in one layout: the parts, nested parts as arrays of strings.
+
+-- a format-6 record's parts: one MessagePack array of 10 and nothing after it
+
+-- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
+-- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
+-- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
+-- 2.2 us a record: the copies are memcpy of bytes the script already holds.)
+
+-- every part of a checkpoint record of any format; with `upto`, at least parts 1 .. upto
+
+-- one part of a checkpoint record of any format (an earlier format's without copying the others)
+
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+
+-- lex range of every member that starts with the encoded prefix p
+
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
+
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+local WR_MARK = ''
+
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+
+
+
+-- remove the thread and its slot-index entries
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+
+
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
+
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
+
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+
+
+-- the blob field of a channel's version: e(ns)e(channel)..version
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
+
+-- channel -> blob field, from a versions part
+
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+
+-- the stream id a blob record names, or nil (not a stream record)
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+
+-- delete blob fields, and the streams no remaining record names
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+
+
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
+
+
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+
+
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
+
+
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
+
+
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
+
+--- @lean-variant
+--[[ put_writes: store the writes of one task against one checkpoint.
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] e(task_id)   ARGV[8] e(task_path)
+ARGV[9] n = number of writes
+then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
+              by idx8 (8 hex digits, the write's idx + 2^31), and the write record
+A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
+e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
+channel, taken from the record, lets delta history pick a channel's writes by member).
+put_writes+lean (the same script with lua/_keys_lean.lua's layout): KEYS[1] wr [2] wr_ord,
+the same ARGV. It reads the lean mark (see _lib.lua: field "" of wr = FORMAT while the thread
+is indexed without expiry) with one HGET; when the saver has a ttl or the mark is missing, it
+writes nothing and returns nil, and the client sends the 11-key call (9 keys fewer per call,
+and no meta read). The full call that finds the thread lost a key (its wr mark or its meta
+gone, e.g. evicted under maxmemory) forgets the thread whole and stores nothing (see "Lost
+keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lines marked @full-only are not in put_writes+lean: what they do has no work
+there, and the helpers only they use are not created on each call.
+Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
+of fields per call.
+Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
+Errors: RS_BADARG (nothing written), RS_SCHEMA
+]]
+local ns, cid, task_e, path_e, n = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+if cid == nil or cid == '' then fail('RS_BADARG', 'empty checkpoint id') end
+if n == nil or #ARGV ~= 9 + 2 * n then fail('RS_BADARG', 'bad write count') end
+if skip(task_e, 1) ~= #task_e + 1 or skip(path_e, 1) ~= #path_e + 1 then
+  fail('RS_BADARG', 'task id and task path must each be one encoded component')
+end
+local last = 9 + 2 * n
+local chan_e = {}
+for i = 10, last, 2 do
+  if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
+  local ch = write_channel(ARGV[i + 1])
+  if not ch then fail('RS_BADARG', 'write record must have 6 parts') end
+  chan_e[i] = enc(ch)
+end
+local prefix = enc(ns) .. enc(cid)
+local field_p, member_p = prefix .. task_e, prefix .. path_e .. task_e
+if LEAN and (TTL_MS ~= 0 or redis.call('HGET', K_WR, WR_MARK) ~= FORMAT) then
+  return false  -- touch() has work to do: the client sends the full call
+end
+local stored, members = 0, {}
+for i = 10, last, 2 do
+  local idx8 = string.sub(ARGV[i], 2)
+  if string.byte(ARGV[i]) == 48 then
+    -- a regular write ("0"): the first one wins (HSETNX), also within this call
+    if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
+      members[#members + 1] = 0
+      members[#members + 1] = member_p .. idx8 .. chan_e[i]
+      stored = stored + 1
+    end
+  else
+    -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
+    -- member may name another task_path
+    local field = field_p .. idx8
+    local old = redis.call('HGET', K_WR, field)
+    if old then
+      local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
+      redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
+    end
+    redis.call('HSET', K_WR, field, ARGV[i + 1])
+    redis.call('ZADD', K_WORD, 0, member_p .. idx8 .. chan_e[i])
+    stored = stored + 1
+  end
+end
+-- the sort members of the regular writes stored, in one command per 500
+for i = 1, #members, 1000 do
+  redis.call('ZADD', K_WORD, unpack(members, i, math.min(i + 999, #members)))
+end
+return stored
