@@ -11,6 +11,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ._shell import Options, Shell
 from .core.plans import Plans
+from .core.scripts import lua_scripts
 from .core.ttl import TTLConfig
 from .core.values import StreamCache
 from .keys import KeySchema
@@ -99,7 +100,8 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
         self.fencing = bool(fencing)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
-        self._attach(client, shared, self.keys, functions).set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
+        driver = self._attach(client, shared, self.keys, lua_scripts(functions))
+        driver.set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
         self._context = Plans(
             self.serde, self.keys, self.ttl, history, self.fencing, self.compress, StreamCache(cache_bytes), wait
         )

@@ -53,9 +53,9 @@ from ..errors import (
 from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
-from .plans import Call, IndexSlots, Out
+from .plans import Call, IndexSlots, LoadScripts, Out
 from .policy import logger
-from .scripts import Library, Script, library, load_all, where
+from .scripts import Library, Registry, Script, where
 
 T = TypeVar("T")
 
@@ -259,37 +259,33 @@ def _resend(
 
 # ---- the engine ------------------------------------------------------------------------
 class Engine:
-    """One saver's connection logic: its key schema, scripts, retry and policy-check state.
+    """The connection logic of one saver, store or cache: its scripts, retry and policy-check
+    state, and (a saver's) key schema.
 
     Args:
-        keys: the saver's key schema.
+        keys: the saver's key schema (setup(), the slot index); None for the store and the cache.
+        registry: the scripts it runs, and their function library (FCALL) or None (EVALSHA).
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
-        plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
         telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
-        functions: run the scripts as the function library (FCALL); else EVALSHA.
     """
 
     def __init__(
         self,
-        keys: KeySchema,
+        keys: KeySchema | None,
+        registry: Registry,
         retries: int = 0,
         *,
         cluster: bool = False,
-        plain_scripts: bool = False,
         telemetry: Telemetry | None = None,
-        functions: bool = True,
     ):
         self.keys = keys
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
-        scripts = dict(load_all())  # a copy: the loaded scripts are shared by every engine
-        if plain_scripts:
-            scripts = {k: v.without_shebang() for k, v in scripts.items()}
-        self.scripts: dict[str, Script] = scripts
+        self.scripts: dict[str, Script] = dict(registry.scripts)  # its own copy (bench/where.py swaps some)
         # the function library, while the engine uses it (None: EVALSHA)
-        self.library: Library | None = library() if functions and not plain_scripts else None
+        self.library: Library | None = registry.library
         self._loading = False  # a FUNCTION LOAD of this engine is under way
         # the maxmemory-policy check (policy.py): the saver sets the mode; pending until it ran
         self.eviction_check = "off"
@@ -377,6 +373,8 @@ class Engine:
             try:
                 if isinstance(step, IndexSlots):
                     return (yield from self.index_slots())
+                if isinstance(step, LoadScripts):
+                    return (yield from self.load_scripts(step.prefix))
                 if isinstance(step, list):
                     return (yield from self.batch(step))
                 return (yield from self.call(step))
@@ -444,6 +442,16 @@ class Engine:
         finally:
             self._loading = False
         return True
+
+    def load_scripts(self, prefix: str) -> Io[None]:
+        """The function library, or (functions off or refused) the scripts whose names start
+        with ``prefix``, loaded: the store's setup() (``LoadScripts``)."""
+        if self.library is not None:
+            yield from self.load_library(self.library, reload=False)
+        if self.library is None:
+            for name, script in self.scripts.items():
+                if name.startswith(prefix):
+                    yield Cmd("script_load", (script.source,))
 
     def _no_functions(self, exc: ResponseError) -> None:
         self.library = None
@@ -513,10 +521,16 @@ class Engine:
 
     def index_slots(self) -> Io[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""
+        keys = self._saver_keys()
         if (yield Cmd("dbsize")) > SCAN_MAX_KEYS:
             return list(range(SLOTS))
-        found = yield Scan(self.keys.index_pattern())
-        return sorted({self.keys.slot_of_index_key(k) for k in found})
+        found = yield Scan(keys.index_pattern())
+        return sorted({keys.slot_of_index_key(k) for k in found})
+
+    def _saver_keys(self) -> KeySchema:
+        if self.keys is None:
+            raise TypeError("this engine serves no saver (it has no key schema)")
+        return self.keys
 
     def setup(self) -> Io[None]:
         """Load every script (where the server refuses ``#!lua``: UnsupportedServerError),
@@ -528,9 +542,10 @@ class Engine:
                 raise _unsupported(exc) from None
         if self.library is not None:
             yield from self.load_library(self.library, reload=False)
-        key = self.keys.schema_key()
+        keys = self._saver_keys()
+        key = keys.schema_key()
         yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
-        if check_schema(self.keys, (yield Cmd("get", (key,)))):
+        if check_schema(keys, (yield Cmd("get", (key,)))):
             yield Cmd("set", (key, FORMAT_VERSION))
         if self.policy_pending:
             yield from self.check_policy()

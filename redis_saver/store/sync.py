@@ -28,7 +28,7 @@ class RedisStore(SyncShell, RedisStoreBase):
     def setup(self) -> None:
         """Optional, idempotent: load the scripts; record the store's layout (shards) under its
         prefix, or raise ``SchemaMismatchError`` if another layout is recorded there."""
-        self._driver._run(self._setup(self._driver.engine))
+        self._driver.run(self._setup())
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         prep = prepare(self._cfg, ops)

@@ -24,7 +24,8 @@ from redis.exceptions import MovedError, NoPermissionError, NoScriptError, Respo
 
 from redis_saver.core.engine import Cmd, Engine
 from redis_saver.core.plans import Call
-from redis_saver.core.scripts import library, load_all
+from redis_saver.core.scripts import library, load_all, lua_scripts
+from redis_saver.keys import KeySchema
 
 Turn = tuple[Any, Any]  # (the operation expected, or a callable asserting on it; the reply)
 
@@ -108,10 +109,9 @@ def moved(slot: int = 3999) -> MovedError:
     return MovedError(f"{slot} 127.0.0.1:7001")
 
 
-def engine(functions: bool = True, retries: int = 0, cluster: bool = False, **kw: Any) -> Engine:
-    from redis_saver.keys import KeySchema
-
-    return Engine(KeySchema("t"), retries, cluster=cluster, functions=functions, **kw)
+def engine(functions: bool = True, retries: int = 0, cluster: bool = False) -> Engine:
+    """A saver's engine (prefix "t") over the scripts of lua/build/."""
+    return Engine(KeySchema("t"), lua_scripts(functions), retries, cluster=cluster)
 
 
 def asserting(check: Callable[[Any], bool], what: str) -> Callable[[Any], None]:

@@ -5,16 +5,17 @@ retry, retries after a lost connection, fan-outs, setup() and the memory-policy 
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 
 import pytest
 from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
 
 from redis_saver.core import engine as engine_mod
-from redis_saver.core.engine import Cmd, Emit, Pipe, Refresh, Scan, Sleep, Targets, backoff
-from redis_saver.core.plans import Call, IndexSlots, Out
+from redis_saver.core.engine import Cmd, Emit, Engine, Pipe, Refresh, Scan, Sleep, Targets, backoff
+from redis_saver.core.plans import Call, IndexSlots, LoadScripts, Out
 from redis_saver.core.replies import Err
-from redis_saver.core.scripts import load_all
+from redis_saver.core.scripts import load_all, lua_scripts
 from redis_saver.errors import (
     LUA_ERROR_CLASSES,
     ConflictError,
@@ -364,3 +365,44 @@ def test_eviction_check_raise_refuses_before_the_call_until_the_policy_is_fixed(
         converse(e.drive(_plan(PIN)), ask)
     fixed = [(Targets(), [("", {})]), (config_get, {"maxmemory-policy": "noeviction"})]
     assert converse(e.drive(_plan(PIN)), [*fixed, (fcall("pin", KEYS, ARGS), 1)]) == [1]
+
+
+# ---- the registry, and the store's setup step ------------------------------------------------------
+STORE_SCRIPTS = [s for name, s in load_all().items() if name.startswith("store_")]
+
+
+def test_load_scripts_loads_the_library_only():
+    assert converse(engine().drive(_plan(LoadScripts("store_"))), [(function_load(), b"lib")]) == [None]
+
+
+def test_load_scripts_where_function_load_is_refused_loads_the_named_scripts():
+    e = engine()
+    turns = [(function_load(), ResponseError("NOPERM no permissions to run the 'function|load' command"))]
+    turns += [(Cmd("script_load", (s.source,)), s.sha) for s in STORE_SCRIPTS]
+    assert converse(e.drive(_plan(LoadScripts("store_"))), turns) == [None]
+    assert e.library is None and STORE_SCRIPTS
+
+
+def test_load_scripts_without_functions_loads_the_named_scripts():
+    turns = [(Cmd("script_load", (s.source,)), s.sha) for s in STORE_SCRIPTS]
+    assert converse(engine(functions=False).drive(_plan(LoadScripts("store_"))), turns) == [None]
+
+
+def test_a_registry_for_servers_refusing_shebang_lines_runs_plain_evalsha():
+    plain = lua_scripts().plain()
+    assert plain.library is None and plain.scripts.keys() == load_all().keys()
+    body = load_all()["pin"].source.split(b"\n", 1)[1]
+    assert plain.scripts["pin"].source == body and plain.scripts["pin"].sha == hashlib.sha1(body).hexdigest()
+    e = Engine(KeySchema("t"), plain)
+    assert converse(e.call(PIN), [(Cmd("evalsha", (plain.scripts["pin"].sha, 11, *KEYS, *ARGS)), 1)]) == 1
+
+
+def test_an_engine_without_a_key_schema_serves_no_saver_setup():
+    e = Engine(None, lua_scripts())
+    with pytest.raises(TypeError, match="no key schema"):
+        converse(e.drive(_plan(IndexSlots())), [])
+
+
+def test_the_functions_option_must_be_a_bool():
+    with pytest.raises(TypeError, match="functions must be a bool"):
+        lua_scripts("yes")  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from . import budgets
 from .common import (
     Call,
     IndexSlots,
+    LoadScripts,
     Out,
     Plan,
     PlanBase,
@@ -38,6 +39,7 @@ __all__ = [
     "Call",
     "IndexSlots",
     "LifecyclePlans",
+    "LoadScripts",
     "Out",
     "Plan",
     "PlanBase",

@@ -36,6 +36,14 @@ class IndexSlots:
 
 
 @dataclass(frozen=True)
+class LoadScripts:
+    """Load the function library, or where the engine runs EVALSHA the scripts named
+    ``prefix``* (SCRIPT LOAD): a store's setup()."""
+
+    prefix: str
+
+
+@dataclass(frozen=True)
 class Out:
     items: list[CheckpointTuple]
 
@@ -43,7 +51,7 @@ class Out:
 T = TypeVar("T")
 # a channel value to store: (channel, e(channel), version, (serde type, bytes) or None = no value)
 Serialized = tuple[str, bytes, bytes, Union[tuple[bytes, bytes], None]]  # noqa: UP007
-Step = Union[Call, list[Call], Out, IndexSlots]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
+Step = Union[Call, list[Call], Out, IndexSlots, LoadScripts]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
 # a plan yields steps, is sent each step's reply, and returns the operation's result (T)
 Plan = Generator[Step, Any, T]
 
