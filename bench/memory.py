@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench memory [--turns 100] [--json FILE] [--no-postgres]
 
-The chat is bench/memory_lab.py's (``build_chat``): a LangGraph graph (``assistant`` -> ``bookkeeping``,
+The chat is bench/chat.py's (``build_chat``): a LangGraph graph (``assistant`` -> ``bookkeeping``,
 ``add_messages``) whose messages are prose paragraphs of the stdlib's ``pydoc_data/topics.py`` drawn without
 repetition, lognormal lengths (user median ~160 chars, assistant ~900), realistic ``response_metadata`` /
 ``usage_metadata``. It runs once on a recording InMemorySaver (with the working tree's ``get_next_version``:
@@ -16,11 +16,11 @@ Entries, each on its own fresh ``redis-server`` (bench/infra.py ``start_plain``)
 * ``redis_saver 0.1.0 (format 3)``: the previous release, installed beside the working tree (bench/previous.py);
 * ``floor``: bench/floor.py's raw redis-py yardstick (serde bytes as they are, one key per checkpoint and blob);
 * ``PostgresSaver``: the same calls in a temporary schema, ``pg_total_relation_size`` deltas of its tables
-  (TOAST-compressed; bench/memory_lab.py's ``measure_postgres``); skipped with the reason without a PostgreSQL.
+  (TOAST-compressed; bench/chat.py's ``measure_postgres``); skipped with the reason without a PostgreSQL.
 
 Figures, at ``turns`` and at ``turns // 2``: thread memory = the sum of ``MEMORY USAGE`` (samples=0) of every key
 under the saver's prefix (its only keys on its server); bytes per checkpoint = that / checkpoints; x raw = over the
-serializer's bytes (checkpoint + metadata + new blobs + writes, per checkpoint, as memory_lab counts them);
+serializer's bytes (checkpoint + metadata + new blobs + writes, per checkpoint, as bench/chat.py's ``raw_bytes``);
 x PostgresSaver, x floor and x 0.1.0 = ratios of bytes per checkpoint; growth = memory at ``turns`` / at
 ``turns // 2`` (a chat whose whole history is stored as it is grows ~4x from 50 to 100 turns: each version of
 ``messages`` is the whole list). The Redis ``used_memory`` delta per checkpoint (what ``python -m bench`` reports
@@ -58,8 +58,8 @@ def fmt_b(n: float) -> str:
 
 
 def chats(turns: int):
-    """(calls with LangGraph's reads, the same without them) as memory_lab Chats, with per-turn marks."""
-    from bench.memory_lab import Chat, build_chat
+    """(calls with LangGraph's reads, the same without them) as bench/chat.py Chats, with per-turn marks."""
+    from bench.chat import Chat, build_chat
     from bench.workload import Call, RecordingSaver
     from redis_saver._base import RedisSaverBase
 
@@ -77,7 +77,7 @@ def chats(turns: int):
             cfg = c.args[0]["configurable"]
             c = Call("get_tuple", ({"configurable": {k: cfg[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")
                                                      if k in cfg}},), {})
-            # the lab reads the state after each turn (get_state) and LangGraph again at the next turn's start:
+            # build_chat reads the state after each turn (get_state) and LangGraph again at the next turn's start:
             # keep one read per turn, as a chat server would make
             if calls and calls[-1].op == "get_tuple" and calls[-1].args == c.args:
                 c = None
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     a = ap.parse_args(argv)
     try:
-        from bench.memory_lab import raw_bytes, zstd
+        from bench.chat import SERDE, raw_bytes, zstd3_ratio
     except ImportError as e:
         print(f"memory benchmark not run: {e} (pip install -r bench/requirements.txt)")
         return 1
@@ -309,16 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     raw_half, puts_half = raw_bytes(wchat, wchat.marks[half])
     raw_full, puts_full = raw_bytes(wchat, len(wchat.calls))
     sample = chat.sample_text.encode()
-    z3 = len(sample) / len(zstd.compress(sample, 3))
+    z3 = zstd3_ratio(sample)
     last = next(c for c in reversed(wchat.calls) if c.op == "put").args[1]["channel_values"]["messages"]
-    from bench.memory_lab import SERDE
-
     last_b = SERDE.dumps_typed(last)[1]
     rep: dict[str, Any] = {
         "turns": turns, "half": half, "puts_half": puts_half, "puts_full": puts_full,
         "raw_half": raw_half, "raw_full": raw_full, "corpus_chars": chat.corpus_chars, "text_used": len(sample),
         "zstd3_text": z3, "latest_messages_bytes": len(last_b),
-        "zstd3_latest_messages": len(last_b) / len(zstd.compress(last_b, 3)),
+        "zstd3_latest_messages": zstd3_ratio(last_b),
         "calls": {op: sum(c.op == op for c in chat.calls) for op in RECORDED_OPS},
         "savers": {}, "skipped": {}, "reps": a.reps,
     }
@@ -337,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log("PostgresSaver: replay in a temporary schema")
             try:
-                from bench.memory_lab import measure_postgres
+                from bench.chat import measure_postgres
 
                 pg = measure_postgres(wchat, url, half)
                 rep["savers"]["PostgresSaver"] = {

@@ -14,7 +14,7 @@ with ``--save '' --appendonly no``; readiness = PING answered; teardown = SIGKIL
     m = sen.client().master_for(sen.master_name, **client_kwargs())
     t = start_tls()                               # TLSServer: url (rediss://), ca_file; t.client()
 
-The process helper itself lives in ``redis_saver/transport/embedded.py`` (one implementation, also used by the demo).
+The process helper itself lives in ``redis_saver/demo_server.py`` (one implementation, also used by the demo).
 redis-py is imported lazily, only by the ``client()`` helpers.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redis_saver.transport import embedded as _emb
+from redis_saver import demo_server as _emb
 
 LocalServer = _emb.LocalServer
 ServerStartError = _emb.ServerStartError

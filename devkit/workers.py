@@ -1,8 +1,8 @@
-"""Worker loops and invariant checks shared by tests/scale and bench/failover.py.
+"""Worker loops and invariant checks of tests/scale's many-writers and failover scenarios.
 
-Kept in a plain module (no pytest) so that ``multiprocessing`` spawn children and the benchmark can
-import it. Checkpoints are synthetic: channel ``ch`` at version ``v`` always holds the value
-``f"{ch}@{v}"``, so any checkpoint read back can be checked for missing or mismatched blobs.
+Kept in a plain module (no pytest) so that ``multiprocessing`` spawn children can import it.
+Checkpoints are synthetic: channel ``ch`` at version ``v`` always holds the value ``f"{ch}@{v}"``,
+so any checkpoint read back can be checked for missing or mismatched blobs.
 """
 
 from __future__ import annotations

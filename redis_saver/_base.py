@@ -64,7 +64,7 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
         functions: run the Lua scripts as one Redis function library (default): loaded once
             per server with ``FUNCTION LOAD`` (by ``setup()`` or the first call that finds it
             missing), each call one ``FCALL``, which spares the server re-creating the scripts'
-            helpers on every call (~20 µs of a put's ~125 µs of script time). Where ``FUNCTION
+            helpers on every call (about a sixth of a put's script time). Where ``FUNCTION
             LOAD`` is refused, the saver goes on with ``EVALSHA``, as with ``False``.
         cache_bytes: bound of the per-saver cache of the streams last read or written (LRU,
             by the streams' raw bytes; a stream above a quarter of it is not kept). A put of

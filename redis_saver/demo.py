@@ -23,7 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from redis_saver.transport.embedded import embedded_redis
+from redis_saver.demo_server import embedded_redis
 
 
 class ChatState(TypedDict, total=False):

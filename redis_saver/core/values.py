@@ -47,12 +47,9 @@ STREAM_MARK = b"\x1fs"  # type + mark: the bytes are a stream record
 MIN_ENCODED = 256  # smaller serde bytes are stored as they are
 CP_MIN_ENCODED = 1024  # the same for a checkpoint's own bytes (see above)
 # zstd levels: 1 below SMALL bytes, 3 from SMALL bytes on (whole values and merged streams,
-# where the ratio pays: 183 KB of messages at ~300 MB/s here). Level -1 (the fast strategy with
-# acceleration) takes a third of level 1's CPU on small frames (50 real-text messages of ~730
-# bytes: 3.8 against 9.3 us a call) but compresses them 1.33x where level 1 does 1.69x: tried on
-# 2026-12-01, it took async x8 steps from 1.24x to 1.32x the minimal floor's (in one process,
-# alternating) and bench memory from 0.048x to 0.0503x the serializer's bytes, past the memory
-# target (<= 0.05x); kept at 1.
+# where the ratio pays). Not -1: it takes a third of level 1's CPU on small frames, but real-text
+# messages of ~730 bytes shrink 1.33x at -1 against 1.69x at 1, which puts `python -m bench memory`
+# past its target (<= 0.05x the serializer's bytes).
 LEVEL_SMALL, LEVEL, SMALL = 1, 3, 32 << 10
 MERGE_AT = 16  # a put that would leave a stream with more frames merges them into one
 MAX_FRAMES = 32  # lua/_lib_values.lua MAX_FRAMES: what put.lua accepts

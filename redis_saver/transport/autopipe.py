@@ -83,18 +83,15 @@ LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
 
 # a call whose arguments hold more bytes than this takes a pooled connection of its own (redis-py's
 # path): in a lane, the calls queued behind it would wait while its bytes are written and its reply
-# read. Measured (bench-like, one chat turn of AsyncRedisSaver(compress=False), 50 KB puts): the
-# turn 1.03-1.04x 0.1.0's through the lane, 1.01-1.02x so; alone, such a call costs the same
-# either way. Compressed puts stay far below it.
+# read (a chat turn of AsyncRedisSaver(compress=False) with 50 KB puts is ~2% slower through the
+# lane); alone, such a call costs the same either way. Compressed puts stay far below it.
 LARGE = 16 * 1024
 # lanes per server (per primary in a cluster). A lane has one write in flight, so with one lane
 # the client and the server take turns: the server runs a batch while the callers wait, then the
 # callers build their next calls while the server waits (put + put_writes steps of 8 tasks:
 # client 70% and server 30% busy, one core's worth of two). With two, one lane's batch runs on
-# the server while the client serves the other's replies (interleaved A/B of this rule against one
-# lane, 5 runs per level: steps/s 1.18x at 2 tasks, 0.97x at 4, 1.31x at 8, 1.03x at 64; of two
-# lanes taken in turn: 1.05-1.4x at 64; bench/autopipeline.py, on/off at 64 tasks: 1.44x with one
-# lane, 1.99x with two and hiredis packing). Calls take the first lane while it is idle, so
+# the server while the client serves the other's replies (~1.3x the steps/s of one lane at 8
+# tasks, in an A/B of the two rules). Calls take the first lane while it is idle, so
 # one call at a time is sent exactly as with one lane (alternating lanes cost put_writes ~2% of
 # latency there); a pool too small to hold a connection between bursts (_hold()) gets one lane.
 LANES = 2

@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from redis_saver.transport.embedded import free_port
+from redis_saver.demo_server import free_port
 
 
 def find_binaries() -> str | None:

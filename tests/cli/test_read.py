@@ -19,7 +19,7 @@ def test_no_url_is_a_usage_error():
 
 
 def test_unreachable_server_fails_clearly(prefix):
-    from redis_saver.transport.embedded import free_port
+    from redis_saver.demo_server import free_port
 
     res = CliRunner().invoke(app, ["--url", f"redis://127.0.0.1:{free_port()}", "--prefix", prefix, "threads"])
     assert res.exit_code == 1

@@ -23,7 +23,7 @@ import redis.asyncio
 
 from devkit.servers import async_client_kwargs, client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, RedisSaver
-from redis_saver.transport import embedded as emb
+from redis_saver import demo_server as emb
 from tests.faults._util import call, cfg, checkpoint, listed, version
 
 AOF = ("--appendonly", "yes", "--appendfsync", "always")

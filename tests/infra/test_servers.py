@@ -159,7 +159,7 @@ def test_cluster_fixture_and_hash_tags(cluster):
 
 
 def test_embedded_redis_starts_and_stops(monkeypatch):
-    from redis_saver.transport.embedded import embedded_redis
+    from redis_saver.demo_server import embedded_redis
 
     monkeypatch.delenv("REDIS_URL", raising=False)
     with embedded_redis() as url:

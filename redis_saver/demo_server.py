@@ -1,4 +1,4 @@
-"""Throwaway local Redis servers for demos and tests (standard library only).
+"""The demo's throwaway local Redis server, and the process helper the tests reuse (standard library only).
 
 ``embedded_redis()`` yields a URL to use:
 
