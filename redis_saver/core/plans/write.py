@@ -50,69 +50,9 @@ class WritePlans(LifecyclePlans):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Plan[RunnableConfig]:
-        conf = _configurable(config)
-        thread_id = _thread_id(conf)
-        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
-        parent = conf.get("checkpoint_id") or ""
-        _str(parent, "config checkpoint_id")
-        if not isinstance(checkpoint, dict) or "id" not in checkpoint:
-            raise TypeError("checkpoint must be a Checkpoint dict with an 'id'")
-        cid = _str(checkpoint["id"], "checkpoint['id']")
-        if not cid:
-            raise ValueError("checkpoint['id'] must not be empty")
-        if cid == parent:
-            raise ValueError(
-                f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)"
-            )
-        if not isinstance(new_versions, dict):
-            raise TypeError("new_versions must be a dict")
-        if not isinstance(metadata, dict):
-            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
-        _str_keys(metadata, "metadata")
-        c: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = c.pop("channel_values", None) or {}
-        if not isinstance(values, dict):
-            raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
-        versions = c.get("channel_versions") or {}
-        if not isinstance(versions, dict):
-            raise TypeError(f"checkpoint['channel_versions'] must be a dict, got {type(versions).__name__}")
-        _str_keys(versions, "checkpoint['channel_versions']")
-        try:
-            md = get_checkpoint_metadata(config, metadata)
-        except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
-            raise TypeError(
-                f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
-            ) from None
-        # the record's versions part holds channel_versions and its key the id: with compression
-        # on, the serialized checkpoint leaves both out (~180 bytes) and reads put them back
-        # (VERSIONS_MARK). What is left is small (~250 bytes: zstd saves little there at ~4 us
-        # a put and a read), so only a large one is compressed (CP_MIN_ENCODED).
-        mark = ""
-        if self.compress and "channel_versions" in c and all(type(v) is str for v in versions.values()):
-            del c["channel_versions"], c["id"]
-            mark = values_.VERSIONS_MARK
-        cp_type, cp_bytes = values_.encode_plain(
-            *self.serde.dumps_typed(c), self.compress, mark, values_.CP_MIN_ENCODED
-        )
-        flt, holds = codec.filter_parts(md, self.compress)
-        if self.compress and holds:
-            # the filter record already holds every value as JSON that reads back exactly:
-            # the metadata is stored once, there (MD_IN_FILTER)
-            md_type, md_bytes = codec.MD_IN_FILTER, b""
-        else:
-            md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
-        dumps = self.serde.dumps_typed
-        serialized: list[Serialized] = []
-        for ch, ver in new_versions.items():
-            _str(ch, "channel name")
-            v = str(ver).encode()
-            if v[:1] == b"\0":
-                raise ValueError(f"channel version {ver!r} starts with a NUL byte")
-            if ch in values:
-                ty, data = dumps(values[ch])
-                serialized.append((ch, enc(ch), v, (ty.encode(), data)))
-            else:
-                serialized.append((ch, enc(ch), v, None))
+        thread_id, ns, parent, cid, c, values, versions, md = _put_input(config, checkpoint, metadata, new_versions)
+        cp_type, cp_bytes, md_type, md_bytes, flt = self._encode_checkpoint(c, versions, md)
+        serialized = self._serialize_values(new_versions, values)
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
@@ -130,7 +70,7 @@ class WritePlans(LifecyclePlans):
                 [str(x) for kv in parents.items() for x in kv] if parents else [],
             ]
         )
-        head = self._header(thread_id) + [
+        head: list[Any] = self._header(thread_id) + [
             ns,
             cid,
             parent,
@@ -162,6 +102,47 @@ class WritePlans(LifecyclePlans):
             # with "full" before): prune it in pages; later puts keep it latest-only
             yield from self._plan_prune_paged(thread_id)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _encode_checkpoint(
+        self, c: dict[str, Any], versions: dict[str, Any], md: CheckpointMetadata
+    ) -> tuple[bytes, bytes, bytes, bytes, Any]:
+        """A put's checkpoint (without its values) and metadata as the record stores them:
+        (checkpoint type, bytes, metadata type, bytes, the filter part)."""
+        # the record's versions part holds channel_versions and its key the id: with compression
+        # on, the serialized checkpoint leaves both out (~180 bytes) and reads put them back
+        # (VERSIONS_MARK). What is left is small (~250 bytes: zstd saves little there at ~4 us
+        # a put and a read), so only a large one is compressed (CP_MIN_ENCODED).
+        mark = ""
+        if self.compress and "channel_versions" in c and all(type(v) is str for v in versions.values()):
+            del c["channel_versions"], c["id"]
+            mark = values_.VERSIONS_MARK
+        cp_type, cp_bytes = values_.encode_plain(
+            *self.serde.dumps_typed(c), self.compress, mark, values_.CP_MIN_ENCODED
+        )
+        flt, holds = codec.filter_parts(md, self.compress)
+        if self.compress and holds:
+            # the filter record already holds every value as JSON that reads back exactly:
+            # the metadata is stored once, there (MD_IN_FILTER)
+            md_type, md_bytes = codec.MD_IN_FILTER, b""
+        else:
+            md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
+        return cp_type, cp_bytes, md_type, md_bytes, flt
+
+    def _serialize_values(self, new_versions: ChannelVersions, values: dict[str, Any]) -> list[Serialized]:
+        """Each new channel version with its value serialized (None: the channel holds none)."""
+        dumps = self.serde.dumps_typed
+        serialized: list[Serialized] = []
+        for ch, ver in new_versions.items():
+            _str(ch, "channel name")
+            v = str(ver).encode()
+            if v[:1] == b"\0":
+                raise ValueError(f"channel version {ver!r} starts with a NUL byte")
+            if ch in values:
+                ty, data = dumps(values[ch])
+                serialized.append((ch, enc(ch), v, (ty.encode(), data)))
+            else:
+                serialized.append((ch, enc(ch), v, None))
+        return serialized
 
     def _blob_args(
         self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool
@@ -248,3 +229,43 @@ class WritePlans(LifecyclePlans):
         return bool(reply == Pin.DONE)
 
 
+def _put_input(
+    config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+) -> tuple[str, str, str, str, dict[str, Any], dict[str, Any], dict[str, Any], CheckpointMetadata]:
+    """put's arguments checked (a clear error before anything is sent): thread id, namespace,
+    parent id, checkpoint id, the checkpoint without its values (a copy), its values, its
+    channel versions, and the metadata the checkpoint stores (the config's merged in)."""
+    conf = _configurable(config)
+    thread_id = _thread_id(conf)
+    ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+    parent = conf.get("checkpoint_id") or ""
+    _str(parent, "config checkpoint_id")
+    if not isinstance(checkpoint, dict) or "id" not in checkpoint:
+        raise TypeError("checkpoint must be a Checkpoint dict with an 'id'")
+    cid = _str(checkpoint["id"], "checkpoint['id']")
+    if not cid:
+        raise ValueError("checkpoint['id'] must not be empty")
+    if cid == parent:
+        raise ValueError(
+            f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)"
+        )
+    if not isinstance(new_versions, dict):
+        raise TypeError("new_versions must be a dict")
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+    _str_keys(metadata, "metadata")
+    c: dict[str, Any] = dict(checkpoint)
+    values: dict[str, Any] = c.pop("channel_values", None) or {}
+    if not isinstance(values, dict):
+        raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
+    versions = c.get("channel_versions") or {}
+    if not isinstance(versions, dict):
+        raise TypeError(f"checkpoint['channel_versions'] must be a dict, got {type(versions).__name__}")
+    _str_keys(versions, "checkpoint['channel_versions']")
+    try:
+        md = get_checkpoint_metadata(config, metadata)
+    except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
+        raise TypeError(
+            f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
+        ) from None
+    return thread_id, ns, parent, cid, c, values, versions, md
