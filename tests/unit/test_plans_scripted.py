@@ -362,3 +362,57 @@ def test_a_savers_plans_are_a_frozen_context_that_follows_a_copy_with_another_se
     assert clone is not saver and clone.serde is not saver.serde
     assert clone._plans.serde is clone.serde and clone._plans.streams is ctx.streams
     assert saver._plans is ctx  # the original keeps its own
+
+
+def test_copy_thread_of_a_small_thread_is_one_export_and_one_import():
+    src, dst = SCHEMA.thread_keys("a"), SCHEMA.thread_keys("b")
+    sent: list[Call] = []
+    turns = [
+        (Call("export", src, [FORMAT_VERSION, "a", 0, "0", "all", budgets.WORK_BUDGET,
+                              budgets.SNAPSHOT * budgets.COPY_FIELDS, 2 * budgets.COPY_BYTES]),
+         [Export.ALL, [], [], []]),
+        (sent.append, Import.WRITTEN),
+    ]
+    assert converse(plans()._plan_copy_thread("a", "b"), turns) is None
+    (imported,) = sent
+    assert (imported.script, list(imported.keys)) == ("import", dst)
+    token = imported.args[5]
+    assert imported.args == [FORMAT_VERSION, "b", 0, "0", "import", token, "1", "1", 0, 0, 0, 0]  # first and last
+
+
+def test_copy_thread_into_a_target_another_writer_took_raises():
+    src = SCHEMA.thread_keys("a")
+    export = asserting(lambda op: (op.script, list(op.keys), op.args[4]) == ("export", src, "all"), "export")
+    an_import = asserting(lambda op: op.script == "import", "import")
+    turns = [(export, [Export.ALL, [], [], []]), (an_import, Import.NOT_WRITTEN)]
+    with pytest.raises(CopyConflictError, match="into 'b'"):
+        converse(plans()._plan_copy_thread("a", "b"), turns)
+
+
+def test_list_of_all_threads_reads_again_forgetting_damaged_ones_and_merges_newest_first():
+    p = plans(compress=False)
+    cp, (put,) = _stored(p, {}, [])
+
+    def item(cid):
+        return [enc(""), enc(cid), put.args[7], [], []]
+
+    keys_b = SCHEMA.thread_keys("b")
+    page = [FORMAT_VERSION, 0, "0", "id", b"+", b"-", 2, budgets.SCAN_BUDGET, b"0"]
+
+    def call(script, tid, keys, refresh="0"):
+        return Call(script, keys, [page[0], tid, 0, refresh, *page[3:]])
+
+    fanout = [call("list", "th", KEYS), call("list", "b", keys_b)]
+    forgetting = [call("list+forget", "th", KEYS, "f"), call("list+forget", "b", keys_b, "f")]
+    def ids(op):
+        return [t.config["configurable"]["checkpoint_id"] for t in op.items]
+
+    newest = asserting(lambda op: isinstance(op, Out) and ids(op) == ["c9", "c8"], "the two newest, across threads")
+    turns = [
+        (IndexSlots(), [7]),
+        ([Call("ix_query", SCHEMA.index_keys(7), ["threads"])], [[b"th", b"b"]]),
+        (fanout, DamagedThreadError("thread b lost a key")),
+        (forgetting, [[b"", [], [], item("c1"), item("c9")], [b"", [], [], item("c8")]]),
+        (newest, None),
+    ]
+    assert converse(p._plan_list(None, limit=2), turns) is None
