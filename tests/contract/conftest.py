@@ -27,6 +27,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import StateGraph
+
+from tests.contract._graphs import Pair
 
 KINDS = ["memory", "sync", "async"]
 
@@ -168,3 +172,28 @@ def contract_url(contract_kind: str, contract_redis_url: str) -> str | None:
         return None
     redis_saver_module()
     return contract_redis_url
+
+
+# the graph tests (test_graphs*.py): the same graph compiled with InMemorySaver and with a fresh saver of
+# ``contract_kind`` (see _graphs.Pair); each saver's keys deleted afterwards
+@pytest.fixture
+async def pair_factory(contract_kind: str, contract_url: str | None):
+    made: list[tuple[Any, str]] = []
+
+    def make(builder: StateGraph, **compile_kw: Any) -> Pair:
+        prefix = unique_prefix()
+        target = new_saver(contract_kind, contract_url, prefix=prefix)
+        made.append((target, prefix))
+        mode = "async" if contract_kind == "async" else "sync"
+        return Pair(builder, InMemorySaver(), target, mode, **compile_kw)
+
+    yield make
+    for target, prefix in made:
+        client = getattr(target, "client", None)
+        if client is not None:
+            if contract_kind == "async":
+                await client.aclose()
+            else:
+                client.close()
+        if contract_url:
+            delete_prefix(contract_url, prefix)

@@ -6,177 +6,25 @@ Kinds: ``sync`` = RedisSaver driven with ``graph.invoke`` & co; ``async`` =
 AsyncRedisSaver driven with ``graph.ainvoke`` & co; ``memory`` = InMemorySaver vs
 InMemorySaver (validates the harness).  The InMemorySaver reference always runs in the
 same mode as the saver under test.
+
+The DeltaChannel graphs (and prune / copy_thread under a graph) are in ``test_graphs_delta.py``;
+the harness (``Pair``, the normalization) in ``_graphs.py``.
 """
 
 from __future__ import annotations
 
 import operator
-import re
 import threading
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.memory import InMemorySaver
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
 
-from tests.contract.conftest import delete_prefix, new_saver, unique_prefix
-
-THREAD = "chat:{1} *?[x] ü"
-
-
-# --------------------------------------------------------------------------- normalization
-_TASK_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
-def norm_ns(ns: str) -> str:
-    # "node:<task uuid>|child:<task uuid>" -> "node|child" (task ids derive from checkpoint ids)
-    return "|".join(part.split(":")[0] for part in ns.split("|")) if ns else ""
-
-
-def norm_value(v: Any) -> Any:
-    if isinstance(v, BaseMessage):
-        return {"type": v.type, "content": v.content, "name": v.name}
-    if isinstance(v, dict):
-        return {k: norm_value(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return type(v)(norm_value(x) for x in v)
-    if hasattr(v, "value") and type(v).__name__ == "Interrupt":
-        return ("Interrupt", norm_value(v.value))
-    return v
-
-
-def norm_output(out: Any) -> Any:
-    """invoke() output; ``__interrupt__`` lists parallel tasks' interrupts in completion
-    order (thread-pool timing), so it is compared as a multiset."""
-    out = norm_value(out)
-    if isinstance(out, dict) and "__interrupt__" in out:
-        out = {**out, "__interrupt__": sorted(out["__interrupt__"], key=repr)}
-    return out
-
-
-def norm_metadata(md: dict | None) -> dict:
-    out = {}
-    for k, v in (md or {}).items():
-        if k in ("run_id", "thread_id", "checkpoint_id", "checkpoint_ns"):
-            continue
-        if k == "parents":
-            out[k] = sorted(norm_ns(x) for x in v)
-        else:
-            out[k] = norm_value(v)
-    return out
-
-
-def norm_config(cfg: dict | None) -> Any:
-    if not cfg:
-        return None
-    c = cfg.get("configurable", {})
-    return {"thread_id": c.get("thread_id"), "ns": norm_ns(c.get("checkpoint_ns", ""))}
-
-
-def norm_snapshot(s: Any) -> Any:
-    if s is None:
-        return None
-    return {
-        "values": norm_value(s.values),
-        "next": tuple(s.next),
-        "metadata": norm_metadata(s.metadata),
-        "config": norm_config(s.config),
-        "has_parent": s.parent_config is not None,
-        "interrupts": [norm_value(i) for i in s.interrupts],
-        "tasks": [
-            {
-                "name": t.name,
-                "path": tuple(str(p) if _TASK_ID.match(str(p)) is None else "<id>" for p in t.path),
-                "error": repr(t.error) if t.error else None,
-                "interrupts": [norm_value(i) for i in t.interrupts],
-                "state": norm_snapshot(t.state) if type(t.state).__name__ == "StateSnapshot" else norm_config(t.state),
-                "result": norm_value(t.result),
-            }
-            for t in s.tasks
-        ],
-    }
-
-
-# --------------------------------------------------------------------------- driver
-class Pair:
-    """The same graph compiled with the reference saver and with the saver under test."""
-
-    def __init__(self, builder: StateGraph, ref: Any, target: Any, mode: str, **compile_kw: Any) -> None:
-        self.mode = mode
-        self.ref_graph = builder.compile(checkpointer=ref, **compile_kw)
-        self.graph = builder.compile(checkpointer=target, **compile_kw)
-        self.target = target
-
-    async def _call(self, graph: Any, name: str, *args: Any, **kw: Any) -> Any:
-        if self.mode == "async":
-            if name == "get_state_history":
-                return [s async for s in graph.aget_state_history(*args, **kw)]
-            return await getattr(graph, "a" + name)(*args, **kw)
-        if name == "get_state_history":
-            return list(graph.get_state_history(*args, **kw))
-        return getattr(graph, name)(*args, **kw)
-
-    async def both(self, name: str, *args: Any, ref_args: Sequence | None = None, **kw: Any) -> Any:
-        """Call on both graphs (``ref_args`` overrides args for the reference side, for
-        configs that carry saver-specific checkpoint ids); return the target's result
-        after asserting equal normalized results."""
-        exp = await self._call(self.ref_graph, name, *(ref_args if ref_args is not None else args), **kw)
-        got = await self._call(self.graph, name, *args, **kw)
-        if name == "invoke":
-            assert norm_output(got) == norm_output(exp), f"{name} output differs"
-        return exp, got
-
-    async def check(self, config: dict, *, subgraphs: bool = False) -> tuple[list, list]:
-        exp_state = await self._call(self.ref_graph, "get_state", config, subgraphs=subgraphs)
-        got_state = await self._call(self.graph, "get_state", config, subgraphs=subgraphs)
-        assert norm_snapshot(got_state) == norm_snapshot(exp_state), "get_state differs"
-        exp_hist = await self._call(self.ref_graph, "get_state_history", config)
-        got_hist = await self._call(self.graph, "get_state_history", config)
-        assert len(got_hist) == len(exp_hist), "history length differs"
-        assert [norm_snapshot(s) for s in got_hist] == [norm_snapshot(s) for s in exp_hist]
-        # filtered / paginated history
-        for kw in ({"limit": 2}, {"filter": {"source": "loop"}}, {"filter": {"step": 1}}):
-            e = await self._call(self.ref_graph, "get_state_history", config, **kw)
-            g = await self._call(self.graph, "get_state_history", config, **kw)
-            assert [norm_snapshot(s) for s in g] == [norm_snapshot(s) for s in e], kw
-        if len(exp_hist) > 2:
-            e = await self._call(self.ref_graph, "get_state_history", config, before=exp_hist[1].config, limit=3)
-            g = await self._call(self.graph, "get_state_history", config, before=got_hist[1].config, limit=3)
-            assert [norm_snapshot(s) for s in g] == [norm_snapshot(s) for s in e], "before"
-        return exp_hist, got_hist
-
-
-@pytest.fixture
-async def pair_factory(contract_kind: str, contract_url: str | None):
-    made: list[tuple[Any, str]] = []
-
-    def make(builder: StateGraph, **compile_kw: Any) -> Pair:
-        prefix = unique_prefix()
-        target = new_saver(contract_kind, contract_url, prefix=prefix)
-        made.append((target, prefix))
-        mode = "async" if contract_kind == "async" else "sync"
-        return Pair(builder, InMemorySaver(), target, mode, **compile_kw)
-
-    yield make
-    for target, prefix in made:
-        client = getattr(target, "client", None)
-        if client is not None:
-            if contract_kind == "async":
-                await client.aclose()
-            else:
-                client.close()
-        if contract_url:
-            delete_prefix(contract_url, prefix)
-
-
-def cfg(thread: str = THREAD) -> dict:
-    return {"configurable": {"thread_id": thread}}
+from tests.contract._graphs import THREAD, Pair, cfg, norm_snapshot
 
 
 # --------------------------------------------------------------------------- graphs
@@ -432,123 +280,6 @@ async def test_interrupt_in_fan_out(pair_factory: Any) -> None:
     e_resume = {i.id: f"r-{i.value}" for i in e_state.interrupts}
     await p.both("invoke", Command(resume=resume), cfg(), ref_args=(Command(resume=e_resume), cfg()))
     await p.check(cfg())
-
-
-def batch_add(state: list, writes: Sequence[list]) -> list:
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
-
-
-class DeltaState(TypedDict):
-    turn: int
-    log: Annotated[list, DeltaChannel(batch_add, snapshot_frequency=3)]
-
-
-def d_start(state: DeltaState) -> dict:
-    return {"turn": state.get("turn", 0) + 1, "log": [f"start{state.get('turn', 0)}"]}
-
-
-def d_fan(state: DeltaState) -> list[Send]:
-    return [Send("d_worker", {"turn": state["turn"] * 10 + i, "log": []}) for i in range(3)]
-
-
-def d_worker(state: DeltaState) -> dict:
-    return {"log": [f"w{state['turn']}"]}
-
-
-def d_end(state: DeltaState) -> dict:
-    return {"log": [f"end{len(state['log'])}"]}
-
-
-def delta_builder() -> StateGraph:
-    b = StateGraph(DeltaState)
-    b.add_node("start", d_start)
-    b.add_node("d_worker", d_worker)
-    b.add_node("end", d_end)
-    b.add_edge(START, "start")
-    b.add_conditional_edges("start", d_fan, ["d_worker"])
-    b.add_edge("d_worker", "end")
-    b.add_edge("end", END)
-    return b
-
-
-async def test_delta_channel_many_turns(pair_factory: Any) -> None:
-    p = pair_factory(delta_builder())
-    for turn in range(8):
-        await p.both("invoke", {"log": [f"in{turn}"]}, cfg())
-        if turn % 3 == 2:
-            await p.check(cfg())
-    await p.check(cfg())
-    state = await p._call(p.graph, "get_state", cfg())
-    assert len(state.values["log"]) == 8 * 6
-    # the saver's delta history equals the base-class walk over the same saver
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-
-    tgt = p.target
-    conf = state.config
-    if p.mode == "async":
-        got = await tgt.aget_delta_channel_history(config=conf, channels=["log", "turn"])
-        base = await BaseCheckpointSaver.aget_delta_channel_history(tgt, config=conf, channels=["log", "turn"])
-    else:
-        got = tgt.get_delta_channel_history(config=conf, channels=["log", "turn"])
-        base = BaseCheckpointSaver.get_delta_channel_history(tgt, config=conf, channels=["log", "turn"])
-    assert {k: {**v, "writes": [tuple(w) for w in v["writes"]]} for k, v in got.items()} == {
-        k: {**v, "writes": [tuple(w) for w in v["writes"]]} for k, v in base.items()
-    }
-
-
-async def test_delta_channel_prune_keep_latest_then_continue(pair_factory: Any, contract_kind: str) -> None:
-    if contract_kind == "memory":
-        pytest.skip("InMemorySaver has no prune")
-    p = pair_factory(delta_builder())
-    for turn in range(7):
-        await p.both("invoke", {"log": [f"in{turn}"]}, cfg())
-    before = await p._call(p.ref_graph, "get_state", cfg())
-    if p.mode == "async":
-        await p.target.aprune([THREAD], strategy="keep_latest")
-    else:
-        p.target.prune([THREAD], strategy="keep_latest")
-    got = await p._call(p.graph, "get_state", cfg())
-    assert norm_value(got.values) == norm_value(before.values), "state changed by prune(keep_latest)"
-    assert got.next == before.next
-    hist = await p._call(p.graph, "get_state_history", cfg())
-    e_hist = await p._call(p.ref_graph, "get_state_history", cfg())
-    assert 1 <= len(hist) < len(e_hist)
-    # and the thread goes on identically
-    await p.both("invoke", {"log": ["after-prune"]}, cfg())
-    e = await p._call(p.ref_graph, "get_state", cfg())
-    g = await p._call(p.graph, "get_state", cfg())
-    assert norm_value(g.values) == norm_value(e.values)
-    assert g.next == e.next
-
-
-async def test_copy_thread_then_continue(pair_factory: Any, contract_kind: str) -> None:
-    if contract_kind == "memory":
-        pytest.skip("InMemorySaver has no copy_thread")
-    p = pair_factory(delta_builder())
-    for turn in range(5):
-        await p.both("invoke", {"log": [f"in{turn}"]}, cfg())
-    src_state = await p._call(p.graph, "get_state", cfg())
-    src_hist = await p._call(p.graph, "get_state_history", cfg())
-    dst = "copy:{dst} ü"
-    if p.mode == "async":
-        await p.target.acopy_thread(THREAD, dst)
-    else:
-        p.target.copy_thread(THREAD, dst)
-    got = await p._call(p.graph, "get_state", cfg(dst))
-    assert norm_value(got.values) == norm_value(src_state.values)
-    got_hist = await p._call(p.graph, "get_state_history", cfg(dst))
-    assert [norm_value(s.values) for s in got_hist] == [norm_value(s.values) for s in src_hist]
-    # both threads continue independently
-    out_src = await p._call(p.graph, "invoke", {"log": ["s"]}, cfg())
-    out_dst = await p._call(p.graph, "invoke", {"log": ["s"]}, cfg(dst))
-    assert norm_output(out_src) == norm_output(out_dst)
-    await p._call(p.graph, "invoke", {"log": ["only-dst"]}, cfg(dst))
-    s = await p._call(p.graph, "get_state", cfg())
-    d = await p._call(p.graph, "get_state", cfg(dst))
-    assert len(d.values["log"]) == len(s.values["log"]) + 6
 
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])

@@ -41,7 +41,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from devkit.servers import client_kwargs, start_cluster, start_standalone
 from redis_saver import RedisSaver, ThreadEvictedError
-from tests.faults.test_eviction import cfg, norm
+from tests.faults._eviction import cfg, norm
 
 POLICIES = ["allkeys-lru", "allkeys-lfu", "volatile-lru", "volatile-lfu", "volatile-ttl", "volatile-random"]
 RANDOM = ("allkeys-random", "volatile-random")

@@ -9,7 +9,7 @@ give the same answers.
 put and prune build an entry inside Lua from the checkpoint record (lua/_lib.lua
 chain_entry); ``entry()`` below spells the layout independently, and the two must agree. Delta
 history must give InMemorySaver's answer (when the chain key was lost, e.g. evicted, the thread
-is forgotten whole: tests/faults/test_eviction.py).
+is forgotten whole: tests/faults/test_eviction_lost_key.py).
 """
 
 from __future__ import annotations
