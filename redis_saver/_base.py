@@ -92,19 +92,34 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
         if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
         wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
-        self.keys = KeySchema(shared["prefix"])
-        self.ttl = TTLConfig.coerce(ttl)
+        keys = KeySchema(shared["prefix"])
+        ttl_config = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
-        self.history = history
-        self.fencing = bool(fencing)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
-        driver = self._attach(client, shared, self.keys, lua_scripts(functions))
-        driver.set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
+        driver = self._attach(client, shared, keys, lua_scripts(functions))
+        driver.set_eviction_check(eviction_check, ttl_config.ttl_ms > 0)
         self._context = Plans(
-            self.serde, self.keys, self.ttl, history, self.fencing, self.compress, StreamCache(cache_bytes), wait
+            self.serde, keys, ttl_config, history, bool(fencing), self.compress, StreamCache(cache_bytes), wait
         )
+
+    # the options the plans read live in their frozen context, once: read-only here
+    @property
+    def keys(self) -> KeySchema:
+        return self._context.keys
+
+    @property
+    def ttl(self) -> TTLConfig:
+        return self._context.ttl
+
+    @property
+    def history(self) -> str:
+        return self._context.history
+
+    @property
+    def fencing(self) -> bool:
+        return self._context.fencing
 
     @property
     def _plans(self) -> Plans:

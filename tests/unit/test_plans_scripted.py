@@ -362,6 +362,9 @@ def test_a_savers_plans_are_a_frozen_context_that_follows_a_copy_with_another_se
     assert clone is not saver and clone.serde is not saver.serde
     assert clone._plans.serde is clone.serde and clone._plans.streams is ctx.streams
     assert saver._plans is ctx  # the original keeps its own
+    assert (saver.history, saver.keys) == ("latest", ctx.keys)  # read from the context, once
+    with pytest.raises(AttributeError):
+        saver.history = "full"  # type: ignore[misc]  # a change the plans would not see: refused
 
 
 def test_copy_thread_of_a_small_thread_is_one_export_and_one_import():
