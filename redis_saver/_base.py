@@ -104,22 +104,11 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
             self.serde, keys, ttl_config, history, bool(fencing), self.compress, StreamCache(cache_bytes), wait
         )
 
-    # the options the plans read live in their frozen context, once: read-only here
-    @property
-    def keys(self) -> KeySchema:
-        return self._context.keys
-
-    @property
-    def ttl(self) -> TTLConfig:
-        return self._context.ttl
-
-    @property
-    def history(self) -> str:
-        return self._context.history
-
-    @property
-    def fencing(self) -> bool:
-        return self._context.fencing
+    # the options the plans read live in their frozen context, once: read-only views here
+    keys = property(lambda self: self._context.keys, doc="The key schema (``KeySchema``).")
+    ttl = property(lambda self: self._context.ttl, doc="The ``TTLConfig``.")
+    history = property(lambda self: self._context.history, doc='``"full"`` or ``"latest"``.')
+    fencing = property(lambda self: self._context.fencing, doc="Whether puts are fenced.")
 
     @property
     def _plans(self) -> Plans:
