@@ -140,8 +140,17 @@ def accept_pairs(
 class CountingProxy:
     """TCP proxy recording every command sent through it. ``port`` is where clients should connect."""
 
-    def __init__(self, target_host: str = "127.0.0.1", target_port: int = 6379, listen_host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        target_host: str = "127.0.0.1",
+        target_port: int = 6379,
+        listen_host: str = "127.0.0.1",
+        on_command: Callable[[list[bytes]], None] | None = None,
+    ):
+        """``on_command``, if given, is called with each command (in the proxy's thread) after it
+        is recorded and before its last bytes are forwarded: it may delay or stop the client."""
         self.target = (target_host, target_port)
+        self.on_command = on_command
         self._lock = threading.Lock()
         self._commands: list[list[bytes]] = []
         self._conn_ids: list[int] = []
@@ -204,6 +213,9 @@ class CountingProxy:
                         with self._lock:
                             self._commands.extend(cmds)
                             self._conn_ids.extend([conn_id] * len(cmds))
+                        if self.on_command is not None:
+                            for cmd in cmds:
+                                self.on_command(cmd)
                 dst.sendall(data)
         except (OSError, ValueError):
             pass

@@ -33,6 +33,7 @@ if not max_cp or not max_fields or not max_bytes or max_cp < 1 then fail('RS_BAD
 check_format()
 
 if step == 'all' then
+  if META_XP then return {'all', {}, {}, {}} end  -- being written (not visible yet): as if absent
   local ncp = redis.call('HLEN', K_CP)
   if ncp > max_cp or ncp + redis.call('HLEN', K_BLOB) + redis.call('HLEN', K_WR) > max_fields then
     return {'paged'}

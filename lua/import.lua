@@ -5,7 +5,7 @@ guard on its source.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-ARGV[5] step: "import" | "guard" | "abort"
+ARGV[5] step: "import" | "guard" | "abort" | "stage" | "reveal"
 import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8] "1" = its last
       ARGV[9..12] the numbers of stream part, blob, write and checkpoint pairs, then the pairs
       (field, value) in that order: stream parts (directories and frames, under the copy's own
@@ -25,25 +25,63 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
-abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
-      Returns 1 [WRITTEN] when it did, else 0 [NOT_WRITTEN].
+abort: ARGV[6] the copy's token: removes the target when its meta holds that token and "xp"
+      (not once its last call made it visible). Returns 1 [WRITTEN] when it did, else 0
+      [NOT_WRITTEN].
+stage (the command-line tool's import and migrate, which then write the thread with put and
+      put_writes): ARGV[6] a fresh token. Makes the thread's meta with "xk" = the token and "xp"
+      set, as a copy's first call does: reads answer as for a thread that does not exist until
+      "reveal" (check_counts()), so no reader ever sees the thread partly written. A thread
+      holding "xp" under another token (an import or copy that stopped midway) or expiring is
+      removed first. Returns 1 [WRITTEN], or 2 [REDONE] when it removed such an unfinished
+      thread; 1 [WRITTEN] again when the meta already holds this token (a retried call).
+reveal: ARGV[6] the token: clears "xp" (the thread becomes visible whole, in this one call) when
+      the meta holds the token. Returns 1 [WRITTEN] when it does, else 0 [NOT_WRITTEN] (the
+      thread was deleted, expired or staged again by another writer meanwhile).
 Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
 local step, token = ARGV[5], ARGV[6]
-if (step ~= 'import' and step ~= 'guard' and step ~= 'abort') or not token or token == '' then
+local STEPS = {import = true, guard = true, abort = true, stage = true, reveal = true}
+if not STEPS[step] or not token or token == '' then
   fail('RS_BADARG', 'bad import arguments')
 end
 if step == 'guard' then
   if not tonumber(token) then fail('RS_BADARG', 'bad copy guard') end
   check_format()
-  if not META_V then return nil end
+  if not META_V or META_XP then return nil end  -- absent, or being written (not visible yet)
   redis.call('HSETNX', K_META, 'g', token)
   return redis.call('HGET', K_META, 'g')
 end
 if step == 'abort' then
-  if redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  -- not once the last call made it visible ("xp" cleared): a thread is whole or absent
+  if redis.call('HGET', K_META, 'xk') ~= token or redis.call('HEXISTS', K_META, 'xp') == 0 then return 0 end
   drop_thread()
   return 1
+end
+if step == 'reveal' then
+  check_format()
+  if not META_V or redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  redis.call('HDEL', K_META, 'xp')
+  return 1
+end
+if step == 'stage' then
+  check_format()
+  if META_V and redis.call('HGET', K_META, 'xk') == token then return 1 end  -- a retried call
+  local redone = 1
+  if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 then
+    if META_XP then
+      redone = 2
+    elseif not thread_expiring() then
+      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
+    end
+    forget_thread()
+  end
+  init_meta()
+  redis.call('HSET', K_META, 'xk', token, 'xp', '1')
+  META_XP = '1'
+  touch()
+  return redone
 end
 
 local first, last = ARGV[7] == '1', ARGV[8] == '1'

@@ -44,9 +44,11 @@ local THREAD_E = enc(THREAD_ID)
 -- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
 -- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
 -- @state-end
 
 -- position just after the encoded component that starts at pos
@@ -174,9 +176,9 @@ local WR_MARK = ''
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -255,7 +257,7 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -276,8 +278,10 @@ end
 -- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 local function check_counts()
+  if META_XP then return true end
   if not META_V then
     -- no meta: a thread that does not exist (one command), or one that lost its meta key
     if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then

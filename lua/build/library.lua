@@ -1,9 +1,9 @@
-#!lua name=redis_saver_5680abce302f5756
+#!lua name=redis_saver_f1672c6d4fe85c0c
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
 local string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type
-local KEYS, ARGV, K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS, LEAN, FORMAT, THREAD_ID, TTL_MS, REFRESH, THREAD_E, META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM, META_NC, META_N, GC
+local KEYS, ARGV, K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS, LEAN, FORMAT, THREAD_ID, TTL_MS, REFRESH, THREAD_E, META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP, GC
 -- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
 -- (after the script's #!lua line). Not a script of its own.
 --
@@ -203,9 +203,9 @@ local WR_MARK = ''
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
 local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n')
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
   META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N = m[5], m[6], m[7], m[8], m[9], m[10]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -284,7 +284,7 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -308,8 +308,10 @@ local function record_loss()
 end
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 local function check_counts()
+  if META_XP then return true end
   if not META_V then
     -- no meta: a thread that does not exist (one command), or one that lost its meta key
     if redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) == 0 then
@@ -1361,7 +1363,7 @@ local function begin_full(keys, argv)
   if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
   THREAD_E = enc(THREAD_ID)
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
   GC = {}  -- blob collection candidates (see gc_blobs())
 end
 local function begin_lean(keys, argv)
@@ -1375,7 +1377,7 @@ local function begin_lean(keys, argv)
   if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
   THREAD_E = enc(THREAD_ID)
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-  META_NC, META_N = nil, nil
+  META_NC, META_N, META_XP = nil, nil, nil
   GC = {}  -- blob collection candidates (see gc_blobs())
 end
 local function begin_bare(keys, argv)
@@ -1746,6 +1748,7 @@ if not max_cp or not max_fields or not max_bytes or max_cp < 1 then fail('RS_BAD
 check_format()
 
 if step == 'all' then
+  if META_XP then return {'all', {}, {}, {}} end  -- being written (not visible yet): as if absent
   local ncp = redis.call('HLEN', K_CP)
   if ncp > max_cp or ncp + redis.call('HLEN', K_BLOB) + redis.call('HLEN', K_WR) > max_fields then
     return {'paged'}
@@ -1999,7 +2002,7 @@ guard on its source.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
       [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
-ARGV[5] step: "import" | "guard" | "abort"
+ARGV[5] step: "import" | "guard" | "abort" | "stage" | "reveal"
 import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8] "1" = its last
       ARGV[9..12] the numbers of stream part, blob, write and checkpoint pairs, then the pairs
       (field, value) in that order: stream parts (directories and frames, under the copy's own
@@ -2019,25 +2022,63 @@ import: ARGV[6] the copy's token   ARGV[7] "1" = the copy's first call   ARGV[8]
 guard (with the source thread's keys): ARGV[6] a fresh guard value (an integer)
       Sets the source's meta "g" to it unless it is set (another copy's guard is then shared;
       see bump_guard() in _lib.lua). Returns meta "g", or nil when the thread does not exist.
-abort: ARGV[6] the copy's token: removes the target when its meta holds that token.
-      Returns 1 [WRITTEN] when it did, else 0 [NOT_WRITTEN].
+abort: ARGV[6] the copy's token: removes the target when its meta holds that token and "xp"
+      (not once its last call made it visible). Returns 1 [WRITTEN] when it did, else 0
+      [NOT_WRITTEN].
+stage (the command-line tool's import and migrate, which then write the thread with put and
+      put_writes): ARGV[6] a fresh token. Makes the thread's meta with "xk" = the token and "xp"
+      set, as a copy's first call does: reads answer as for a thread that does not exist until
+      "reveal" (check_counts()), so no reader ever sees the thread partly written. A thread
+      holding "xp" under another token (an import or copy that stopped midway) or expiring is
+      removed first. Returns 1 [WRITTEN], or 2 [REDONE] when it removed such an unfinished
+      thread; 1 [WRITTEN] again when the meta already holds this token (a retried call).
+reveal: ARGV[6] the token: clears "xp" (the thread becomes visible whole, in this one call) when
+      the meta holds the token. Returns 1 [WRITTEN] when it does, else 0 [NOT_WRITTEN] (the
+      thread was deleted, expired or staged again by another writer meanwhile).
 Errors: RS_BADARG, RS_SCHEMA, RS_EXISTS (nothing written)
 ]]
 local step, token = ARGV[5], ARGV[6]
-if (step ~= 'import' and step ~= 'guard' and step ~= 'abort') or not token or token == '' then
+local STEPS = {import = true, guard = true, abort = true, stage = true, reveal = true}
+if not STEPS[step] or not token or token == '' then
   fail('RS_BADARG', 'bad import arguments')
 end
 if step == 'guard' then
   if not tonumber(token) then fail('RS_BADARG', 'bad copy guard') end
   check_format()
-  if not META_V then return nil end
+  if not META_V or META_XP then return nil end  -- absent, or being written (not visible yet)
   redis.call('HSETNX', K_META, 'g', token)
   return redis.call('HGET', K_META, 'g')
 end
 if step == 'abort' then
-  if redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  -- not once the last call made it visible ("xp" cleared): a thread is whole or absent
+  if redis.call('HGET', K_META, 'xk') ~= token or redis.call('HEXISTS', K_META, 'xp') == 0 then return 0 end
   drop_thread()
   return 1
+end
+if step == 'reveal' then
+  check_format()
+  if not META_V or redis.call('HGET', K_META, 'xk') ~= token then return 0 end
+  redis.call('HDEL', K_META, 'xp')
+  return 1
+end
+if step == 'stage' then
+  check_format()
+  if META_V and redis.call('HGET', K_META, 'xk') == token then return 1 end  -- a retried call
+  local redone = 1
+  if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 then
+    if META_XP then
+      redone = 2
+    elseif not thread_expiring() then
+      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
+    end
+    forget_thread()
+  end
+  init_meta()
+  redis.call('HSET', K_META, 'xk', token, 'xp', '1')
+  META_XP = '1'
+  touch()
+  return redone
 end
 
 local first, last = ARGV[7] == '1', ARGV[8] == '1'
@@ -3735,29 +3776,29 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_5680abce302f5756_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5680abce302f5756_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_5680abce302f5756_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

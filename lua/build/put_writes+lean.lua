@@ -45,9 +45,11 @@ if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 -- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
 -- thread is forgotten at its next call); "nc" = "1": the thread keeps no
 -- chain entries (see chain_entry(): threads started by format 5 read their records instead)
--- and "n" counts its checkpoints instead (see "Lost keys")
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
-local META_NC, META_N = nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
 -- @state-end
 
 -- position just after the encoded component that starts at pos
@@ -181,7 +183,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
 
 -- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
--- (cp and both its indexes, chain or meta.n, the write keys); true = expiring
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
 
 -- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
 -- checkpoint missing, after check_counts()); true = expiring

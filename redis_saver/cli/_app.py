@@ -10,10 +10,11 @@ import click
 from . import _move, _read, _write
 from ._common import Group, State, _load_serde
 from ._store import store as _store_group
+from ._urls import option_check
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--url", envvar="REDIS_URL", metavar="URL",
+@click.option("--url", envvar="REDIS_URL", metavar="URL", callback=option_check("redis"),
               help="redis://, rediss://, unix://, redis+cluster://, redis+sentinel://host:port/master "
                    "[env REDIS_URL]")
 @click.option("--prefix", envvar="REDIS_SAVER_PREFIX", default="lg", show_default=True,

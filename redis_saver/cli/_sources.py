@@ -59,9 +59,49 @@ def sqlite_path(url: str) -> str:
     return rest[1:]
 
 
+class _HeldCommits:
+    """A sqlite3 connection whose ``commit()`` waits while ``held`` (SqliteSaver commits after
+    every ``put`` and ``put_writes``; ``one_transaction`` makes a whole thread one transaction)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.raw = conn
+        self.held = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+    def commit(self) -> None:
+        if not self.held:
+            self.raw.commit()
+
+
+@contextmanager
+def one_transaction(saver: Any) -> Iterator[bool]:
+    """The writes to a SqliteSaver or PostgresSaver target made in the block as one
+    transaction: committed at its end, rolled back on any exception (Ctrl-C included; a killed
+    process's open transaction is rolled back by the database). Yields False (nothing redone)."""
+    conn: Any = getattr(saver, "conn", None)
+    if isinstance(conn, _HeldCommits):
+        conn.held = True
+        try:
+            yield False
+        except BaseException:
+            conn.held = False
+            conn.raw.rollback()
+            raise
+        conn.held = False
+        conn.raw.commit()
+    elif hasattr(conn, "transaction"):  # a psycopg Connection (PostgresSaver.from_conn_string)
+        with conn.transaction():
+            yield False
+    else:  # a dry run's empty saver
+        yield False
+
+
 @contextmanager
 def _sqlite(url: str, create: bool) -> Iterator[Any]:
-    """A SqliteSaver on the file of ``url`` (made when ``create``); its connection closed on exit."""
+    """A SqliteSaver on the file of ``url`` (made when ``create``, then writes go through
+    ``one_transaction``); its connection closed on exit."""
     import sqlite3
 
     path = sqlite_path(url)
@@ -73,7 +113,7 @@ def _sqlite(url: str, create: bool) -> Iterator[Any]:
     except sqlite3.Error as exc:
         raise SourceError(f"cannot open {path}: {exc}") from None
     try:
-        yield cls(conn)
+        yield cls(_HeldCommits(conn) if create else conn)
     finally:
         conn.close()
 

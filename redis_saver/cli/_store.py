@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ._common import Group, State, _confirm, _fail, err, jsonable, out, output_file
+from ._urls import option_check
 
 FORMAT = 1  # the export stream's version
 pass_state = click.make_pass_decorator(State)
@@ -253,6 +254,7 @@ def _sqlite_rows(source: str) -> Iterator[tuple[str, str, Any, datetime, datetim
     "source",
     required=True,
     metavar="URL",
+    callback=option_check("sql"),
     help="postgresql://... (a PostgresStore's database) or sqlite:///path (a SqliteStore's file).",
 )
 @click.option("--verify", is_flag=True, help="Afterwards, compare every item (value, times) with the source.")

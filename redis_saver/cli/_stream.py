@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from datetime import datetime, timezone
 from typing import IO, Any
 
@@ -85,12 +85,15 @@ def check_file(f: IO[str]) -> dict[str, Any]:
     """Read the whole file once, without decoding values: header, footer, thread ids.
 
     Returns the header plus ``threads`` (ids in file order) and the footer's counts; raises
-    StreamError for anything that would make an import stop halfway.
+    StreamError for anything that would make an import stop halfway, a truncated file first
+    of all (cut anywhere: in a line, between records or threads, in the end record).
     """
     first = f.readline()
     try:
         head = json.loads(first)
     except json.JSONDecodeError as exc:
+        if not first.endswith("\n"):
+            raise StreamError(_truncated("its first line is cut off" if first else "it is empty", {}, None)) from None
         raise StreamError(f"line 1 is not JSON ({exc.msg}): not a redis-saver export") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise StreamError("line 1 is not a redis-saver-export header")
@@ -108,8 +111,10 @@ def check_file(f: IO[str]) -> dict[str, Any]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
+            if not line.endswith("\n"):
+                raise StreamError(_truncated(f"its last line ({lineno}) is cut off", threads, last)) from None
             raise StreamError(f"line {lineno} is not JSON ({exc.msg})") from None
-        kind = rec.get("type")
+        kind = rec.get("type") if isinstance(rec, dict) else None
         if kind == "checkpoint":
             for k in ("thread_id", "checkpoint_id", "checkpoint", "metadata"):
                 if k not in rec:
@@ -127,14 +132,24 @@ def check_file(f: IO[str]) -> dict[str, Any]:
         else:
             raise StreamError(f"line {lineno}: unknown record type {kind!r}")
     if footer is None:
-        raise StreamError("no end record: the file is truncated")
+        raise StreamError(_truncated("it has no end record (the export did not finish)", threads, last))
     if footer.get("checkpoints") != n:
         raise StreamError(f"the end record counts {footer.get('checkpoints')} checkpoints, the file holds {n}")
     return {**head, "threads": list(threads), "checkpoints": n}
 
 
-def iter_threads(serde: Any, f: IO[str]) -> Iterator[tuple[str, list[Item]]]:
-    """(thread id, items oldest first) per thread, in file order (a thread's lines are contiguous)."""
+def _truncated(what: str, threads: dict[str, None], last: str | None) -> str:
+    where = (f"; it breaks off in or after its thread number {len(threads)}, {last!r}" if last is not None
+             else "; it holds no checkpoint")
+    return (f"the file is truncated: {what}{where}. Nothing was imported: export the threads again "
+            "(a complete export ends with an end record)")
+
+
+def iter_threads(
+    serde: Any, f: IO[str], only: Container[str] | None = None
+) -> Iterator[tuple[str, list[Item]]]:
+    """(thread id, items oldest first) per thread, in file order (a thread's lines are
+    contiguous); with ``only``, just those threads (the others' values are not decoded)."""
     f.readline()  # header
     current: str | None = None
     items: list[Item] = []
@@ -145,9 +160,10 @@ def iter_threads(serde: Any, f: IO[str]) -> Iterator[tuple[str, list[Item]]]:
         if rec.get("type") != "checkpoint":
             continue
         if rec["thread_id"] != current:
-            if current is not None:
+            if current is not None and (only is None or current in only):
                 yield current, items
             current, items = rec["thread_id"], []
-        items.append(decode_item(serde, rec))
-    if current is not None:
+        if only is None or current in only:
+            items.append(decode_item(serde, rec))
+    if current is not None and (only is None or current in only):
         yield current, items

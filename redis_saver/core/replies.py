@@ -76,6 +76,7 @@ class Export(bytes, Enum):
 class Import(IntEnum):
     WRITTEN = 1
     NOT_WRITTEN = 0  # the target no longer holds the copy's token (or, "abort", was not removed)
+    REDONE = 2  # "stage": an unfinished thread (an import or copy stopped midway) was removed first
 
 
 class Rewrite(IntEnum):

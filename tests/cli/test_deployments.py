@@ -38,6 +38,7 @@ def test_cluster(cluster, prefix, tmp_path):
         _run(url, prefix, "delete", *tids, "--yes")
         assert json.loads(_run(url, prefix, "threads", "--json").stdout) == []
         _run(url, prefix, "import", str(path))
+        assert "6 thread(s) already complete" in _run(url, prefix, "import", str(path)).stdout
         for t in tids:
             after = list(saver.list({"configurable": {"thread_id": t}}))
             assert [(a.config, a.checkpoint, a.metadata, a.pending_writes) for a in after] == \

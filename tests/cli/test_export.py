@@ -3,6 +3,7 @@ pending writes included); the stream format is checked before anything is writte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from langgraph.checkpoint.base import empty_checkpoint
@@ -53,11 +54,18 @@ def test_round_trip(cli, filled, tmp_path):
     cli("import", str(path))
     for t in tids:
         assert _read(filled, t) == before[t], t
-    # importing again: the threads exist; refused as a whole unless told what to do
+    # importing again: every thread holds what the file holds (an earlier import): nothing to do
+    res = cli("import", str(path))
+    assert "4 thread(s) already complete" in res.stdout and "imported 0 thread(s)" in res.stdout
+    # a thread that holds something else is refused as a whole unless told what to do
+    cli("delete", "t-2", "--yes")
+    _odd_thread(filled, "t-2")
     res = cli("import", str(path), code=1)
-    assert "already exist" in res.stderr and "nothing was written" in res.stderr
+    assert "1 thread(s) already exist (t-2)" in res.stderr and "nothing was written" in res.stderr
     cli("import", str(path), "--skip-existing")
-    cli("import", str(path), "--replace", "--yes")
+    assert _read(filled, "t-2") != before["t-2"]
+    res = cli("import", str(path), "--replace", "--yes")
+    assert "imported 1 thread(s)" in res.stdout and "3 thread(s) already complete" in res.stdout
     for t in tids:
         assert _read(filled, t) == before[t], t
 
@@ -190,3 +198,23 @@ def test_round_trip_delta_channels(cli, rsaver, tmp_path):
         assert snapshot() == before, step
     out = app.invoke(Command(resume="end"), cfg)
     assert "answer end" in [m.content for m in out["messages"]]
+
+
+@dataclasses.dataclass(eq=False)
+class Note:
+    """A value whose class has no equality of its own (two equal notes compare unequal)."""
+
+    text: str
+
+
+def test_a_second_import_counts_threads_holding_values_without_equality(cli, rsaver, tmp_path):
+    c = empty_checkpoint()
+    c["channel_versions"] = {"note": "1"}
+    c["channel_values"] = {"note": Note("kept")}
+    rsaver.put({"configurable": {"thread_id": "n", "checkpoint_ns": ""}}, c, {"step": 0}, {"note": "1"})
+    assert rsaver.get_tuple({"configurable": {"thread_id": "n"}}).checkpoint["channel_values"]["note"].text == "kept"
+    path = tmp_path / "n.jsonl"
+    cli("export", "n", "-o", str(path))
+    cli("delete", "n", "--yes")
+    cli("import", str(path))
+    assert "1 thread(s) already complete" in cli("import", str(path)).stdout

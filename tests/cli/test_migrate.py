@@ -73,7 +73,8 @@ def test_migrate_resumes_a_partial_thread(cli, rsaver, sqlite_file):
 def test_migrate_errors(cli, tmp_path, sqlite_file):
     res = cli("migrate", "--from", f"sqlite:///{tmp_path}/nope.db", code=1)
     assert "not found" in res.stderr
-    cli("migrate", "--from", "mysql://x", code=1)
+    res = cli("migrate", "--from", "mysql://x", code=2)
+    assert "unknown scheme" in res.stderr and "sqlite:///" in res.stderr and "plainredis://" in res.stderr
     cli("migrate", "--from", f"sqlite:///{sqlite_file}", "--threads", "zzz", code=2)
     (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
     res = cli("migrate", "--from", f"sqlite:///{tmp_path}/junk.db", code=1)

@@ -145,5 +145,5 @@ def test_migrate_from_sqlite_refuses_other_files(cli, tmp_path):
     assert res.exit_code != 0 and "not a SqliteStore database" in res.stderr
     res = cli("store", "migrate", "--from", f"sqlite:///{tmp_path}/missing.db", code=None)
     assert res.exit_code != 0 and "no such SQLite database" in res.stderr
-    res = cli("store", "migrate", "--from", "mysql://x", code=None)
-    assert res.exit_code != 0 and "unsupported source" in res.stderr
+    res = cli("store", "migrate", "--from", "mysql://x", code=2)  # a usage error naming the forms
+    assert "unknown scheme 'mysql://'" in res.stderr and "postgresql://" in res.stderr

@@ -298,6 +298,17 @@ class LifecyclePlans(PlanBase):
                 )
         return None
 
+    # ---- a thread written whole by put / put_writes (the command-line tool) ----------
+    def _plan_staged(self, thread_id: str, step: str, token: str) -> Plan[Import]:
+        """import.lua's "stage" / "reveal" / "abort" of a thread written by put and put_writes
+        between them, invisible to reads until "reveal" makes it visible whole in one call:
+        stage returns WRITTEN, or REDONE when it removed an earlier unfinished one (raises
+        ThreadExistsError on a thread that exists); reveal and abort WRITTEN, or NOT_WRITTEN
+        when the thread no longer holds ``token`` (deleted, expired or staged again meanwhile)."""
+        tid = normalize_thread_id(thread_id)
+        reply = yield Call("import", self.keys.thread_keys(tid), [*self._header(tid), step, token])
+        return Import(int(reply))
+
     # ---- rewrite of values stored raw ------------------------------------------------
     def _plan_rewrite_values(self, thread_id: Any) -> Plan[RewriteStats]:
         """Re-encode the thread's raw channel values as a put of this version stores them:
