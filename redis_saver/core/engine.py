@@ -1,9 +1,9 @@
 """Every decision about talking to Redis, without doing any I/O (sans-IO).
 
-The engine runs a plan (``plans.py``) and turns its steps into *operations*: a client method
-call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
-(``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
-or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
+The engine runs a plan (``plans/``) and turns its steps into *operations* (``ops.py``, which
+this module re-exports: ``Cmd``, ``Pipe``, ``Sleep``, ``Refresh``, ``Scan``, ``Targets``,
+``Emit``; what runs once, setup() and the memory-policy check, is ``setup.py``'s).
+It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
 cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
@@ -27,7 +27,6 @@ again as EVAL of its script's body, as after NOSCRIPT.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from redis.exceptions import (
@@ -47,12 +46,20 @@ from ..errors import (
     LUA_ERROR_CLASSES,
     DamagedThreadError,
     ReplicationTimeoutError,
-    SchemaMismatchError,
-    UnsupportedServerError,
 )
-from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
+from ..keys import SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
+from . import setup as _setup
+from .ops import Cmd as Cmd
+from .ops import Emit as Emit
+from .ops import Io as Io
+from .ops import Op as Op
+from .ops import Pipe as Pipe
+from .ops import Refresh as Refresh
+from .ops import Scan as Scan
+from .ops import Sleep as Sleep
+from .ops import Targets as Targets
 from .plans import Call, IndexSlots, LoadScripts, Out
 from .policy import logger
 from .scripts import Library, Registry, Script, where
@@ -67,58 +74,6 @@ CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: trie
 # the Cmd names of script calls -> their commands (the sync driver's direct path and
 # AsyncRedisSaver's lanes send these themselves)
 SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
-
-
-# ---- operations ------------------------------------------------------------------------
-@dataclass(slots=True)
-class Cmd:
-    """``client.<name>(*args, **kwargs)``: its reply."""
-
-    name: str
-    args: Sequence[Any] = ()
-    kwargs: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class Pipe:
-    """One non-transactional pipeline (replies and errors in order, nothing raised), on the
-    client, or on one connection to the cluster node serving ``node_key``."""
-
-    commands: list[tuple[Any, ...]]
-    node_key: bytes | None = None
-
-
-@dataclass(slots=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(slots=True)
-class Refresh:
-    """Refresh a cluster client's slot map."""
-
-
-@dataclass(slots=True)
-class Scan:
-    """The names of the keys matching ``pattern`` (every node of a cluster)."""
-
-    pattern: bytes
-
-
-@dataclass(slots=True)
-class Targets:
-    """``_policy.targets(client)``: the nodes to ask about the maxmemory policy."""
-
-
-@dataclass(slots=True)
-class Emit:
-    """Items for the caller of ``iterate`` (``run`` drops them)."""
-
-    items: list[Any]
-
-
-Op = Cmd | Pipe | Sleep | Refresh | Scan | Targets | Emit
-Io = Generator[Op, Any, T]  # an engine generator: yields operations, returns T
 
 
 # ---- errors and replies ----------------------------------------------------------------
@@ -178,31 +133,6 @@ def _plain_size(op: Cmd | Pipe | Scan) -> int:
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (0-based) of a call that failed to connect."""
     return min(0.5, 0.05 * 2.0**attempt)
-
-
-def _unsupported(exc: ResponseError) -> Exception:
-    text = str(exc)
-    if "near '#'" not in text and "shebang" not in text.lower():
-        return exc  # e.g. NOPERM: not a server-version problem
-    return UnsupportedServerError(
-        "redis_saver needs Redis >= 7.0 or Valkey >= 7.2 (Lua scripts with #!lua flags); "
-        f"loading its scripts failed: {exc}"
-    )
-
-
-def check_schema(keys: KeySchema, stored: Any) -> bool:
-    """True when ``<prefix>:schema`` holds an older format this version reads (setup() then
-    records FORMAT_VERSION: from then on a release that reads only the older format refuses
-    the prefix); raises for a format it does not read."""
-    if stored is None:
-        return False
-    fmt = stored.decode() if isinstance(stored, bytes) else str(stored)
-    if fmt not in READ_FORMATS:
-        raise SchemaMismatchError(
-            f"keys under prefix {keys.prefix!r} use storage format {fmt!r}; this redis_saver "
-            f"reads formats {', '.join(READ_FORMATS)} and writes {FORMAT_VERSION}: use another prefix"
-        )
-    return fmt != FORMAT_VERSION
 
 
 Command = tuple[Script | None, tuple[Any, ...]]  # a pipelined command, with its script if any
@@ -314,7 +244,7 @@ class Engine:
 
     def _drive(self, plan: Generator[Any, Any, T], rec: Recording | None) -> Io[T]:
         if self.policy_pending and self.eviction_check == "raise":
-            yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
+            yield from _setup.check_policy(self)  # refuse before the call; "warn" asks after one succeeded
         reply: Any = None
         lost: DamagedThreadError | None = None
         while True:
@@ -323,7 +253,7 @@ class Engine:
                 step = plan.send(reply) if lost is None else plan.throw(lost)
             except StopIteration as stop:
                 if self.policy_pending:
-                    yield from self.check_policy()
+                    yield from _setup.check_policy(self)
                 return stop.value  # type: ignore[no-any-return]
             lost = None
             if rec is not None:
@@ -332,7 +262,7 @@ class Engine:
                     rec.script(c.script, c.args, str(c.args[1]) if s is not None and s.per_thread else None)
             if isinstance(step, Out):
                 if self.policy_pending:
-                    yield from self.check_policy()
+                    yield from _setup.check_policy(self)
                 yield Emit(step.items)
                 reply = None
             elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
@@ -521,62 +451,13 @@ class Engine:
 
     def index_slots(self) -> Io[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""
-        keys = self._saver_keys()
+        keys = self.saver_keys()
         if (yield Cmd("dbsize")) > SCAN_MAX_KEYS:
             return list(range(SLOTS))
         found = yield Scan(keys.index_pattern())
         return sorted({keys.slot_of_index_key(k) for k in found})
 
-    def _saver_keys(self) -> KeySchema:
+    def saver_keys(self) -> KeySchema:
         if self.keys is None:
             raise TypeError("this engine serves no saver (it has no key schema)")
         return self.keys
-
-    def setup(self) -> Io[None]:
-        """Load every script (where the server refuses ``#!lua``: UnsupportedServerError),
-        record or check the prefix's storage format, and check the memory policy."""
-        for s in self.scripts.values():
-            try:
-                yield Cmd("script_load", (s.source,))
-            except ResponseError as exc:
-                raise _unsupported(exc) from None
-        if self.library is not None:
-            yield from self.load_library(self.library, reload=False)
-        keys = self._saver_keys()
-        key = keys.schema_key()
-        yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
-        if check_schema(keys, (yield Cmd("get", (key,)))):
-            yield Cmd("set", (key, FORMAT_VERSION))
-        if self.policy_pending:
-            yield from self.check_policy()
-
-    def check_policy(self) -> Io[None]:
-        """Once per saver: setup(), or right after its first call that succeeded (before it, with
-        eviction_check="raise"); one round trip per primary. A server that cannot be reached is
-        asked again at the next call; pending is cleared first, so concurrent calls ask once."""
-        self.policy_pending = False
-        try:
-            _policy.report((yield from self._ask_policies()), self.eviction_check, self.saver_ttl)
-        except _policy.UNREACHABLE:
-            self.policy_pending = True  # asked again on the next call, which reports the error
-        except UnsupportedServerError:
-            self.policy_pending = True  # eviction_check="raise": every call refuses until fixed
-            raise
-
-    def _ask_policies(self) -> Io[dict[str, str | None]]:
-        """Each server's maxmemory-policy: CONFIG GET, else INFO memory (CONFIG is often
-        disabled or denied on managed services and for ACL users); None when neither answers."""
-        out: dict[str, str | None] = {}
-        for name, kw in (yield Targets()):
-            policy = None
-            for method, arg, parse in _policy.QUESTIONS:
-                try:
-                    policy = parse((yield Cmd(method, (arg,), kw)))
-                except _policy.UNREACHABLE:
-                    raise
-                except Exception:  # disabled, denied or unparsable: the next question
-                    policy = None
-                if policy is not None:
-                    break
-            out[name] = policy
-        return out

@@ -19,6 +19,7 @@ import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from ..core import policy as _policy
+from ..core import setup as _setup
 from ..core.engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
 from ..core.plans import Call
 from ..core.scripts import Registry
@@ -231,7 +232,7 @@ class SyncDriver(_Driver):
         return self._run(self.engine.batch(calls))
 
     def setup(self) -> None:
-        self._run(self.engine.setup())
+        self._run(_setup.setup(self.engine))
 
 
 class AsyncDriver(_Driver):
@@ -335,4 +336,4 @@ class AsyncDriver(_Driver):
         return await self._run(self.engine.batch(calls))
 
     async def setup(self) -> None:
-        await self._run(self.engine.setup())
+        await self._run(_setup.setup(self.engine))

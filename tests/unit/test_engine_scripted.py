@@ -16,6 +16,7 @@ from redis_saver.core.engine import Cmd, Emit, Engine, Pipe, Refresh, Scan, Slee
 from redis_saver.core.plans import Call, IndexSlots, LoadScripts, Out
 from redis_saver.core.replies import Err
 from redis_saver.core.scripts import load_all, lua_scripts
+from redis_saver.core.setup import setup
 from redis_saver.errors import (
     LUA_ERROR_CLASSES,
     ConflictError,
@@ -24,7 +25,7 @@ from redis_saver.errors import (
     SchemaMismatchError,
     UnsupportedServerError,
 )
-from redis_saver.keys import FORMAT_VERSION, SLOTS, KeySchema
+from redis_saver.keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 
 from .scripted import (
     command,
@@ -319,25 +320,25 @@ def _setup_turns(stored):
 
 
 def test_setup_loads_every_script_and_the_library_then_records_the_format():
-    assert converse(engine().setup(), _setup_turns(FORMAT_VERSION.encode())) is None
+    assert converse(setup(engine()), _setup_turns(FORMAT_VERSION.encode())) is None
 
 
 def test_setup_on_an_older_readable_format_records_this_one():
-    older = [f for f in engine_mod.READ_FORMATS if f != FORMAT_VERSION]
+    older = [f for f in READ_FORMATS if f != FORMAT_VERSION]
     turns = [*_setup_turns(older[0].encode()), (Cmd("set", (KeySchema("t").schema_key(), FORMAT_VERSION)), True)]
-    assert converse(engine().setup(), turns) is None
+    assert converse(setup(engine()), turns) is None
 
 
 def test_setup_refuses_a_format_it_does_not_read():
     with pytest.raises(SchemaMismatchError, match="'99'"):
-        converse(engine().setup(), _setup_turns(b"99"))
+        converse(setup(engine()), _setup_turns(b"99"))
 
 
 def test_setup_on_a_server_refusing_shebang_lines_says_it_is_unsupported():
     first = next(iter(load_all().values()))
     refusal = ResponseError("Error compiling script (new function): user_script:1: unexpected symbol near '#'")
     with pytest.raises(UnsupportedServerError, match="Redis >= 7.0"):
-        converse(engine().setup(), [(Cmd("script_load", (first.source,)), refusal)])
+        converse(setup(engine()), [(Cmd("script_load", (first.source,)), refusal)])
 
 
 def test_the_memory_policy_is_asked_once_after_the_first_call():
