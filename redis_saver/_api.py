@@ -195,6 +195,14 @@ class SaverAPI(RedisSaverBase):
         """
         return self._call(self._plans._plan_rewrite_values(thread_id), "rewrite_values")
 
+    def sign_thread(self, thread_id: str) -> int:
+        """Sign every stored checkpoint, value and pending write of a thread with the saver's
+        ``integrity_key`` (its first key), unchecked: the caller vouches for what is stored
+        (data written before the key was set, or under a key being retired). Bounded calls, each
+        atomic; a record a writer changed meanwhile is left alone (run it again). The thread's
+        expiry is left as it is. Returns the number of records signed."""
+        return int(self._call(self._plans._plan_sign_thread(thread_id), "sign_thread"))
+
     # ---- async API: the same semantics and errors ---------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple`: the same semantics and errors."""
@@ -262,3 +270,7 @@ class SaverAPI(RedisSaverBase):
     async def arewrite_values(self, thread_id: str) -> RewriteStats:
         """Async :meth:`rewrite_values`: the same semantics and errors."""
         return await self._acall(self._plans._plan_rewrite_values(thread_id), "rewrite_values")
+
+    async def asign_thread(self, thread_id: str) -> int:
+        """Async :meth:`sign_thread`: the same semantics and errors."""
+        return int(await self._acall(self._plans._plan_sign_thread(thread_id), "sign_thread"))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ._shell import Options, Shell
+from .core.integrity import Integrity
 from .core.plans import Plans
 from .core.scripts import lua_scripts
 from .core.ttl import TTLConfig
@@ -69,6 +70,14 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
         cache_bytes: bound of the per-saver cache of the streams last read or written (LRU,
             by the streams' raw bytes; a stream above a quarter of it is not kept). A put of
             a channel the saver has not seen starts a new stream instead of a delta.
+        integrity_key: bytes of at least 32, or a sequence of such keys (the first signs new
+            data, every one verifies: key rotation). Every checkpoint, value and pending write
+            is then stored with a tag bound to where it belongs (prefix, thread, namespace,
+            checkpoint id, channel and version, task id and write index), checked before
+            anything is deserialized: data that fails, or carries no tag, raises
+            ``IntegrityError`` (docs/deployment.md "Trust model"). ``None`` (default): no tags
+            are written or checked; tagged data reads as any other. ``copy_thread`` with a
+            key checks each record in the client and signs it for the target.
     """
 
     def __init__(
@@ -93,6 +102,8 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
         wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
         keys = KeySchema(shared["prefix"])
+        key = shared["integrity_key"]
+        integrity = None if key is None else Integrity(key, keys.prefix)
         ttl_config = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
@@ -101,7 +112,15 @@ class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
         driver = self._attach(client, shared, keys, lua_scripts(functions))
         driver.set_eviction_check(eviction_check, ttl_config.ttl_ms > 0)
         self._context = Plans(
-            self.serde, keys, ttl_config, history, bool(fencing), self.compress, StreamCache(cache_bytes), wait
+            self.serde,
+            keys,
+            ttl_config,
+            history,
+            bool(fencing),
+            self.compress,
+            StreamCache(cache_bytes),
+            wait,
+            integrity,
         )
 
     # the options the plans read live in their frozen context, once: read-only views here

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_type_hints
 
@@ -46,6 +46,13 @@ class Options(TypedDict, total=False):
     - ``auto_pipeline`` (``None``: on): the asyncio classes only: the script calls concurrent
       tasks issue in one event-loop iteration leave in one write per server
       (``transport/autopipe.py``); ``False``: a pooled connection per call.
+    - ``integrity_key`` (``None``): bytes of at least 32, or a sequence of such keys (the first
+      signs new data, every one verifies: key rotation). Every stored value then carries a tag
+      bound to where it belongs (the saver: prefix, thread, namespace, checkpoint id, channel and
+      version, task id and write index; the store and the cache: namespace and key), checked
+      before anything is deserialized: data that fails, or carries no tag, raises
+      ``IntegrityError`` (docs/deployment.md "Trust model"). Without a key, tagged data reads
+      as any other.
     """
 
     prefix: str
@@ -54,10 +61,12 @@ class Options(TypedDict, total=False):
     retries: int
     telemetry: Telemetry | bool
     auto_pipeline: bool | None
+    integrity_key: bytes | Sequence[bytes] | None
 
 
 _DEFAULTS: Options = {
-    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None,
+    "integrity_key": None,
 }
 _SHARED: dict[str, Any] = get_type_hints(Options)  # name -> type
 

@@ -22,6 +22,12 @@ class MalformedReplyError(RedisSaverError):
     """A script returned a reply this version cannot parse (usually a version mix-up)."""
 
 
+class IntegrityError(RedisSaverError):
+    """With ``integrity_key`` set: stored data failed its integrity check (tampered, moved from
+    another thread, checkpoint, channel, version, namespace or key, signed with a key not given,
+    or written without a key). Nothing of it was deserialized or returned, and nothing was written."""
+
+
 class ConflictError(RedisSaverError):
     """``put`` with fencing found that another writer already moved the thread on."""
 

@@ -1,4 +1,4 @@
-#!lua name=redis_saver_f1672c6d4fe85c0c
+#!lua name=redis_saver_f130095f813c92a9
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -3114,6 +3114,49 @@ apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as 
 return #blob_pairs / 2
 
 end
+local function s_sign()
+--[[ sign: replace a thread's stored records by the same records carrying integrity tags (the
+CLI's "rewrite --sign": the operator vouches once for what is stored). Only the type part of
+each record gains a tag, so no index, count or stream reference changes. Bounded by the call's
+arguments (the client sends a page at a time).
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] n, then n quadruples: hash ("c" checkpoints | "b" values | "w" writes), field, sha1 hex of
+        the record the client read, the new record
+        Every new record is checked before anything is written; a field whose record changed
+        since the client read it (or went) is left alone: what was not read is not vouched for.
+Returns the number of records replaced.
+Errors: RS_BADARG, RS_SCHEMA
+]]
+local n = tonumber(ARGV[5])
+if not n or n < 0 or #ARGV ~= 5 + 4 * n then fail('RS_BADARG', 'bad sign arguments') end
+check_format()
+local hashes = {c = K_CP, b = K_BLOB, w = K_WR}
+for i = 0, n - 1 do
+  local h, f, rec = ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[9 + 4 * i]
+  if not hashes[h] or f == '' then fail('RS_BADARG', 'bad sign arguments') end
+  if h == 'c' then
+    validate_record(rec)
+  elseif h == 'b' then
+    if is_stream_part(f) or not is_blob_record(rec) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  elseif #unpack_rec(rec) ~= W_PARTS then
+    fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts')
+  end
+end
+if not META_V then return 0 end  -- the thread is gone
+local done = 0
+for i = 0, n - 1 do
+  local key, f = hashes[ARGV[6 + 4 * i]], ARGV[7 + 4 * i]
+  local cur = redis.call('HGET', key, f)
+  if cur and redis.sha1hex(cur) == ARGV[8 + 4 * i] then
+    redis.call('HSET', key, f, ARGV[9 + 4 * i])
+    done = done + 1
+  end
+end
+return done
+
+end
 local function s_store_delete()
 --[[ store_delete: a store batch's deletes on one shard when it has no other write (RedisStore
 .delete), in one call; it only frees memory, so it runs when Redis is out of memory.
@@ -3776,29 +3819,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_f1672c6d4fe85c0c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f130095f813c92a9_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_f130095f813c92a9_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -9,6 +9,7 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 
 from .._shell import Options, Shell
 from ..core.engine import Engine
+from ..core.integrity import Integrity
 from ..core.scripts import Registry
 from . import _core as core
 from .keys import CacheKeys
@@ -26,6 +27,9 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
         prefix: the key prefix (no braces); every key is ``<prefix>:cache{<namespace>}...``,
             so it never meets a saver's or a store's key, whatever the two prefixes.
         serde: the serializer of the values (default: LangGraph's ``JsonPlusSerializer``).
+        integrity_key: bytes of at least 32, or a sequence of such keys (the first signs): each
+            entry then carries a tag of its namespace and key, checked before it is
+            decompressed or deserialized (``IntegrityError``: never another key's value).
         compress: store values of 256 bytes or more as one zstd frame when that saves an
             eighth or more (default); ``False`` stores the serializer's bytes as they are. Both
             read everything.
@@ -40,15 +44,17 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
         shared = self._options(options)
         super().__init__(serde=shared["serde"])
         self.keys = CacheKeys(shared["prefix"])
+        key = shared["integrity_key"]
+        self._integrity = None if key is None else Integrity(key, shared["prefix"])
         # the saver's driver and engine, running the cache's scripts as EVALSHA (EVAL after NOSCRIPT)
         self._engine: Engine = self._attach(client, shared, None, Registry(core.scripts())).engine
 
     # the plans of the three operations, which the shells hand to their driver's run()
     def _get(self, keys: Sequence[FullKey]) -> core.Plan[dict[FullKey, ValueT]]:
-        return core.get(self.keys, self.serde, keys, self._engine.cluster)
+        return core.get(self.keys, self.serde, keys, self._engine.cluster, self._integrity)
 
     def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> core.Plan[None]:
-        return core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster)
+        return core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster, self._integrity)
 
     def _clear(self, namespaces: Sequence[Namespace] | None) -> core.Plan[None]:
         return core.clear(self.keys, namespaces)

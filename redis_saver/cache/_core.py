@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core import values as values_
 from ..core.engine import Cmd, Pipe, Scan
+from ..core.integrity import Integrity, join_type, split_type
 from ..core.plans import Call
 from ..core.replies import CacheClear
 from ..core.scripts import Script, lua_dir
@@ -91,15 +92,23 @@ def ttl_ms(ttl: Any) -> int:
 
 
 # ---- values: e(serde type) + bytes; the type marked "\x1fz" when the bytes are one zstd frame
-def encode_value(serde: SerializerProtocol, value: Any, compress: bool) -> bytes:
+# with an integrity key, the type holds a tag of (namespace, key) after its name (core/integrity.py)
+def encode_value(
+    serde: SerializerProtocol, value: Any, compress: bool, integ: Integrity | None = None, where: Any = None
+) -> bytes:
     type_, data = serde.dumps_typed(value)
     t, b = values_.encode_plain(type_, data, compress)
+    if integ is not None:
+        t = join_type(t, integ.tag(("e", *where, t), b))
     return enc(t) + b
 
 
-def decode_value(serde: SerializerProtocol, raw: bytes) -> Any:
+def decode_value(serde: SerializerProtocol, raw: bytes, integ: Integrity | None = None, where: Any = None) -> Any:
     t, pos = dec_first(raw)
     data = raw[pos:]
+    t, tag = split_type(t)
+    if integ is not None:
+        integ.check(tag, ("e", *where, t), data)
     if t.endswith(values_.ZSTD_MARK):
         t, data = t[: -len(values_.ZSTD_MARK)], values_.decompress(data)
     return serde.loads_typed((t.decode(), data))
@@ -107,7 +116,11 @@ def decode_value(serde: SerializerProtocol, raw: bytes) -> Any:
 
 # ---- plans --------------------------------------------------------------------------------
 def get(
-    keys: CacheKeys, serde: SerializerProtocol, wanted: Sequence[FullKey], cluster: bool
+    keys: CacheKeys,
+    serde: SerializerProtocol,
+    wanted: Sequence[FullKey],
+    cluster: bool,
+    integ: Integrity | None = None,
 ) -> Plan[dict[FullKey, Any]]:
     """The stored values of ``wanted`` (missing and expired keys left out): one MGET, or on a
     cluster one per namespace, all in one pipeline."""
@@ -128,7 +141,7 @@ def get(
     out: dict[FullKey, Any] = {}
     for k, raw in zip(found, replies, strict=True):
         if raw is not None:
-            out[k] = decode_value(serde, raw)
+            out[k] = decode_value(serde, raw, integ, k)
     return out
 
 
@@ -138,6 +151,7 @@ def set_(
     pairs: Mapping[FullKey, tuple[Any, int | None]],
     compress: bool,
     cluster: bool,
+    integ: Integrity | None = None,
 ) -> Plan[None]:
     """Store ``pairs`` (value, TTL in seconds): one set.lua call, or on a cluster one per
     namespace, all in one pipeline. Every pair is checked and serialized before anything is sent."""
@@ -154,7 +168,7 @@ def set_(
         if group is None:
             group = groups[ns] = ([keys.index(ns)], [0])
         group[0].append(keys.entry(ns, key))
-        group[1].extend((ms, encode_value(serde, value, compress)))
+        group[1].extend((ms, encode_value(serde, value, compress, integ, (ns, key))))
     for names, args in groups.values():
         args[0] = len(names) - 1  # the group's entry count
     if not groups:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from . import _move, _read, _write
-from ._common import Group, State, _load_serde
+from . import _move, _read, _verify, _write
+from ._common import Group, State, _load_serde, load_integrity_key
 from ._store import store as _store_group
 from ._urls import option_check
 
@@ -27,9 +27,16 @@ from ._urls import option_check
               help="Your application's serializer: a SerializerProtocol object, or a callable returning "
                    "one, imported from MODULE (e.g. EncryptedSerializer); default JsonPlusSerializer "
                    "[env REDIS_SAVER_SERDE].")
+@click.option("--integrity-key-file", envvar="REDIS_SAVER_INTEGRITY_KEY_FILE", metavar="PATH",
+              help="Your application's integrity_key: a file of hex keys, one a line, the first signs "
+                   "(or hex keys, comma-separated, in env REDIS_SAVER_INTEGRITY_KEY). Reads check every "
+                   "tag, writes sign, verify and rewrite --sign use it [env REDIS_SAVER_INTEGRITY_KEY_FILE].")
 @click.version_option(package_name="redis-saver", prog_name="redis-saver")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None, serde: str | None) -> None:
+def cli(
+    ctx: click.Context, url: str | None, prefix: str, ttl: float | None, serde: str | None,
+    integrity_key_file: str | None,
+) -> None:
     """Inspect and operate LangGraph checkpoints stored by redis_saver."""
     from redis_saver.keys import KeySchema
 
@@ -37,12 +44,12 @@ def cli(ctx: click.Context, url: str | None, prefix: str, ttl: float | None, ser
         KeySchema(prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--prefix") from None
-    st = State(url, prefix, ttl, _load_serde(serde) if serde else None)
+    st = State(url, prefix, ttl, _load_serde(serde) if serde else None, load_integrity_key(integrity_key_file))
     ctx.obj = st
     ctx.call_on_close(st.close)
 
 
 
 
-for _cmd in (*_read.COMMANDS, *_write.COMMANDS, *_move.COMMANDS, _store_group):
+for _cmd in (*_read.COMMANDS, *_write.COMMANDS, *_move.COMMANDS, *_verify.COMMANDS, _store_group):
     cli.add_command(_cmd)

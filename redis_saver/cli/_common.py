@@ -31,8 +31,11 @@ ID_WIDTH = 36  # a uuid6 checkpoint id: never truncated in tables
 class State:
     """Global options; the client and savers are made on first use and closed at exit."""
 
-    def __init__(self, url: str | None, prefix: str, ttl: float | None, serde: Any = None) -> None:
+    def __init__(
+        self, url: str | None, prefix: str, ttl: float | None, serde: Any = None, integrity_key: Any = None
+    ) -> None:
         self.url, self.prefix, self.ttl, self.serde = url, prefix, ttl, serde
+        self.integrity_key = integrity_key  # a list of keys (the first signs), or None
         self._client: Any = None
         self._saver: Any = None
 
@@ -55,6 +58,8 @@ class State:
         from redis_saver import RedisSaver
 
         opts: dict[str, Any] = {"prefix": self.prefix, "retries": 3, "serde": self.serde, "eviction_check": "off"}
+        if self.integrity_key is not None:
+            opts["integrity_key"] = self.integrity_key
         if ttl_minutes is None:
             if self._saver is None:
                 self._saver = RedisSaver(self.client, **opts)
@@ -75,6 +80,30 @@ class State:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+def load_integrity_key(path: str | None) -> list[bytes] | None:
+    """The keys of ``--integrity-key-file`` (one key a line, hex, the first signs), else of the
+    environment variable REDIS_SAVER_INTEGRITY_KEY (hex keys separated by commas), else None."""
+    if path is not None:
+        try:
+            with open(path, encoding="ascii") as f:
+                text, where = f.read(), path
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"cannot read the key file: {exc}", param_hint="--integrity-key-file") from None
+        lines = [x.strip() for x in text.splitlines() if x.strip() and not x.strip().startswith("#")]
+    elif os.environ.get("REDIS_SAVER_INTEGRITY_KEY"):
+        where = "REDIS_SAVER_INTEGRITY_KEY"
+        lines = [x.strip() for x in os.environ["REDIS_SAVER_INTEGRITY_KEY"].split(",") if x.strip()]
+    else:
+        return None
+    try:
+        keys = [bytes.fromhex(x) for x in lines]
+    except ValueError:
+        raise click.BadParameter(f"{where}: each key must be hex (64 hex digits or more)") from None
+    if not keys or any(len(k) < 32 for k in keys):
+        raise click.BadParameter(f"{where}: give one or more keys of at least 32 bytes (64 hex digits)")
+    return keys
 
 
 def _fail(msg: str) -> click.ClickException:

@@ -44,6 +44,8 @@ def _store(st: State) -> Any:
     opts: dict[str, Any] = {"prefix": st.prefix, "retries": 3, "telemetry": False}
     if st.serde is not None:
         opts["serde"] = st.serde
+    if st.integrity_key is not None:
+        opts["integrity_key"] = st.integrity_key
     recorded = st.client.get(StoreKeys(st.prefix, 1, None).schema())
     if recorded:
         _fmt, shards, depth = recorded.decode().split(" ")

@@ -129,17 +129,26 @@ def prune(st: State, thread_ids: tuple[str, ...], all_threads: bool, strategy: s
 @click.argument("thread_ids", nargs=-1, metavar="[THREAD]...")
 @click.option("--all", "all_threads", is_flag=True, help="Every thread under the prefix.")
 @click.option("--after", metavar="THREAD", help="With --all: start after this thread (resume a stopped run).")
+@click.option("--sign", is_flag=True, help="Sign every stored record with the integrity key (saver.sign_thread).")
 @yes_option
 @pass_state
-def rewrite(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: str | None, yes: bool) -> None:
+def rewrite(
+    st: State, thread_ids: tuple[str, ...], all_threads: bool, after: str | None, sign: bool, yes: bool
+) -> None:
     """Compress values stored raw (by 0.1.x, or with compress=False) in place (saver.rewrite_values).
 
     Optional: raw values are read as they are. Each thread is rewritten in bounded atomic calls,
     leaving its expiry as it is; a value written meanwhile is left alone. A stopped run can be
     run again (done values are skipped) or resumed with --after, the last thread it printed.
+
+    With --sign (and --integrity-key-file): sign what is stored with the first key instead,
+    unchecked: you vouch for it (data written before the key was set, or under a retired key).
     """
     if after is not None and not all_threads:
         raise click.UsageError("--after goes with --all")
+    if sign:
+        _sign(st, thread_ids, all_threads, after, yes)
+        return
     saver = st.saver()
     targets, what, missing = _targets(saver, thread_ids, all_threads, "rewrite")
     _confirm(f"Rewrite the raw values of {what} compressed?", yes)
@@ -161,6 +170,33 @@ def rewrite(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: st
             prog.advance(task)
             err.print(f"{t}: {r.values} value(s), {_size(r.bytes_before)} -> {_size(r.bytes_after)}")
     click.echo(f"rewrote {done} thread(s): {values} value(s), {_size(before)} -> {_size(after_bytes)}")
+    if not all_threads and missing:
+        raise click.exceptions.Exit(1)
+
+
+def _sign(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: str | None, yes: bool) -> None:
+    if st.integrity_key is None:
+        raise click.UsageError("--sign needs the key: --integrity-key-file or REDIS_SAVER_INTEGRITY_KEY")
+    saver = st.saver()
+    targets, what, missing = _targets(saver, thread_ids, all_threads, "sign")
+    _confirm(f"Sign every record of {what} with the integrity key, vouching for what is stored?", yes)
+    done = records = 0
+    skipping = after is not None
+    with _progress() as prog:
+        task = prog.add_task("sign", total=len(targets) if isinstance(targets, list) else None, rate="")
+        for t in targets:
+            if skipping:
+                skipping = t != after
+                continue
+            try:
+                n = saver.sign_thread(t)
+            except Exception as exc:
+                raise _fail(f"signing {t!r} failed ({exc}) after {done} thread(s); run the command "
+                            f"again, or with --all --after {t!r}") from None
+            done, records = done + 1, records + n
+            prog.advance(task)
+            err.print(f"{t}: {n} record(s) signed")
+    click.echo(f"signed {done} thread(s): {records} record(s)")
     if not all_threads and missing:
         raise click.exceptions.Exit(1)
 

@@ -27,6 +27,7 @@ restart) a put starts a new stream: one compressed copy of the value, never a se
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -68,6 +69,7 @@ class Stream(NamedTuple):
     sid: bytes
     raw: bytes  # its raw (decompressed) bytes
     frames: int  # its number of frames
+    hashed: Any = None  # with an integrity key: a BLAKE2b of exactly ``raw`` (``stream_covered``)
 
 
 class Known(NamedTuple):
@@ -381,9 +383,10 @@ def new_sid() -> bytes:
 
 
 def encode_channel(
-    type_: bytes, data: bytes, ch_e: bytes, known: Known | None
+    type_: bytes, data: bytes, ch_e: bytes, known: Known | None, extra: int = 0
 ) -> tuple[bytes, StreamAppend | None]:
-    """A channel value's blob record, and the stream change it needs (None: stored raw)."""
+    """A channel value's blob record, and the stream change it needs (None: stored raw);
+    ``extra``: bytes its type will gain (an integrity tag), counted in the record's bound."""
     check_type(type_)
     if len(data) < MIN_ENCODED or len(type_) > 128:
         return blob_record(type_, data), None
@@ -398,7 +401,7 @@ def encode_channel(
             raw = st.raw + suffix
             payload = stream_payload(st.sid, ops)
             rec = blob_record(type_ + STREAM_MARK, payload)
-            if len(rec) <= STREAM_REC_MAX:
+            if len(rec) + extra <= STREAM_REC_MAX:
                 if st.frames + (1 if suffix else 0) > MERGE_AT:
                     mode, frame, frames = b"m", compress(raw), 1
                 elif suffix:
@@ -433,6 +436,8 @@ def decode_streams(
     for s in streams:
         sid, d, frames = s[0], s[1], s[2:]
         dir_ = unpack(d)
+        if not dir_ or not dir_[0].isdigit():
+            raise MalformedReplyError(f"stream {sid!r}: malformed directory")
         held = cache.stream(thread_id, sid) if cache is not None else None
         if held is not None and len(held.raw) == int(dir_[0]) and held.frames == len(frames):
             out[sid] = held
@@ -444,6 +449,28 @@ def decode_streams(
             )
         out[sid] = Stream(sid, raw, len(frames))
     return out
+
+
+def stream_covered(ops: Sequence[Op], st: Stream, base: Stream | None = None) -> tuple[bytes, Stream]:
+    """What the integrity tag of a stream value covers: its ops (the stream id left out: a copy
+    gives streams new ids) and a BLAKE2b of the stream bytes they read, ``raw[:end]``; and the
+    stream with its running hash when that is the whole stream. A stream that extends ``base``
+    (the stream a put appended to) continues ``base``'s hash: a put hashes its new bytes only,
+    and a read of a stream this saver holds hashes nothing again."""
+    end = max((op[1] for op in ops if not isinstance(op, bytes)), default=0)
+    if end == len(st.raw):
+        h = st.hashed
+        if h is None:
+            if base is not None and base.hashed is not None and base.sid == st.sid and len(base.raw) <= end:
+                h = base.hashed.copy()
+                h.update(memoryview(st.raw)[len(base.raw) :])
+            else:
+                h = hashlib.blake2b(st.raw)
+            st = st._replace(hashed=h)
+        digest = h.digest()
+    else:
+        digest = hashlib.blake2b(memoryview(st.raw)[:end]).digest()
+    return stream_payload(b"", ops) + digest, st
 
 
 def decode_stream_value(payload: bytes, streams: dict[bytes, Stream]) -> tuple[bytes, Known]:

@@ -14,6 +14,7 @@ from langgraph.store.base.embed import ensure_embeddings
 
 from .._shell import Options, Shell
 from ..core.engine import Cmd
+from ..core.integrity import Integrity
 from ..core.plans import LoadScripts
 from ..core.scripts import lua_scripts
 from ..errors import SchemaMismatchError
@@ -136,6 +137,8 @@ class RedisStoreBase(Shell, BaseStore):
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
         self._cfg = Config(self.keys, self.serde, shared["compress"], default_ttl, self.index_config, vcache=vcache)
         self._cfg.ann = ann
+        if shared["integrity_key"] is not None:
+            self._cfg.integrity = Integrity(shared["integrity_key"], shared["prefix"])
         if not vector_sets:
             self._cfg.vsets = False
         self._attach(client, shared, None, lua_scripts(functions))

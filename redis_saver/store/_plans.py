@@ -39,7 +39,7 @@ from ..keys import enc
 from . import _budgets as B
 from . import _semantics as sem
 from ._keys import STORE_FORMAT, enc_ns, vset_format
-from ._records import Config, _item, pack_vector
+from ._records import Config, _item, pack_vector, sign_value
 from ._search import _List, _Search
 
 
@@ -91,12 +91,12 @@ def ttl_ms(ttl: Any) -> int:
     return max(1, round(ttl * 60_000))
 
 
-def _encode_value(cfg: Config, value: Mapping[str, Any]) -> tuple[bytes, bytes]:
+def _encode_value(cfg: Config, value: Mapping[str, Any], ns: tuple[str, ...], key: str) -> tuple[bytes, bytes]:
     type_, data = cfg.serde.dumps_typed(dict(value))
     t, d = _values.encode_plain(type_, data, cfg.compress)
     if b" " in t or b"\n" in t:
         raise ValueError(f"serializer type {type_!r} may not contain a space or a newline")
-    return t, d
+    return sign_value(cfg, t, d, ns, key), d
 
 
 def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
@@ -139,7 +139,7 @@ def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
                 if op.index is not None and op.index is not False:
                     if isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index):
                         raise TypeError("index must be False, None or a list of field paths")
-                t, d = _encode_value(cfg, op.value)
+                t, d = _encode_value(cfg, op.value, ns, key)
                 args = [b"p", enc_ns(ns), enc(key), b"", str(ttl_ms(op.ttl)).encode(), t, d]
             old = puts.get((ns, key))
             ordinal = old[0] if old is not None else len(puts)

@@ -15,6 +15,7 @@ from langgraph.store.base import (
 )
 
 from ..core import values as _values
+from ..core.integrity import Integrity, join_text, split_text
 from ..errors import MalformedReplyError
 from . import _vcache
 from ._keys import StoreKeys, dec_ns
@@ -36,6 +37,7 @@ class Config:
     vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
     ann: tuple[int, int, int] | None = None  # opt-in approximate search: (M, ef_construction, ef_search)
     vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
+    integrity: Integrity | None = None  # integrity_key: each item's type holds a tag of its namespace and key
 
 
 def pack_vector(v: Sequence[float]) -> bytes:
@@ -48,7 +50,7 @@ def _when(us: bytes) -> datetime:
 
 
 def _decode(
-    cfg: Config, rec: bytes, value: dict[str, Any] | None = None
+    cfg: Config, rec: bytes, ns: tuple[str, ...], key: str, value: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], datetime, datetime, int]:
     """An item record: value (``value`` when already decoded), created_at, updated_at, ttl ms."""
     head, sep, data = rec.partition(b"\n")
@@ -57,22 +59,40 @@ def _decode(
         raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
     created, updated, ttl, type_ = parts
     if value is None:
-        if type_.endswith(_values.ZSTD_MARK):
-            type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
-        value = cfg.serde.loads_typed((type_.decode(), data))
+        value = _load(cfg, type_, data, ns, key)
     return value, _when(created), _when(updated), int(ttl)
 
 
-def _decode_value(cfg: Config, rec: bytes) -> dict[str, Any]:
+def _decode_value(cfg: Config, rec: bytes, ns: tuple[str, ...], key: str) -> dict[str, Any]:
     """An item record's value alone (what a filter reads; the times only for the results)."""
     head, sep, data = rec.partition(b"\n")
     parts = head.split(b" ", 3)
     if not sep or len(parts) != 4:
         raise MalformedReplyError(f"malformed store item record {rec[:40]!r}")
-    type_ = parts[3]
+    return _load(cfg, parts[3], data, ns, key)
+
+
+def stored_value(cfg: Config, type_: bytes, data: bytes, ns: tuple[str, ...], key: str) -> tuple[bytes, bytes]:
+    """(serde type, serde bytes) of a stored item's type and bytes: its tag checked against
+    (namespace, key) with a key, before it is decompressed."""
+    type_, tag = split_text(type_)
+    if cfg.integrity is not None:
+        cfg.integrity.check(tag, ("s", ns, key, type_), data)
     if type_.endswith(_values.ZSTD_MARK):
         type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
-    value: dict[str, Any] = cfg.serde.loads_typed((type_.decode(), data))
+    return type_, data
+
+
+def sign_value(cfg: Config, type_: bytes, data: bytes, ns: tuple[str, ...], key: str) -> bytes:
+    """The type to store for an item's (stored type, bytes): with a tag of (namespace, key)."""
+    if cfg.integrity is None:
+        return type_
+    return join_text(type_, cfg.integrity.tag(("s", ns, key, type_), data))
+
+
+def _load(cfg: Config, type_: bytes, data: bytes, ns: tuple[str, ...], key: str) -> dict[str, Any]:
+    t, d = stored_value(cfg, type_, data, ns, key)
+    value: dict[str, Any] = cfg.serde.loads_typed((t.decode(), d))
     return value
 
 
@@ -82,5 +102,5 @@ def _dec_key(e: bytes) -> str:
 
 
 def _item(cfg: Config, ns: tuple[str, ...], key: str, rec: bytes) -> tuple[Item, int]:
-    value, created, updated, ttl = _decode(cfg, rec)
+    value, created, updated, ttl = _decode(cfg, rec, ns, key)
     return Item(value=value, key=key, namespace=ns, created_at=created, updated_at=updated), ttl

@@ -88,12 +88,12 @@ class _Found:
         if self._item is not None:
             return self._item.value
         if self._value is None:
-            self._value = _decode_value(cfg, self.rec)
+            self._value = _decode_value(cfg, self.rec, self.ns, self.key)
         return self._value
 
     def item(self, cfg: Config) -> Item:
         if self._item is None:
-            value, created, updated, _ = _decode(cfg, self.rec, self._value)
+            value, created, updated, _ = _decode(cfg, self.rec, self.ns, self.key, self._value)
             self._item = Item(value=value, key=self.key, namespace=self.ns, created_at=created, updated_at=updated)
         return self._item
 

@@ -20,7 +20,7 @@ from ..keys import enc
 from . import _budgets as B
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
 from ._plans import _base_sequence, write_format
-from ._records import Config
+from ._records import Config, sign_value, stored_value
 
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -93,10 +93,9 @@ def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
                 ens, ekey, _, _, rec, vec = flat[i : i + 6]
                 head, _, data = rec.partition(b"\n")
                 created, updated, ttl, type_ = head.split(b" ", 3)
-                if type_.endswith(_values.ZSTD_MARK):
-                    type_, data = type_[: -len(_values.ZSTD_MARK)], _values.decompress(data)
                 vectors = {vec[j].decode(): vec[j + 1] for j in range(0, len(vec), 2)}
                 ns, key = dec_ns(ens), dec_ns(ekey)[0]
+                type_, data = stored_value(cfg, type_, data, ns, key)  # checked with a key
                 out.append(StoredItem(ns, key, type_.decode(), data, int(created), int(updated), int(ttl), vectors))
             n += len(out)
             if out:
@@ -115,6 +114,7 @@ def import_plan(cfg: Config, items: Iterable[StoredItem]) -> Plan[int]:
         t, d = _values.encode_plain(it.type, it.data, cfg.compress)
         if b" " in t or b"\n" in t:
             raise ValueError(f"serializer type {it.type!r} may not contain a space or a newline")
+        t = sign_value(cfg, t, d, it.namespace, it.key)
         vec = [x for p, v in it.vectors.items() for x in (p.encode(), v)]
         args = [b"P", enc_ns(it.namespace), enc(it.key), str(ordinal).encode(), str(it.ttl_ms).encode(), t, d]
         args += [str(it.created_us).encode(), str(it.updated_us).encode(), str(len(it.vectors)).encode(), *vec]

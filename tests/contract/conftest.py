@@ -12,6 +12,9 @@ The Redis URL comes from the project fixture ``redis_url`` when tests/conftest.p
 provides it; otherwise this file starts its own redis-server (devkit/servers.py).
 Each saver gets a unique key prefix, so tests never see each other's keys.
 
+``CONTRACT_INTEGRITY_KEY=1`` runs every redis_saver saver of the suite with an
+``integrity_key`` (every record signed and checked).
+
 Hypothesis knobs (environment): ``CONTRACT_EXAMPLES`` (default 35) and
 ``CONTRACT_EXAMPLES_SMALL`` (default 20) set ``max_examples``; ``CONTRACT_NO_SHRINK=1``
 skips shrinking (fast stress runs), e.g.::
@@ -33,6 +36,7 @@ from langgraph.graph import StateGraph
 from tests.contract._graphs import Pair
 
 KINDS = ["memory", "sync", "async"]
+INTEGRITY_KEY = os.urandom(32)
 
 
 def redis_saver_module() -> Any:
@@ -142,6 +146,8 @@ def new_saver(kind: str, url: str | None, prefix: str | None = None, **kwargs: A
         return InMemorySaver(**{k: v for k, v in kwargs.items() if k == "serde"})
     mod = redis_saver_module()
     prefix = prefix or unique_prefix()
+    if os.environ.get("CONTRACT_INTEGRITY_KEY") == "1":
+        kwargs.setdefault("integrity_key", INTEGRITY_KEY)
     if kind == "sync":
         return mod.RedisSaver(sync_redis(url), prefix=prefix, **kwargs)
     if kind == "async":

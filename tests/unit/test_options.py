@@ -18,7 +18,10 @@ from redis_saver.cache import AsyncRedisCache, RedisCache
 
 SYNC = (RedisSaver, RedisStore, RedisCache)
 ASYNC = (AsyncRedisSaver, AsyncRedisStore, AsyncRedisCache)
-DEFAULTS = {"prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None}
+DEFAULTS = {
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None,
+    "integrity_key": None,
+}
 
 
 def _client(cls: type) -> Any:
@@ -32,6 +35,14 @@ def test_every_class_shows_the_shared_options_with_their_defaults() -> None:
         assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), cls
         got = {n: params[n].default for n in DEFAULTS}
         assert got == DEFAULTS and all(params[n].kind is params[n].KEYWORD_ONLY for n in DEFAULTS), cls
+
+
+@pytest.mark.parametrize("cls", SYNC + ASYNC, ids=lambda c: c.__name__)
+def test_every_class_refuses_a_short_integrity_key(cls: type) -> None:
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        cls(_client(cls), integrity_key=b"k" * 31)
+    with pytest.raises(TypeError, match="integrity_key"):
+        cls(_client(cls), integrity_key="k" * 40)
 
 
 @pytest.mark.parametrize("cls", SYNC + ASYNC, ids=lambda c: c.__name__)

@@ -14,6 +14,7 @@ The package: ``common`` (the steps, the helpers, PlanBase: the plans' frozen con
 from __future__ import annotations
 
 from . import budgets
+from ._resign import SignPlans
 from .common import (
     Call,
     IndexSlots,
@@ -30,7 +31,7 @@ from .read import ReadPlans
 from .write import WritePlans
 
 
-class Plans(WritePlans, ReadPlans):
+class Plans(WritePlans, ReadPlans, SignPlans):
     """Plans for every operation, over one saver's frozen context (``PlanBase``'s fields); the
     savers hold one (``RedisSaverBase._plans``)."""
 

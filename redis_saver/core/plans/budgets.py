@@ -22,3 +22,4 @@ COPY_ATTEMPTS = 4  # paged copies started again after a destructive change of th
 WALK_BUDGET = 256
 WORK_BUDGET = 256
 REWRITE_BYTES = 1 << 20  # raw bytes one rewrite "get" call brings back, at most (one value may exceed it)
+SIGN_PAGE = 256  # records one sign call replaces (sign_thread: rewrite --sign)

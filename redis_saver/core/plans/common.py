@@ -15,10 +15,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...errors import DamagedThreadError, MalformedReplyError, ParentCycleError, ThreadEvictedError
+from ...errors import (
+    DamagedThreadError,
+    IntegrityError,
+    MalformedReplyError,
+    ParentCycleError,
+    ThreadEvictedError,
+)
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
+from ..integrity import CP_TAG, Integrity, split_text, split_type
 from ..ttl import TTLConfig
 
 
@@ -147,6 +154,7 @@ class PlanBase:
     compress: bool = True
     streams: values_.StreamCache = field(default_factory=lambda: values_.StreamCache(64 << 20))
     wait: tuple[int, int] | None = None  # (replicas, timeout ms): WAIT after each write
+    integrity: Integrity | None = None  # integrity_key: tags written and checked
 
     # ---- helpers -------------------------------------------------------------------
     def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
@@ -192,18 +200,58 @@ class PlanBase:
         return type_.decode(), data
 
     def _blob_typed(
-        self, blob: bytes, streams: dict[bytes, values_.Stream], cache_key: tuple[str, str, str] | None = None
+        self,
+        blob: bytes,
+        streams: dict[bytes, values_.Stream],
+        cache_key: tuple[str, str, str] | None = None,
+        where: tuple[str, str, str, str] | None = None,
     ) -> tuple[str, bytes]:
         """What serde loads a channel value from, from its blob record; a stream record's value
         from the reply's streams (``cache_key``: remember its stream for the next put of that
-        channel)."""
+        channel). With a key, its tag is checked against ``where`` (thread, namespace, channel,
+        version) first: a stream value's once its bytes are put together, any other's before
+        it is decompressed."""
         type_, data = codec.unpack_blob(blob)
+        type_, tag = split_text(type_)
+        integ = self.integrity
+        if integ is not None:
+            if where is None:
+                raise IntegrityError("a stored value was read with no place to check it against")
+            if not type_.endswith(values_.STREAM_MARK):
+                integ.check(tag, ("v", *where, type_), data)
         if type_.endswith(values_.STREAM_MARK):
             data, known = values_.decode_stream_value(data, streams)
+            if integ is not None:
+                covered, st = values_.stream_covered(known.ops, known.stream)
+                integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
+                if st is not known.stream:  # its running hash, for the reply's other values and the cache
+                    streams[st.sid] = st
+                    known = known._replace(stream=st)
             type_ = type_[:-2]
             if cache_key is not None:
                 self.streams.put(cache_key, known)
         return self._typed(type_, data)
+
+    def _write(self, thread_id: str, ns: str, cid: str, w: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+        """(task id, channel, type, bytes) of a stored write of checkpoint (ns, cid), its tag
+        checked with a key (and left out of the type)."""
+        tid, ch, ty, data, path, idx = codec.unpack(w)
+        ty, tag = split_type(ty)
+        if self.integrity is not None:
+            self.integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
+        return tid, ch, ty, data
+
+    def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
+        """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
+        which are checked with a key."""
+        parts = codec.checkpoint_head(raw)
+        t, tags = split_type(parts[1], CP_TAG)
+        if tags is not None or self.integrity is not None:
+            parts = list(parts)
+            parts[1] = t
+        if self.integrity is not None:
+            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts)
+        return parts
 
     def _tuple(
         self,
@@ -216,7 +264,7 @@ class PlanBase:
         blobs: _ReplyBlobs,
         remember: bool = False,
     ) -> CheckpointTuple:
-        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = codec.checkpoint_head(raw)[:7]
+        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
         if cp_type.endswith(values_.VERSIONS_MARK_B):
@@ -226,14 +274,27 @@ class PlanBase:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
+        vers = codec.str_pairs(vrec) if self.integrity is not None else None
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
-            values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None)
+            where = None
+            if vers is not None:
+                if chan not in vers:
+                    raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
+                where = (thread_id, ns, chan, vers[chan])
+            values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None, where)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []
+        seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
             if w:
-                tid, ch, ty, data, _path, _idx = codec.unpack(w)
+                tid, ch, ty, data = self._write(thread_id, ns, cid, w)
+                if vers is not None:
+                    # each (task id, index) is stored once: a second one is a copy planted beside it
+                    idx = codec.unpack(w)[5]
+                    if (tid, idx) in seen:
+                        raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
+                    seen.add((tid, idx))
                 pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
         parent = parent_b.decode()
         return CheckpointTuple(
@@ -298,29 +359,36 @@ class _ReplyBlobs:
     its stream) at most once however many of the reply's checkpoints hold it; an immutable value
     (a str, a number, None) is also loaded once."""
 
-    __slots__ = ("blobs", "streams", "done", "shared")
+    __slots__ = ("blobs", "streams", "done", "shared", "places")
 
     def __init__(self, blobs: list[bytes], streams: dict[bytes, values_.Stream]) -> None:
         self.blobs, self.streams = blobs, streams
         self.done: dict[int, tuple[str, bytes]] = {}
         self.shared: dict[int, Any] = {}
+        self.places: dict[int, Any] = {}  # with a key: the place blob k was checked against
 
-    def value(self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None) -> Any:
+    def value(
+        self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None, where: Any = None
+    ) -> Any:
         """The value of blob ``k``: loaded by serde for this checkpoint, or the one loaded for
-        an earlier checkpoint of the reply when it is immutable."""
-        if k in self.shared:
+        an earlier checkpoint of the reply when it is immutable (with a key: when it was
+        checked against the same place)."""
+        if k in self.shared and self.places.get(k) == where:
             return self.shared[k]
-        v = plans.serde.loads_typed(self.typed(plans, k, cache_key))
+        v = plans.serde.loads_typed(self.typed(plans, k, cache_key, where))
         if type(v) in _IMMUTABLE:
             self.shared[k] = v
         return v
 
-    def typed(self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None) -> tuple[str, bytes]:
+    def typed(
+        self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None, where: Any = None
+    ) -> tuple[str, bytes]:
         got = self.done.get(k)
-        if got is None:
+        if got is None or self.places.get(k) != where:
             if not 0 < k <= len(self.blobs):
                 raise MalformedReplyError(f"a checkpoint names blob {k} of {len(self.blobs)}")
-            got = self.done[k] = plans._blob_typed(self.blobs[k - 1], self.streams, cache_key)
+            got = self.done[k] = plans._blob_typed(self.blobs[k - 1], self.streams, cache_key, where)
+            self.places[k] = where
         return got
 
 

@@ -14,6 +14,7 @@ from ...keys import dec_first, dec_str
 from .. import codec
 from .. import values as values_
 from ..replies import DeleteRuns, DeleteRunsFinish, Export, Import, Prune, Rewrite
+from ._resign import Resign
 
 if TYPE_CHECKING:
     pass
@@ -199,7 +200,7 @@ class LifecyclePlans(PlanBase):
             streams = {d: p for d, p in streams.items() if d in named}
             cps = sorted(codec.pairs(reply[1]), key=lambda fr: fr[0][_after_ns(fr[0]) :] + fr[0])
             flat = [x for pair in cps for x in pair]
-            yield from self._plan_import(dst, _CopyIds(), streams, records, reply[3], flat, True, True)
+            yield from self._plan_import(dst, self._copy_ids(src, dst), streams, records, reply[3], flat, True, True)
             return None
         for _ in range(B.COPY_ATTEMPTS):
             if (yield from self._plan_copy_paged(src, dst)):
@@ -212,7 +213,7 @@ class LifecyclePlans(PlanBase):
     def _plan_copy_paged(self, src: str, dst: str) -> Plan[bool]:
         """One attempt at a paged copy; False (the target removed again) when the source
         changed destructively meanwhile."""
-        src_keys, ids = self.keys.thread_keys(src), _CopyIds()
+        src_keys, ids = self.keys.thread_keys(src), self._copy_ids(src, dst)
         # the target is checked first: a refused copy writes nothing, not even the guard
         yield from self._plan_import(dst, ids, {}, [], [], [], True, False)
         guard = yield Call("import", src_keys, [*self._header(src), "guard", secrets.randbelow(9 * 10**15) + 10**15])
@@ -251,6 +252,10 @@ class LifecyclePlans(PlanBase):
                 return True
             after, first = nxt, False
 
+    def _copy_ids(self, src: str, dst: str) -> _CopyIds:
+        """A copy's ids; with a key, what checks its records against ``src`` and signs them for ``dst``."""
+        return _CopyIds(None if self.integrity is None else Resign(self.integrity, src, dst))
+
     def _plan_import(
         self,
         dst: str,
@@ -266,6 +271,11 @@ class LifecyclePlans(PlanBase):
         then checkpoints, so the target never holds a checkpoint without its data. Stream ids
         are the copy's own (``ids``)."""
         units: list[tuple[int, list[bytes]]] = []
+        if ids.resign is not None:
+            rs = ids.resign
+            rs.learn(streams)
+            writes = [x if i % 2 == 0 else rs.write(writes[i - 1], x) for i, x in enumerate(writes)]
+            cps = [x if i % 2 == 0 else rs.checkpoint(cps[i - 1], x) for i, x in enumerate(cps)]
         for p in streams.values():
             units.append((0, [ids.field(x) if i % 2 == 0 else x for i, x in enumerate(p)]))
         for f, b in codec.pairs(records):
@@ -430,9 +440,10 @@ class _CopyIds:
     """One copy's token (import.lua) and fresh stream ids: each source stream (its directory
     field) gets a new random id in the target, for the stream's parts and every record naming it."""
 
-    __slots__ = ("token", "sids", "used")
+    __slots__ = ("token", "sids", "used", "resign")
 
-    def __init__(self) -> None:
+    def __init__(self, resign: Resign | None = None) -> None:
+        self.resign = resign
         self.token = uuid.uuid4().hex
         self.sids: dict[bytes, bytes] = {}  # source directory field -> the copy's sid
         self.used: set[bytes] = set()
@@ -455,8 +466,11 @@ class _CopyIds:
         return f[: p + 1] + self._sid(d, d[p + 1 :]) + (b"" if q < 0 else f[q:])
 
     def record(self, f: bytes, rec: bytes) -> bytes:
-        """A value record, naming the copy's id of its stream if it is a stream record."""
+        """A value record, naming the copy's id of its stream if it is a stream record (with a
+        key: checked where it was and signed for the target)."""
         d = _stream_dir(f, rec)
+        if self.resign is not None:
+            rec = self.resign.blob(f, rec, d)
         if d is None:
             return rec
         type_, data = codec.unpack_blob(rec)

@@ -12,10 +12,11 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
 )
 
-from ...errors import DamagedThreadError
+from ...errors import DamagedThreadError, IntegrityError, ParentCycleError
 from ...keys import dec_str
 from .. import codec
 from .. import values as values_
+from ..integrity import split_type
 
 if TYPE_CHECKING:
     pass
@@ -53,6 +54,8 @@ class ReadPlans(PlanBase):
         if reply is None:
             return None
         cid_b, raw, values_at, writes, streams, blobs = reply
+        if cid and self.integrity is not None and cid_b.decode() != cid:
+            raise IntegrityError(f"get_tuple of checkpoint {cid!r} answered with {cid_b!r}")
         return self._tuple(
             thread_id, ns, cid_b.decode(), raw, values_at, writes,
             _ReplyBlobs(blobs, values_.decode_streams(streams, self.streams, thread_id)), remember=True,
@@ -177,6 +180,10 @@ class ReadPlans(PlanBase):
         cid = get_checkpoint_id(config) or ""
         for ch in chans:
             _str(ch, "channel name")
+        if self.integrity is not None:
+            # the script walks the parent links itself, unchecked: with a key, the walk goes
+            # through checked checkpoints, one get_tuple each (BaseCheckpointSaver's own way)
+            return (yield from self._plan_delta_walk(config, chans))
         name, refresh = self._read_script("delta_history")
         keys, header = self.keys.thread_keys(thread_id), self._header(thread_id, refresh)
         writes: dict[str, list[tuple[str, str, Any]]] = {c: [] for c in chans}
@@ -208,8 +215,43 @@ class ReadPlans(PlanBase):
             for anc in reversed(ancestors):
                 for w in anc:
                     tid, ch, ty, data, _p, _i = codec.unpack(w)
+                    ty = split_type(ty)[0]
                     writes[ch.decode()].append((tid.decode(), ch.decode(), self._load(ty, data)))
         for c in chans:
             result.setdefault(c, {"writes": writes[c]})
         return {c: result[c] for c in chans}
 
+
+    def _plan_delta_walk(self, config: RunnableConfig, chans: list[str]) -> Plan[dict[str, DeltaChannelHistory]]:
+        """get_delta_channel_history over checked checkpoints: the target, then its parents one
+        get_tuple at a time (each record's parent link is under its tag), as
+        ``BaseCheckpointSaver.get_delta_channel_history`` walks them."""
+        collected: dict[str, list[Any]] = {c: [] for c in chans}
+        seeds: dict[str, Any] = {}
+        remaining = set(chans)
+        walked: set[str] = set()
+        target = yield from self._plan_get_tuple(config)
+        cursor = target.parent_config if target is not None else None
+        while cursor is not None and remaining:
+            cid = cursor["configurable"]["checkpoint_id"]
+            if cid in walked:
+                raise ParentCycleError(f"the parent chain returns to {cid!r}")
+            walked.add(cid)
+            tup = yield from self._plan_get_tuple(cursor)
+            if tup is None:
+                break
+            for w in reversed(tup.pending_writes or []):
+                if w[1] in remaining:
+                    collected[w[1]].append(w)
+            for ch in list(remaining):
+                if ch in tup.checkpoint["channel_values"]:
+                    seeds[ch] = tup.checkpoint["channel_values"][ch]
+                    remaining.discard(ch)
+            cursor = tup.parent_config
+        out: dict[str, DeltaChannelHistory] = {}
+        for ch in chans:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            out[ch] = entry
+        return out

@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
+from ..integrity import MARK, TEXT_TAG, join_text, join_type
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -56,20 +57,22 @@ class WritePlans(LifecyclePlans):
         run_id = md.get("run_id")
         delta = md.get("counters_since_delta_snapshot") or {}
         parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
-        record = codec.checkpoint_record(
-            [
-                parent,
-                cp_type,
-                cp_bytes,
-                md_type,
-                md_bytes,
-                [x for ch, ver in versions.items() for x in (ch, str(ver))],
-                flt,
-                "" if run_id is None else str(run_id),
-                [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
-                [str(x) for kv in parents.items() for x in kv] if parents else [],
-            ]
-        )
+        parts: list[Any] = [
+            parent,
+            cp_type,
+            cp_bytes,
+            md_type,
+            md_bytes,
+            [x for ch, ver in versions.items() for x in (ch, str(ver))],
+            flt,
+            "" if run_id is None else str(run_id),
+            [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
+            [str(x) for kv in parents.items() for x in kv] if parents else [],
+        ]
+        if self.integrity is not None:
+            tags = self.integrity.cp_tags(("c", thread_id, ns, cid), parts, parent)
+            parts[1] = join_type(cp_type, tags)
+        record = codec.checkpoint_record(parts)
         head: list[Any] = self._header(thread_id) + [
             ns,
             cid,
@@ -155,22 +158,34 @@ class WritePlans(LifecyclePlans):
         channels get one at every step)."""
         args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
+        integ = self.integrity
+        extra = len(MARK) + TEXT_TAG if integ is not None else 0
         for item in serialized:
             ch, ch_e, v, typed = item
             if typed is None:
                 continue
             args.append(ch_e + v)
+            app, known = None, None
             if self.compress:
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
                 known = self.streams.get((thread_id, ns, ch)) if cached and big else None
-                rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known)
-                args.append(rec)
+                rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known, extra)
                 if app is not None:
                     appends.append((app, item))
             else:
                 values_.check_type(typed[0])
-                args.append(codec.blob_record(typed[0], typed[1]))
+                rec = codec.blob_record(typed[0], typed[1])
+            if integ is not None:
+                t, stored = codec.unpack_blob(rec)
+                # a stream value's tag covers its bytes, the others' what is stored
+                covered = stored
+                if t.endswith(values_.STREAM_MARK) and app is not None:
+                    # a stream value: its ops and a running hash of its stream (its new bytes hashed)
+                    covered, st = values_.stream_covered(app.known.ops, app.known.stream, known and known.stream)
+                    app.known = app.known._replace(stream=st)
+                rec = codec.blob_record(join_text(t, integ.tag(("v", thread_id, ns, ch, v, t), covered)), stored)
+            args.append(rec)
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
         args.append(len(sent))
@@ -206,7 +221,11 @@ class WritePlans(LifecyclePlans):
             if widx is None:
                 widx = idx
             ty_b, data = values_.encode_plain(*dumps(value), self.compress)
-            record = codec.write_record(task_b, ch.encode(), ty_b, data, path_b, b"%d" % widx)
+            ch_b, idx_b = ch.encode(), b"%d" % widx
+            if self.integrity is not None:
+                where = ("w", thread_id, ns, cid, task_b, idx_b, ch_b, path_b, ty_b)
+                ty_b = join_type(ty_b, self.integrity.tag(where, data))
+            record = codec.write_record(task_b, ch_b, ty_b, data, path_b, idx_b)
             argv += [tag + _idx8(widx), record]
         if len(argv) == fixed:
             return None
@@ -227,6 +246,8 @@ class WritePlans(LifecyclePlans):
         tid = normalize_thread_id(thread_id)
         reply = yield Call("pin", self.keys.thread_keys(tid), self._header(tid) + ["1" if pinned else "0"])
         return bool(reply == Pin.DONE)
+
+
 
 
 def _put_input(

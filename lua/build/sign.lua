@@ -1,0 +1,411 @@
+#!lua
+-- generated from lua/sign.lua, lua/_lib.lua, lua/_lib_records.lua, lua/_lib_thread.lua, lua/_lib_values.lua, lua/_lib_checkpoints.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
+-- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
+-- (after the script's #!lua line). Not a script of its own.
+--
+-- Per-thread scripts share one KEYS layout (redis_saver/keys.py spells the names):
+--   KEYS[1] meta   KEYS[2] cp    KEYS[3] cp_ns   KEYS[4] cp_id   KEYS[5] blob
+--   KEYS[6] wr     KEYS[7] wr_ord   KEYS[8] runs   KEYS[9] chain
+--   KEYS[10] slot index: threads   KEYS[11] slot index: runs
+-- and one ARGV header:
+--   ARGV[1] storage format version   ARGV[2] thread id   ARGV[3] ttl in ms ("0" = none)
+--   ARGV[4] "1" = refresh the thread's expiry (reads); writes always apply the ttl;
+--           "f" = a read's forgetting variant (see "Lost keys")
+-- A script keeps only the helpers ("local function" at column 0, up to the first "end" at
+-- column 0) and one-name locals ("local NAME = ..." on one line) it uses: keep such locals'
+-- right-hand sides free of effects, they may not run.
+local function fail(code, msg)
+  error({err = code .. ' ' .. msg})
+end
+
+-- @keys-begin: a script's "+lean" variant gets lua/_keys_lean.lua here instead (LEAN = true;
+-- only wr and wr_ord: see put_writes.lua and devkit/luagen.py)
+local K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+if #KEYS ~= 11 then fail('RS_BADARG', 'expected 11 keys') end
+-- @keys-end
+
+-- order-preserving, self-delimiting component encoding (keys.enc)
+
+-- @state-begin: the state of one call (with the @keys block). As an EVAL script, these lines
+-- run on every call where they stand; in the function library (devkit/luagen.py
+-- library()) their names are declared once and these lines run at the start of every call.
+local FORMAT, THREAD_ID, TTL_MS, REFRESH = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
+-- the thread's meta fields, read once by check_format(): format, index state, pin flag, "1"
+-- once a fenced put recorded a namespace head (meta field "h"..e(ns), see put.lua), and for
+-- lost keys (see "Lost keys" below): "b" / "c" = the blob / chain mark was set, "wm" = the wr
+-- mark is kept, "dmg" = a key of the thread was lost (what: earlier versions wrote it; the
+-- thread is forgotten at its next call); "nc" = "1": the thread keeps no
+-- chain entries (see chain_entry(): threads started by format 5 read their records instead)
+-- and "n" counts its checkpoints instead (see "Lost keys"); "xp" = "1": the thread is being
+-- written by copy_thread or the command-line tool's import / migrate, and reads answer as for
+-- a thread that does not exist until its last call (see import.lua)
+local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
+local META_NC, META_N, META_XP = nil, nil, nil
+-- @state-end
+
+-- position just after the encoded component that starts at pos
+local function skip(s, pos)
+  while true do
+    local i = string.find(s, '\0', pos, true)
+    if not i then fail('RS_BADARG', 'unterminated component') end
+    if string.byte(s, i + 1) == 255 then pos = i + 2 else return i + 1 end
+  end
+end
+
+
+-- record layouts, 1-based (redis_saver/core/codec.py CP / WR / EMPTY_BLOB; tests/scripts/test_scripts.py
+-- checks that both sides agree): the small parts of a checkpoint record the scripts read, the
+-- parts of a write record they read, and the whole blob record of a channel without a value
+local CP_PARENT, CP_VERSIONS, CP_FILTER, CP_RUN_ID, CP_DELTA, CP_PARENTS, CP_PARTS = 1, 6, 7, 8, 9, 10, 10
+local W_CHANNEL, W_TASK_PATH, W_PARTS = 2, 5, 6
+
+-- records: "<len>,<len>,...;" .. parts (redis_saver/core/codec.py)
+local function unpack_rec(s)
+  if not s then fail('RS_BADARG', 'missing record') end
+  local semi = string.find(s, ';', 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local out, pos = {}, semi + 1
+  for n in string.gmatch(string.sub(s, 1, semi - 1), '%d+') do
+    n = tonumber(n)
+    out[#out + 1] = string.sub(s, pos, pos + n - 1)
+    pos = pos + n
+  end
+  if pos ~= #s + 1 then fail('RS_BADARG', 'malformed record') end
+  return out
+end
+
+-- true when s is a well-framed blob record (exactly 2 parts): one anchored match with a
+-- literal pattern, no table, nothing copied (Lua coerces the captured digit strings in the sum)
+local function is_blob_record(s)
+  local _, e, a, b = string.find(s, '^(%d+),(%d+);')
+  return e ~= nil and e + a + b == #s
+end
+
+-- the channel (part 2) of a well-framed write record (exactly 6 parts), else nil; checked
+-- the same way
+
+-- one part of a record without copying the others (records hold large serde payloads)
+
+-- two parts of a record in one pass over its header (a < b)
+
+
+-- Checkpoint records (redis_saver/core/codec.py). Format 6 writes a MessagePack array of 10 (first
+-- byte 0x9a), its nested parts (versions, filter, delta, parents) arrays, every string of the
+-- raw family: cmsgpack reads it in C. Formats 3-5 framed the same parts as a record, nested
+-- parts as records (first byte a digit); they are read as they are. cp_rec() and cp_field()
+-- give either in one layout: the parts, nested parts as arrays of strings.
+local function cp_is_mp(raw)
+  return string.byte(raw, 1) == 154
+end
+
+-- a format-6 record's parts: one MessagePack array of 10 and nothing after it
+local function cp_unpack(raw)
+  local ok, nxt, rec = pcall(cmsgpack.unpack_one, raw)
+  if not ok or nxt ~= -1 or type(rec) ~= 'table' or #rec ~= CP_PARTS then
+    fail('RS_BADARG', 'malformed checkpoint record')
+  end
+  return rec
+end
+
+-- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
+-- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
+-- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
+-- 2.2 us a record: the copies are memcpy of bytes the script already holds.)
+local function cp_parts(raw, upto)
+  return {select(2, cmsgpack.unpack_limit(raw, upto, 1))}
+end
+
+-- every part of a checkpoint record of any format; with `upto`, at least parts 1 .. upto
+local function cp_rec(raw, upto)
+  if cp_is_mp(raw) then
+    if upto then return cp_parts(raw, upto) end
+    return cp_unpack(raw)
+  end
+  local rec = unpack_rec(raw)
+  if #rec ~= CP_PARTS then fail('RS_BADARG', 'checkpoint record must have ' .. CP_PARTS .. ' parts') end
+  rec[CP_VERSIONS], rec[CP_FILTER] = unpack_rec(rec[CP_VERSIONS]), unpack_rec(rec[CP_FILTER])
+  rec[CP_DELTA], rec[CP_PARENTS] = unpack_rec(rec[CP_DELTA]), unpack_rec(rec[CP_PARENTS])
+  return rec
+end
+
+-- one part of a checkpoint record of any format (an earlier format's without copying the others)
+
+-- HMGET of any number of fields (one command per 1000 fields), the values in order
+
+-- lex range of every member that starts with the encoded prefix p
+
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+
+-- META_*: the thread's meta fields (the @state block above), read once by check_format()
+
+-- The "lean mark": field "" of the writes hash (no write field is empty), holding FORMAT
+-- exactly while meta.ix is "inf" (indexed, no expiry) and meta.v is FORMAT. put_writes+lean
+-- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
+-- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
+
+-- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
+-- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
+-- that reads only an older format refuses the thread from then on
+local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
+
+local function check_format()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
+  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
+  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
+  end
+end
+
+
+-- remove the thread and its slot-index entries
+
+-- the expiry of the slot index keys: the greatest expiry of the threads they list
+
+-- Lost keys. Redis evicts whole keys, never single fields or members: under an allkeys-* or
+-- volatile-* maxmemory-policy one key of a thread can go while the rest stays, and a later
+-- write may create it again holding only the new data. A thread that lost any key is
+-- forgotten whole, as if it had expired: its remaining keys and its slot-index entries go
+-- (forget_thread()), and reads answer as for a thread that does not exist. A read script is
+-- flagged no-writes: it raises RS_DAMAGED, and the client sends the same read again as its
+-- forgetting variant ("<name>+forget": writable, allow-oom, as it only deletes) with ARGV[4] =
+-- "f" (REFRESH == 'f'), which forgets the thread in the same
+-- call that checks it again (so a thread written again meanwhile is judged as it is then). A
+-- write that finds a loss forgets the thread first (put.lua / put_writes.lua say what they then
+-- do). Reads notice a loss where something came back missing, and with O(1) counts
+-- (check_counts()), using these invariants:
+--   cp, cp_ns, cp_id and chain hold the same checkpoints (store_cp()/drop_cp() keep them so),
+--   and chain also the chain mark (field "", no entry is empty) once meta.c is set (the
+--   first put: mark_cps()); a thread started by format 5 (meta.nc) keeps no chain, and meta.n
+--   counts its checkpoints instead (read with the other meta fields: no extra command);
+--   wr_ord holds one member per write field of wr; wr's one other field, "", the wr mark, is
+--   there while meta.ix is "inf" (it is then the lean mark, = FORMAT) or meta.wm is set
+--   (touch() keeps it: "t" while the thread has an expiry); a put_writes that finds it gone
+--   forgets the thread;
+--   meta exists while any other key of the thread does (init_meta() forgets a thread without);
+--   meta.dmg (what earlier versions wrote when a write found a loss) marks a thread that lost a key;
+--   the blob mark, field "" of the blob hash (no blob field is empty), is set with meta.b by
+--   the first put that stores blobs and never deleted: a referenced blob that is missing was
+--   never stored (as in InMemorySaver, a hand-made checkpoint may name versions no put
+--   stored) unless meta.b is set and the blob mark is gone.
+-- A ttl expiry is not damage, but Redis 7.0 sets each PEXPIRE from its own clock reading, so
+-- the keys of a thread may expire a millisecond apart: keys that expire within EXPIRY_SLACK_MS
+-- are an expiry under way; a read then answers as if the thread were absent, a write finishes
+-- the expiry first.
+local BLOB_MARK, CHAIN_MARK = '', ''
+
+
+-- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+
+-- a read found a key of the thread lost: true when the caller should answer as if the thread
+-- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
+-- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
+
+-- a write script found a key of the thread lost (or an expiry under way): the thread is
+-- forgotten whole; the write then goes on as on a new thread, or refuses (put.lua, put_writes.lua)
+
+-- the O(1) checks of a read (get_tuple, list, delta_history): the slot index entry, 6 counts
+-- (cp and both its indexes, chain or meta.n, the write keys); true = expiring, or being
+-- written whole (meta.xp: a copy or import under way, not visible until its last call)
+
+-- the 4 checkpoint keys hold the same number of checkpoints (for reads that found a
+-- checkpoint missing, after check_counts()); true = expiring
+
+-- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
+-- rather than never stored; true = expiring
+
+-- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+
+
+-- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
+-- it in the slot index. Called last by every script that writes or refreshes a thread
+-- (after check_format(), which read the meta fields; pin.lua updates META_PIN itself).
+-- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
+-- (and its purge of expired entries) is only updated when the rounded score moves, so a
+-- busy thread pays the 8 PEXPIREs and little else.
+
+-- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
+-- keys least recently (or least often) accessed; a call that accessed only some of a thread's
+-- keys would leave the others to go first, and the thread then loses a key while in use. So
+-- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
+-- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
+-- TOUCH; a read-only command).
+
+-- chain: a new thread keeps chain entries (put with compression off sends them), else none
+
+-- the first put (that stores blobs) sets the chain mark and meta.c (the blob mark and meta.b)
+-- (see "Lost keys" above); before touch(), which gives the keys their expiry
+
+
+-- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
+
+
+-- the blob field of a channel's version: e(ns)e(channel)..version
+
+-- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
+-- order (put validated the even number of parts)
+
+-- channel -> blob field, from a versions part
+
+-- Encoded values (redis_saver/core/values.py). A blob record whose type part ends with "\31s" is a
+-- stream record: its payload is a record [stream id, op, ...] and the value is the ops applied
+-- to the bytes of that stream, which lives in the same blob hash as
+--   e(ns)e(channel) "\0" sid            its directory: record [raw length, references,
+--                                       next frame number, frame number, raw end, ...]
+--   e(ns)e(channel) "\0" sid "\0" n     its frames: zstd frames of consecutive raw bytes
+-- (no version starts with "\0", so these never meet a version's field). A record names one
+-- stream, never another record: a read fetches, in the same call, each stream its records
+-- name, at most MAX_FRAMES frames and its directory. "references" counts the stream records
+-- that name the stream: dropping the last one drops the stream (drop_blobs()).
+
+-- the stream id a blob record names, or nil (not a stream record)
+
+-- e(ns)e(channel) of a blob field e(ns)e(channel)version
+
+-- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
+local function is_stream_part(field)
+  return string.byte(field, skip(field, skip(field, 1))) == 0
+end
+
+-- the directory field of the stream the record stored at blob field f names, or nil (no record,
+-- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+
+-- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
+-- fields[i], nil = none) name, once; nil when the thread is expiring
+
+-- add n to the references of the stream directory dfield; at 0 the stream goes
+
+-- delete blob fields, and the streams no remaining record names
+
+-- the stream appends' arguments (see plan_blobs()), checked before anything is read
+
+-- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
+-- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
+-- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
+-- apply_blobs() writes: the records that change (an identical one, a retry's, is left alone),
+-- the references they add to streams and take from the streams of the records they replace,
+-- and the appends those records need (an append no new record names is skipped); nil when such
+-- an append's stream is gone or not at the length the client based it on.
+
+
+-- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
+-- whose channel_versions name it. Deleting checkpoints records their blob fields as
+-- candidates; gc_blobs() then drops the candidates that no checkpoint left in their
+-- namespace references. The cost follows the deleted data plus that namespace's records,
+-- and nothing is paid on the put path. GC (the @state block above): ns_e -> {field = true}.
+
+
+-- the blob fields e(ns)e(channel)version a checkpoint references, from its chain entry
+-- (e(parent), then "\1"e(channel)"\2"e(version) per channel: small, no payload copied), else
+-- from its record (the chain key lost, e.g. evicted); none when neither exists
+
+-- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
+-- their chain entries, or their records in a thread that keeps none
+
+
+-- the write-hash field of a wr_ord member: prefix .. e(task_id)..idx8, i.e. the member
+-- without its e(task_path) and its trailing e(channel)
+
+
+-- The copy guard, meta field "g": set by a paged copy_thread of this thread (import.lua
+-- "guard"), which checks it on every page; every change that removes or alters stored entries
+-- (a checkpoint dropped or re-put with other bytes, a record's parent cleared, rewrite_values)
+-- bumps it, so that copy starts again. Nothing is written while no copy set it.
+
+-- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
+
+-- A checkpoint's chain entry (K_CHAIN): e(parent id), then "\1"e(channel)"\2"e(version) per
+-- channel of its versions record: what delta history reads of each ancestor. Kept only by
+-- threads that an earlier format started (meta "nc" unset): since format 5 compresses the
+-- checkpoint's bytes, its record is small enough to read instead, and a thread started by
+-- format 5 keeps none (meta "nc" = "1"; ~300 bytes less per checkpoint). In an entry,
+-- "\0\1" only occurs where a component ends and a channel name starts (inside e(), "\0" is
+-- followed by "\255"), so one plain find of "\0\1"e(channel)"\2" locates a channel.
+
+-- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
+-- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
+-- the caller has it (put), else built from rec
+
+
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+local function validate_record(raw)
+  local rec
+  if cp_is_mp(raw) then
+    rec = cp_unpack(raw)
+    for i = 1, CP_PARTS do
+      local p = rec[i]
+      if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
+        if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        local n = 0
+        for _, x in pairs(p) do
+          n = n + 1
+          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        end
+        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+      elseif type(p) ~= 'string' then
+        fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
+      end
+    end
+  else
+    rec = cp_rec(raw)  -- an earlier format's (copy_thread of an old thread): its framing checked
+  end
+  if #rec[CP_VERSIONS] % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+  return rec
+end
+
+-- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
+-- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
+-- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
+-- neither parses the versions record nor skips empty ones; the writes in writes_sort_key order.
+-- Third result: each blob the items hold once, in order of first use (consecutive checkpoints
+-- share the blobs of the channels that did not change: the reply carries, and the client
+-- decodes, each once). The blobs of all items are one
+-- HMGET and their writes one more. Their sort members are one ZRANGE per item, or one in all
+-- when `span` says the items are every checkpoint between the first and the last of their
+-- namespace, newest first (a list page without a filter; any writes in that range of
+-- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
+-- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
+-- Second result: the streams the items' blobs name (fetch_streams()).
+
+--[[ sign: replace a thread's stored records by the same records carrying integrity tags (the
+CLI's "rewrite --sign": the operator vouches once for what is stored). Only the type part of
+each record gains a tag, so no index, count or stream reference changes. Bounded by the call's
+arguments (the client sends a page at a time).
+KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain
+      [10] slot index threads [11] slot index runs: the 11 per-thread keys (see _lib.lua, keys.py)
+ARGV[1..4]: header (format, thread id, ttl ms, refresh)
+ARGV[5] n, then n quadruples: hash ("c" checkpoints | "b" values | "w" writes), field, sha1 hex of
+        the record the client read, the new record
+        Every new record is checked before anything is written; a field whose record changed
+        since the client read it (or went) is left alone: what was not read is not vouched for.
+Returns the number of records replaced.
+Errors: RS_BADARG, RS_SCHEMA
+]]
+local n = tonumber(ARGV[5])
+if not n or n < 0 or #ARGV ~= 5 + 4 * n then fail('RS_BADARG', 'bad sign arguments') end
+check_format()
+local hashes = {c = K_CP, b = K_BLOB, w = K_WR}
+for i = 0, n - 1 do
+  local h, f, rec = ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[9 + 4 * i]
+  if not hashes[h] or f == '' then fail('RS_BADARG', 'bad sign arguments') end
+  if h == 'c' then
+    validate_record(rec)
+  elseif h == 'b' then
+    if is_stream_part(f) or not is_blob_record(rec) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  elseif #unpack_rec(rec) ~= W_PARTS then
+    fail('RS_BADARG', 'write record must have ' .. W_PARTS .. ' parts')
+  end
+end
+if not META_V then return 0 end  -- the thread is gone
+local done = 0
+for i = 0, n - 1 do
+  local key, f = hashes[ARGV[6 + 4 * i]], ARGV[7 + 4 * i]
+  local cur = redis.call('HGET', key, f)
+  if cur and redis.sha1hex(cur) == ARGV[8 + 4 * i] then
+    redis.call('HSET', key, f, ARGV[9 + 4 * i])
+    done = done + 1
+  end
+end
+return done

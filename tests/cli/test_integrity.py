@@ -1,0 +1,82 @@
+"""The tool with an integrity key: verify reports what fails, rewrite --sign vouches for what
+is stored, export / import / migrate between prefixes keep working, the store commands take
+the key; the key comes from --integrity-key-file or the environment."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import redis_saver
+from redis_saver.cli._ops import tuple_view
+from tests.cli.conftest import run_threads
+
+K1, K2 = os.urandom(32), os.urandom(32)
+
+
+def _view(saver, tid):
+    return [tuple_view(t) for t in saver.list({"configurable": {"thread_id": tid}})]
+
+
+@pytest.fixture
+def keyfile(tmp_path):
+    p = tmp_path / "keys"
+    p.write_text(f"# the first key signs\n{K2.hex()}\n{K1.hex()}\n")
+    return str(p)
+
+
+def test_verify_and_sign(cli, redis_url, prefix, sync_client, keyfile):
+    run_threads(redis_saver.RedisSaver(sync_client, prefix=prefix), ["plain"], resume={"plain"})
+    run_threads(redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K1), ["k1"])
+    res = cli("--integrity-key-file", keyfile, "verify", "--all", code=1)
+    assert "plain: FAILED IntegrityError" in res.stderr and "1 passed, 1 failed" in res.stdout
+    cli("verify", "plain", code=2)  # no key: a usage error
+    cli("rewrite", "--sign", "plain", "--yes", code=2)
+    res = cli("--integrity-key-file", keyfile, "rewrite", "--sign", "--all", "--yes")
+    assert "signed 2 thread(s)" in res.stdout
+    # everything now carries K2's tags: K2 alone verifies it (the key from the environment)
+    cli("verify", "--all", env={"REDIS_SAVER_INTEGRITY_KEY": K2.hex()})
+    keyed = redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K2)
+    assert _view(keyed, "plain") == _view(redis_saver.RedisSaver(sync_client, prefix=prefix), "plain")
+    # a record moved from one thread onto another is reported
+    cp_a, cp_b = f"{prefix}:{{plain}}:cp", f"{prefix}:{{k1}}:cp"
+    field = max(sync_client.hkeys(cp_a))
+    sync_client.hset(cp_a, field, sync_client.hget(cp_b, max(sync_client.hkeys(cp_b))))
+    res = cli("--integrity-key-file", keyfile, "verify", "plain", "k1", "--json", code=1)
+    assert '"plain"' in res.stdout and "fails its integrity check" in res.stdout
+    cli("--integrity-key-file", str(keyfile) + "-missing", "verify", "--all", code=2)
+    bad = os.path.join(os.path.dirname(keyfile), "bad")
+    with open(bad, "w") as f:
+        f.write("abcd\n")
+    cli("--integrity-key-file", bad, "verify", "--all", code=2)
+
+
+def test_export_import_with_a_key(cli, redis_url, prefix, sync_client, keyfile, tmp_path):
+    keyed = redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K2)
+    run_threads(keyed, ["a", "b"], resume={"b"})
+    before = {t: _view(keyed, t) for t in ("a", "b")}
+    path = tmp_path / "dump.jsonl"
+    cli("--integrity-key-file", keyfile, "export", "-o", str(path))
+    cli("delete", "a", "b", "--yes")
+    cli("--integrity-key-file", keyfile, "import", str(path))
+    assert {t: _view(keyed, t) for t in ("a", "b")} == before
+    cli("--integrity-key-file", keyfile, "verify", "--all")
+    # a tampered thread stops the export
+    cp = f"{prefix}:{{a}}:cp"
+    f = max(sync_client.hkeys(cp))
+    v = sync_client.hget(cp, f)
+    sync_client.hset(cp, f, v[:-1] + bytes([v[-1] ^ 1]))
+    res = cli("--integrity-key-file", keyfile, "export", "-o", str(tmp_path / "x.jsonl"), code=1)
+    assert "IntegrityError" in res.stderr or "IntegrityError" in res.stdout
+
+
+def test_store_commands_take_the_key(cli, redis_url, prefix, sync_client, keyfile):
+    store = redis_saver.RedisStore(sync_client, prefix=prefix, integrity_key=K2)
+    store.setup()
+    store.put(("docs",), "k", {"text": "hello"})
+    res = cli("--integrity-key-file", keyfile, "store", "show", "docs", "k")
+    assert "hello" in res.stdout
+    redis_saver.RedisStore(sync_client, prefix=prefix).put(("docs",), "k", {"text": "planted"})
+    res = cli("--integrity-key-file", keyfile, "store", "show", "docs", "k", code=1)
+    assert "IntegrityError" in res.stderr or "IntegrityError" in res.stdout

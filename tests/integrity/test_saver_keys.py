@@ -1,0 +1,165 @@
+"""Keys: rotation (the first key signs, each verifies), copies keep threads readable and bound
+to their new place, the asyncio saver checks the same tags, and the option's checks."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import redis
+
+import redis_saver
+from tests.integrity._graphs import SERDE, run_thread
+
+K1, K2 = os.urandom(32), os.urandom(48)
+
+
+def _state(saver: Any, thread: str) -> Any:
+    items = saver.list({"configurable": {"thread_id": thread}})
+    return [(t.checkpoint["channel_values"], t.pending_writes) for t in items]
+
+
+@pytest.fixture
+def client(redis_url: str) -> Any:
+    r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+def test_key_rotation(client: Any, prefix: str) -> None:
+    old = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1)
+    run_thread(old, "t")
+    before = _state(old, "t")
+    rotated = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=[K2, K1])
+    assert _state(rotated, "t") == before  # K1's data reads with [K2, K1]
+    run_thread(rotated, "new")  # new data is signed with K2
+    only_new = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=[K2])
+    assert _state(only_new, "new") == _state(rotated, "new")
+    with pytest.raises(redis_saver.IntegrityError):
+        only_new.get_tuple({"configurable": {"thread_id": "t"}})  # K1's data alone with [K2]
+    with pytest.raises(redis_saver.IntegrityError):
+        _state(only_new, "t")
+
+
+def test_signed_data_reads_without_a_key(client: Any, prefix: str) -> None:
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1)
+    run_thread(keyed, "t")
+    plain = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE)
+    assert _state(plain, "t") == _state(keyed, "t")
+
+
+def test_a_copy_is_signed_for_its_target(client: Any, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1, cache_bytes=0)
+    run_thread(keyed, "src")
+    keyed.copy_thread("src", "dst")
+    assert _state(keyed, "dst") == _state(keyed, "src")
+    # and in pages (a thread too large for one snapshot call)
+    from redis_saver.core.plans import budgets as B
+
+    monkeypatch.setattr(B, "WORK_BUDGET", 2)
+    keyed.copy_thread("src", "paged")
+    assert _state(keyed, "paged") == _state(keyed, "src")
+    # the copy's records are bound to the target: moved back to the source, they are refused
+    src_cp, dst_cp = f"{prefix}:{{src}}:cp", f"{prefix}:{{dst}}:cp"
+    field = sorted(client.hkeys(dst_cp))[-1]
+    client.hset(src_cp, field, client.hget(dst_cp, field))
+    with pytest.raises(redis_saver.IntegrityError):
+        _state(keyed, "src")
+
+
+def test_a_copy_refuses_what_fails_its_check(client: Any, prefix: str) -> None:
+    plain = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE)
+    run_thread(plain, "src")
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1)
+    with pytest.raises(redis_saver.IntegrityError):
+        keyed.copy_thread("src", "dst")
+    assert not client.exists(f"{prefix}:{{dst}}:cp")
+
+
+async def test_async_saver_checks_the_same_tags(redis_url: str, prefix: str, client: Any) -> None:
+    import redis.asyncio as aredis
+
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1), "t")
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1), "u")
+    ac = aredis.Redis.from_url(redis_url)
+    saver = redis_saver.AsyncRedisSaver(ac, prefix=prefix, serde=SERDE, integrity_key=[K1])
+    got = [t async for t in saver.alist({"configurable": {"thread_id": "t"}})]
+    assert len(got) == len(_state(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE), "t"))
+    cp_t, cp_u = f"{prefix}:{{t}}:cp", f"{prefix}:{{u}}:cp"
+    # the root namespace's latest (e("") is a NUL, then the id) gets u's latest record
+    latest = max(f for f in client.hkeys(cp_t) if f[:1] == b"\0")
+    client.hset(cp_t, latest, client.hget(cp_u, max(f for f in client.hkeys(cp_u) if f[:1] == b"\0")))
+    with pytest.raises(redis_saver.IntegrityError):
+        await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+    await ac.aclose()
+
+
+async def test_from_conn_string_takes_the_key(redis_url: str, prefix: str, client: Any) -> None:
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE), "plain")
+    with redis_saver.RedisSaver.from_conn_string(redis_url, prefix=prefix, integrity_key=K1) as s:
+        with pytest.raises(redis_saver.IntegrityError):
+            s.get_tuple({"configurable": {"thread_id": "plain"}})
+    async with redis_saver.AsyncRedisSaver.from_conn_string(redis_url, prefix=prefix, integrity_key=K1) as a:
+        with pytest.raises(redis_saver.IntegrityError):
+            await a.aget_tuple({"configurable": {"thread_id": "plain"}})
+
+
+@pytest.mark.parametrize(
+    "key, error",
+    [(b"short", ValueError), ("a str key of more than thirty-two chars", TypeError), ([], TypeError),
+     ([os.urandom(32), b"x"], ValueError), (12, TypeError)],
+)
+def test_bad_keys_are_refused(client: Any, key: Any, error: type) -> None:
+    with pytest.raises(error):
+        redis_saver.RedisSaver(client, integrity_key=key)
+
+
+def test_prune_and_latest_only_threads_stay_readable(client: Any, prefix: str) -> None:
+    """prune clears the parent of the checkpoint it keeps (its tags allow exactly that);
+    latest-only puts drop what they replace: both read back under the key."""
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1)
+    run_thread(keyed, "p")
+    latest = keyed.get_tuple({"configurable": {"thread_id": "p"}})
+    assert latest.parent_config is not None
+    keyed.prune(["p"])
+    kept = keyed.get_tuple({"configurable": {"thread_id": "p"}})
+    assert kept.parent_config is None and kept.checkpoint == latest.checkpoint
+    lean = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1, history="latest")
+    run_thread(lean, "l")
+    assert lean.get_tuple({"configurable": {"thread_id": "l"}}) is not None
+    # a parent link set to another checkpoint of the thread is refused (only clearing it is allowed)
+    cp = f"{prefix}:{{t}}:cp"
+    run_thread(keyed, "t")
+    ids = sorted(f for f in client.hkeys(cp) if f[:1] == b"\0")
+    raw = client.hget(cp, ids[-1])
+    parent = keyed.get_tuple({"configurable": {"thread_id": "t"}}).parent_config["configurable"]["checkpoint_id"]
+    other = ids[0][1:-1].decode()
+    assert other != parent and len(other) == len(parent)
+    client.hset(cp, ids[-1], raw.replace(parent.encode(), other.encode(), 1))
+    with pytest.raises(redis_saver.IntegrityError):
+        keyed.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_sign_thread_vouches_for_what_is_stored(client: Any, prefix: str) -> None:
+    """Data written without a key (compressed, streams, pending writes, an old thread's records)
+    reads with the key once signed; data signed under K1 reads under [K2] once signed with K2."""
+    plain = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE)
+    run_thread(plain, "t")
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, compress=False), "raw")
+    before = {t: _state(plain, t) for t in ("t", "raw")}
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=[K2, K1])
+    for t in ("t", "raw"):
+        with pytest.raises(redis_saver.IntegrityError):
+            _state(keyed, t)
+        assert keyed.sign_thread(t) > 0
+        assert _state(keyed, t) == before[t]
+        assert keyed.sign_thread(t) == 0  # signed already: nothing to replace
+    only_k2 = redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K2)
+    run_thread(redis_saver.RedisSaver(client, prefix=prefix, serde=SERDE, integrity_key=K1), "k1")
+    with pytest.raises(redis_saver.IntegrityError):
+        _state(only_k2, "k1")
+    assert keyed.sign_thread("k1") > 0
+    assert _state(only_k2, "k1") == _state(plain, "k1")
+    with pytest.raises(ValueError, match="integrity_key"):
+        plain.sign_thread("t")
