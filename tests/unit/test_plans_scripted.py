@@ -25,6 +25,7 @@ from redis_saver.core.replies import (
     PruneDetach,
     Put,
     PutWrites,
+    Rewrite,
 )
 from redis_saver.core.ttl import TTLConfig
 from redis_saver.errors import CopyConflictError, DamagedThreadError, ParentCycleError, ThreadEvictedError
@@ -419,3 +420,29 @@ def test_list_of_all_threads_reads_again_forgetting_damaged_ones_and_merges_newe
         (newest, None),
     ]
     assert converse(p._plan_list(None, limit=2), turns) is None
+
+
+def test_rewrite_values_sends_a_channel_again_in_new_streams_when_its_stream_moved():
+    serde = JsonPlusSerializer()
+    ns_e, ch_e = enc(""), enc("m")
+    raw = [codec.blob_record(*(lambda t, d: (t.encode(), d))(*serde.dumps_typed(_chat(n)))) for n in (20, 30)]
+    fields = [ns_e + ch_e + b"1", ns_e + ch_e + b"2"]
+    scan = Call("rewrite", KEYS, [*HEAD, "scan", 0, budgets.EXPORT_COUNT, 256])
+    get = Call("rewrite", KEYS, [*HEAD, "get", *fields])
+    sets: list[Call] = []
+    turns = [
+        (scan, [b"0", [fields[0], len(raw[0]), fields[1], len(raw[1])]]),
+        (get, raw),
+        (sets.append, Rewrite.STREAMS_MOVED),  # a stream it appends to changed meanwhile
+        (get, raw),
+        (sets.append, 2),
+    ]
+    stats = converse(plans()._plan_rewrite_values("th"), turns)
+    assert (stats.thread_id, stats.values) == ("th", 2)
+    for s in sets:  # both versions re-encoded in one call
+        assert s.args[4:7] == ["set", ns_e, 2] and [s.args[7], s.args[10]] == fields
+    # first a new stream and an append to it; again, streams that depend on no earlier call: a
+    # new one per version, none of them the first attempt's
+    assert [sets[0].args[14], sets[0].args[19]] == [b"n", b"a"] and sets[0].args[13] == sets[0].args[18]
+    assert [sets[1].args[14], sets[1].args[19]] == [b"n", b"n"]
+    assert sets[0].args[13] not in (sets[1].args[13], sets[1].args[18])
