@@ -34,7 +34,7 @@ STAGES = [
 # tests/scripts/test_scripts.py checks they exist); the stage is what runs between a cut and the next
 PUT_STAGES = [
     ("argument checks", "local rec = validate_record(raw)"),
-    ("record validation, chain entry check", "for i = 1, nblobs do\n  if not is_blob_record"),
+    ("record validation, chain entry check", "for i = 1, nblobs do\n  local b = ARGV[12 + 2 * i]"),
     ("blob and stream argument checks", "check_format()\nlocal ns_e, cid_e"),
     ("meta read (one HMGET), format check", "local ns_e, cid_e = enc(ns), enc(cid)"),
     ("blob fields, blob / stream plan (HSTRLEN, HGET of stream records)", "-- Fencing: a namespace's head"),

@@ -49,6 +49,9 @@ local THREAD_E = enc(THREAD_ID)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
 local META_NC, META_N, META_XP = nil, nil, nil
 local GC = {}  -- blob collection candidates (see gc_blobs())
+-- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
+-- the keys it removed from (see "Slots that move" in _lib_thread.lua)
+local GONE, LEFT = {}, {}
 -- @state-end
 
 --- The helpers, by topic, in this order (a helper uses only those above it): records, the

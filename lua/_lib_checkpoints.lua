@@ -12,10 +12,16 @@ local function wfield(prefix, member)
 end
 
 local function drop_writes(ns_e, cid_e)
+  if GONE[K_WORD] then return end
   local prefix = ns_e .. cid_e
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
-    redis.call('HDEL', K_WR, wfield(prefix, m))
-    redis.call('ZREM', K_WORD, m)
+  local members = redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')
+  if #members == 0 then return end
+  local fields = {}
+  for i, m in ipairs(members) do fields[i] = wfield(prefix, m) end
+  for i = 1, #members, 1000 do
+    local j = math.min(i + 999, #members)
+    hdel(K_WR, unpack(fields, i, j))
+    zrem(K_WORD, unpack(members, i, j))
   end
 end
 
@@ -29,21 +35,22 @@ end
 
 -- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
 local function drop_cp(ns_e, cid_e, keep_writes)
+  if GONE[K_CP] then return end
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
   bump_guard()
   local rec = cp_rec(raw, CP_RUN_ID)
-  redis.call('HDEL', K_CP, field)
+  hdel(K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
-  redis.call('HDEL', K_CHAIN, field)
-  redis.call('ZREM', K_CPNS, field)
-  redis.call('ZREM', K_CPID, cid_e .. ns_e)
+  if META_NC ~= '1' then hdel(K_CHAIN, field) end
+  zrem(K_CPNS, field)
+  zrem(K_CPID, cid_e .. ns_e)
   gc_candidates(ns_e, rec)
   if not keep_writes then drop_writes(ns_e, cid_e) end
   if rec[CP_RUN_ID] ~= '' then
     local run_e = enc(rec[CP_RUN_ID])
-    redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+    zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
 end
@@ -70,6 +77,7 @@ end
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
+  local old_run = ''
   if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
   if not new then
     local old = redis.call('HGET', K_CP, field)
@@ -77,18 +85,20 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
       return  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
-    local old_run = cp_field(old, CP_RUN_ID)
-    if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
-      local run_e = enc(old_run)
-      redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
-      unlink_run_if_unused(run_e)
-    end
+    old_run = cp_field(old, CP_RUN_ID)
     redis.call('HSET', K_CP, field, raw)
   end
   if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
+  -- a re-put under another run id: the old run's link goes after the new one is added (see
+  -- "Slots that move" in _lib_thread.lua: the run keys may hold only the old link)
+  if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
+    local run_e = enc(old_run)
+    zrem(K_RUNS, run_e .. ns_e .. cid_e)
+    unlink_run_if_unused(run_e)
+  end
 end
 
 

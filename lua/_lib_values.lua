@@ -118,6 +118,7 @@ end
 
 -- add n to the references of the stream directory dfield; at 0 the stream goes
 local function stream_ref(dfield, n)
+  if GONE[K_BLOB] then return end
   local d = redis.call('HGET', K_BLOB, dfield)
   if not d then return end
   local dir = unpack_rec(d)
@@ -129,11 +130,12 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  redis.call('HDEL', K_BLOB, unpack(gone))
+  hdel(K_BLOB, unpack(gone))
 end
 
 -- delete blob fields, and the streams no remaining record names
 local function drop_blobs(fields)
+  if GONE[K_BLOB] then return 0 end
   local unref = {}
   for _, f in ipairs(fields) do
     local d = stored_stream(f)
@@ -141,7 +143,7 @@ local function drop_blobs(fields)
   end
   local k = 0
   for i = 1, #fields, 1000 do
-    k = k + redis.call('HDEL', K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
+    k = k + hdel(K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
   end
   for d, n in pairs(unref) do stream_ref(d, n) end
   return k
@@ -256,7 +258,6 @@ local function apply_blobs(plan)
       if not listed[f] then del[#del + 1] = f end
     end
   end
-  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for _, ap in ipairs(appends) do
     if listed[ap[2]] then
       args[#args + 1] = ap[2]
@@ -265,6 +266,8 @@ local function apply_blobs(plan)
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
   redis.call('HSET', K_BLOB, unpack(args))
+  -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
+  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end
@@ -306,7 +309,7 @@ end
 -- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
 -- their chain entries, or their records in a thread that keeps none
 local function refs_of(ns_e, members, out)
-  if META_NC == '1' then
+  if META_NC == '1' or GONE[K_CHAIN] then
     local raws = hmget(K_CP, members)
     for j = 1, #members do
       if raws[j] then
@@ -321,7 +324,8 @@ end
 
 local function gc_blobs()
   for ns_e, set in pairs(GC) do
-    local members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')
+    local members = {}
+    if not GONE[K_CPNS] then members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX') end
     local refs = {}
     refs_of(ns_e, members, refs)
     for _, f in ipairs(refs) do set[f] = nil end

@@ -19,13 +19,21 @@ local step, budget = ARGV[5], tonumber(ARGV[6])
 if (step ~= 'all' and step ~= 'drop' and step ~= 'finish') or not budget or budget < 1 then
   fail('RS_BADARG', 'bad delete_runs arguments')
 end
+-- run-index entries of these runs that the thread no longer holds (left by a call of an earlier
+-- version that stopped halfway): delete_for_runs finds the thread through them, and drops them
+local function unlink_stale()
+  for i = 7, #ARGV do unlink_run_if_unused(enc(ARGV[i])) end
+end
+
 check_format()
 if not META_V then
+  -- no such thread (any more): what its run index still says goes
+  if step ~= 'drop' then unlink_stale() end
   return ({all = {0}, drop = {0, '0', {}}, finish = 0})[step]
 end
 
 local function finish()
-  if redis.call('HLEN', K_CP) == 0 and META_PIN ~= '1' then
+  if (GONE[K_CP] or redis.call('HLEN', K_CP) == 0) and META_PIN ~= '1' then
     drop_thread()
     fix_index_expiry()
     return 1
@@ -34,11 +42,15 @@ local function finish()
   return 0
 end
 
-if step == 'finish' then return finish() end
+if step == 'finish' then
+  unlink_stale()
+  return finish()
+end
 if step == 'all' and redis.call('HLEN', K_CP) > budget then return {'paged'} end
 
 local deleted = 0
 for i = 7, #ARGV do
+  if GONE[K_RUNS] then break end
   local run_e = enc(ARGV[i])
   local members = redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, budget - deleted)
   for _, m in ipairs(members) do
@@ -49,6 +61,7 @@ for i = 7, #ARGV do
   if deleted >= budget then break end
 end
 if step == 'all' then
+  unlink_stale()
   gc_blobs()
   if deleted > 0 then finish() end
   return {deleted}

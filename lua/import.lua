@@ -75,6 +75,9 @@ if step == 'stage' then
       local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
+    -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
+    -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
+    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
     forget_thread()
   end
   init_meta()
@@ -149,7 +152,10 @@ if first then
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
         .. ' only; delete_thread() it first')
     end
-    drop_thread()  -- an expiry under way: finished first, the copy starts the thread afresh
+    -- an expiry under way: finished first, the copy starts the thread afresh; not while the
+    -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
+    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    forget_thread()
     check_format()
   end
   if npairs == 0 then return 1 end  -- only the check (an empty source: the target stays absent)
@@ -166,14 +172,16 @@ local function hset_all(key, flat)
   for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
 end
 local function zadd_all(key, members)
+  local added = 0
   for i = 1, #members, 1000 do
     local args = {}
     for j = i, math.min(i + 999, #members) do
       args[#args + 1] = 0
       args[#args + 1] = members[j]
     end
-    redis.call('ZADD', key, unpack(args))
+    added = added + redis.call('ZADD', key, unpack(args))
   end
+  return added
 end
 -- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
 local function stored(key, from, to)
@@ -253,9 +261,17 @@ for i = wstart, cstart - 1, 2 do
     members[#members + 1] = member(field, wrecs[n])
   end
 end
-if #gone > 0 then redis.call('ZREM', K_WORD, unpack(gone)) end
 hset_all(K_WR, out)
 zadd_all(K_WORD, members)
+-- the replaced members go after the new ones are added (see "Slots that move" in _lib_thread.lua)
+if #gone > 0 then
+  local added, old = {}, {}
+  for _, m in ipairs(members) do added[m] = true end
+  for _, m in ipairs(gone) do
+    if not added[m] then old[#old + 1] = m end
+  end
+  if #old > 0 then redis.call('ZREM', K_WORD, unpack(old)) end
+end
 
 -- checkpoints last: the new ones in a few commands, one stored with other bytes by store_cp
 if counts[4] > 0 then mark_cps() end
@@ -283,7 +299,7 @@ for i = cstart, #ARGV - 1, 2 do
       runs[#runs + 1] = run_e .. ns_e .. cid_e
       if not linked[run_e] then
         linked[run_e] = true
-        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+        grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
       end
     end
   end
@@ -293,6 +309,6 @@ if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns)
 hset_all(K_CHAIN, chain)
 zadd_all(K_CPNS, by_ns)
 zadd_all(K_CPID, by_id)
-zadd_all(K_RUNS, runs)
+grew(K_RUNS, zadd_all(K_RUNS, runs))
 touch()
 return 1

@@ -8,7 +8,9 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 (with its writes) back to the nearest one that stores a value for each DeltaChannel the
 latest still needs (channels named in its metadata counters_since_delta_snapshot whose value
 it does not store itself); delete the rest; drop blobs no kept checkpoint references; a kept
-checkpoint whose parent was deleted loses its parent.
+checkpoint whose parent was deleted loses its parent. A thread pruned in one call is also swept
+of what an earlier call that stopped halfway left: value records no kept checkpoint names (at
+most 16 x budget blob fields) and run-index entries of runs it no longer holds.
 A thread of at most `budget` checkpoints (and 8 x budget writes) is pruned atomically in one
 call ("all"). A larger one answers "paged" and the client goes on step by step, each call
 bounded by `budget` (redis_saver/core/plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
@@ -130,6 +132,7 @@ end
 -- of newer ids may precede their checkpoint's put: they stay); from a lex cursor, at most
 -- `max` members; returns the cursor to go on from ("" = done)
 local function drop_orphans(ns_e, latest_e, cursor, max)
+  if GONE[K_WORD] then return '' end
   local from = lo(ns_e)
   if cursor ~= '' then from = '(' .. cursor end
   local members = redis.call('ZRANGE', K_WORD, from, '(' .. ns_e .. latest_e, 'BYLEX', 'LIMIT', 0, max)
@@ -145,6 +148,34 @@ local function drop_orphans(ns_e, latest_e, cursor, max)
   return members[#members]
 end
 
+-- What an earlier call that stopped halfway may have left in a thread pruned whole (a prune
+-- of an earlier version, stopped by a slot that moved: see "Slots that move" in
+-- _lib_thread.lua): value records no kept checkpoint names, and run-index entries of runs the
+-- thread no longer holds. `kept`: e(ns) -> the kept e(cid)s. Bounded: at most 16 x budget blob
+-- fields (a larger thread is left as it is) and `budget` run entries.
+local function sweep(kept)
+  if not GONE[K_BLOB] and redis.call('HLEN', K_BLOB) <= 16 * budget then
+    local refs = {}
+    for ns_e, cids in pairs(kept) do
+      local members, out = {}, {}
+      for i, c in ipairs(cids) do members[i] = ns_e .. c end
+      refs_of(ns_e, members, out)
+      for _, f in ipairs(out) do refs[f] = true end
+    end
+    local gone = {}
+    for _, f in ipairs(redis.call('HKEYS', K_BLOB)) do
+      if f ~= BLOB_MARK and not refs[f] and not is_stream_part(f) then gone[#gone + 1] = f end
+    end
+    if #gone > 0 then drop_blobs(gone) end
+  end
+  if not GONE[K_IXR] then
+    local p = 't' .. THREAD_E
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo(p), hi(p), 'BYLEX', 'LIMIT', 0, budget)) do
+      unlink_run_if_unused(string.sub(m, #p + 1))
+    end
+  end
+end
+
 if step == 'all' then
   if redis.call('HLEN', K_CP) > budget or redis.call('ZCARD', K_WORD) > 8 * budget then
     return {'paged'}
@@ -158,12 +189,18 @@ if step == 'all' then
     local g = groups[ns_e]
     g[#g + 1] = string.sub(m, p)
   end
-  local deleted = 0
+  -- every namespace walked first: a walk can fail (RS_CYCLE), and nothing is written before
+  local deleted, kept, oldest = 0, {}, {}
+  for _, ns_e in ipairs(order) do
+    local cids = groups[ns_e]
+    local need, left = needs(ns_e, cids[#cids])
+    local k, _, _, o = walk(ns_e, cids[#cids], need, left, true, #cids + 1)
+    kept[ns_e], oldest[ns_e] = k, o
+  end
   for _, ns_e in ipairs(order) do
     local cids = groups[ns_e]
     local latest = cids[#cids]
-    local need, left = needs(ns_e, latest)
-    local kept_list, _, _, oldest_parent = walk(ns_e, latest, need, left, true, #cids + 1)
+    local kept_list, oldest_parent = kept[ns_e], oldest[ns_e]
     local keep = {}
     for _, c in ipairs(kept_list) do keep[c] = true end
     for _, c in ipairs(cids) do
@@ -178,6 +215,7 @@ if step == 'all' then
     end
   end
   gc_blobs()
+  sweep(kept)
   touch()
   return {deleted}
 end

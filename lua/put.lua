@@ -44,7 +44,10 @@ if entry ~= '' then
   end
 end
 for i = 1, nblobs do
-  if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  local b = ARGV[12 + 2 * i]
+  if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
+  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
@@ -60,6 +63,9 @@ local ns_e, cid_e = enc(ns), enc(cid)
 -- its unchanged channels and its delta channels' history would be gone.
 if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+  -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
+  -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
+  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
@@ -137,7 +143,7 @@ elseif mode == 'latest' then
     if ocid ~= latest_e then drop_cp(ns_e, ocid, ocid == parent_e) end
   end
   local seen = {}
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
+  for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
     if ocid < latest_e and ocid ~= parent_e and not seen[ocid] then
       seen[ocid] = true
@@ -166,7 +172,7 @@ elseif mode == 'latest' then
     for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_cp(ons_e, string.sub(m, #ons_e + 1), false)
     end
-    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
+    for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_writes(ons_e, string.sub(m, #ons_e + 1, skip(m, #ons_e + 1) - 1))
     end
   end

@@ -61,14 +61,17 @@ for i = 10, last, 2 do
   else
     -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
     -- member may name another task_path
-    local field = field_p .. idx8
+    -- (the new member is added before the old one goes: the write index is never emptied, see
+    -- "Slots that move" in _lib_thread.lua)
+    local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
+    redis.call('HSET', K_WR, field, ARGV[i + 1])
+    redis.call('ZADD', K_WORD, 0, member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
-      redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
+      local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)
+      if old_member ~= member then redis.call('ZREM', K_WORD, old_member) end
     end
-    redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member_p .. idx8 .. chan_e[i])
     stored = stored + 1
   end
 end

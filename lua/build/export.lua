@@ -47,6 +47,9 @@ if TTL_MS == nil or TTL_MS < 0 then fail('RS_BADARG', 'bad ttl') end
 -- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
 local META_NC, META_N, META_XP = nil, nil, nil
+-- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
+-- the keys it removed from (see "Slots that move" in _lib_thread.lua)
+local GONE, LEFT = {}, {}
 -- @state-end
 
 -- position just after the encoded component that starts at pos
@@ -155,6 +158,31 @@ local function hi(p) return '(' .. p .. '\255' end
 -- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 
+-- Slots that move. While the thread's slot is MIGRATING (on the node it leaves) or IMPORTING
+-- (on the node it goes to, for a client that sent ASKING), Redis runs a script only where every
+-- key it declares exists, and a command of the script on a key that does not exist there (any
+-- command on the node it leaves; one naming several keys on the other) fails at that line,
+-- keeping the writes before it ("Script attempted to access a non local key"). All 11 keys
+-- exist when such a call starts; so a call never touches a key again once it emptied or
+-- unlinked it, and never adds to a key after removing from it (it adds first). Removals that
+-- may empty a key go through zrem() / hdel(): they read the key's size once per call (ZCARD /
+-- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
+-- reads and expiry updates skip such keys.
+
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+
+
+
+-- the keys of `keys` this call has not emptied
+
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
+
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
@@ -227,6 +255,7 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- rather than never stored; true = expiring
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+-- (never the calling thread's own entry, which touch() sets next: the key stays)
 
 
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record

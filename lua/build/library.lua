@@ -1,9 +1,9 @@
-#!lua name=redis_saver_f130095f813c92a9
+#!lua name=redis_saver_9586bd931528b94c
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
 local string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type
-local KEYS, ARGV, K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS, LEAN, FORMAT, THREAD_ID, TTL_MS, REFRESH, THREAD_E, META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP, GC
+local KEYS, ARGV, K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR, THREAD_KEYS, LEAN, FORMAT, THREAD_ID, TTL_MS, REFRESH, THREAD_E, META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP, GC, GONE, LEFT
 -- _lib.lua: helpers prepended to every per-thread script by devkit/luagen.py
 -- (after the script's #!lua line). Not a script of its own.
 --
@@ -197,6 +197,67 @@ end
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 local WR_MARK = ''
 
+-- Slots that move. While the thread's slot is MIGRATING (on the node it leaves) or IMPORTING
+-- (on the node it goes to, for a client that sent ASKING), Redis runs a script only where every
+-- key it declares exists, and a command of the script on a key that does not exist there (any
+-- command on the node it leaves; one naming several keys on the other) fails at that line,
+-- keeping the writes before it ("Script attempted to access a non local key"). All 11 keys
+-- exist when such a call starts; so a call never touches a key again once it emptied or
+-- unlinked it, and never adds to a key after removing from it (it adds first). Removals that
+-- may empty a key go through zrem() / hdel(): they read the key's size once per call (ZCARD /
+-- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
+-- reads and expiry updates skip such keys.
+local function shrink(key, card, cmd, ...)
+  if GONE[key] then return 0 end
+  local left = LEFT[key]
+  if left == nil then left = redis.call(card, key) end
+  if left == 0 then
+    LEFT[key] = 0
+    return 0
+  end
+  local n = redis.call(cmd, key, ...)
+  LEFT[key] = left - n
+  if n == left then GONE[key] = true end
+  return n
+end
+
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+local function grew(key, n)
+  if LEFT[key] and n > 0 then
+    LEFT[key] = LEFT[key] + n
+    GONE[key] = nil
+  end
+end
+
+local function zrem(key, ...)
+  return shrink(key, 'ZCARD', 'ZREM', ...)
+end
+
+local function hdel(key, ...)
+  return shrink(key, 'HLEN', 'HDEL', ...)
+end
+
+-- the keys of `keys` this call has not emptied
+local function live_keys(keys)
+  if next(GONE) == nil then return keys end
+  local out = {}
+  for _, k in ipairs(keys) do
+    if not GONE[k] then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
+local function slot_moving()
+  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
+end
+
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
@@ -218,23 +279,28 @@ end
 
 -- remove the thread and its slot-index entries
 local function drop_thread()
-  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
-    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  if not GONE[K_IXR] then
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+      zrem(K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+    end
   end
-  redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('UNLINK', unpack(THREAD_KEYS))
+  zrem(K_IXT, THREAD_ID)
+  local keys = live_keys(THREAD_KEYS)
+  if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
+  for _, k in ipairs(THREAD_KEYS) do GONE[k] = true end
 end
 
 -- the expiry of the slot index keys: the greatest expiry of the threads they list
 local function fix_index_expiry()
+  if GONE[K_IXT] then return end
   local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
   if #top == 0 then return end
-  if top[2] == 'inf' then
-    redis.call('PERSIST', K_IXT)
-    redis.call('PERSIST', K_IXR)
-  else
-    redis.call('PEXPIREAT', K_IXT, top[2])
-    redis.call('PEXPIREAT', K_IXR, top[2])
+  for _, k in ipairs(live_keys({K_IXT, K_IXR})) do
+    if top[2] == 'inf' then
+      redis.call('PERSIST', k)
+    else
+      redis.call('PEXPIREAT', k, top[2])
+    end
   end
 end
 
@@ -283,6 +349,9 @@ end
 local function forget_thread()
   drop_thread()
   fix_index_expiry()
+  -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
+  -- moving: slot_moving()) writes them afresh
+  GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
 end
@@ -394,14 +463,20 @@ local function check_blob_missing(field)
 end
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+-- (never the calling thread's own entry, which touch() sets next: the key stays)
 local function purge_expired(now)
+  if GONE[K_IXT] then return end
   local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
   for _, thr in ipairs(dead) do
-    local te = enc(thr)
-    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
-      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    if thr ~= THREAD_ID then
+      local te = enc(thr)
+      if not GONE[K_IXR] then
+        for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+          zrem(K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+        end
+      end
+      zrem(K_IXT, thr)
     end
-    redis.call('ZREM', K_IXT, thr)
   end
 end
 
@@ -417,26 +492,34 @@ local function touch()
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if next(GONE) == nil then
+      redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    else
+      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
+    end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
     return
   end
   local now = now_ms()
   local score = 'inf'
+  local keys = live_keys(THREAD_KEYS)
   if expiring then
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    for _, k in ipairs(keys) do redis.call('PEXPIRE', k, TTL_MS) end
     local step = math.max(1, math.floor(TTL_MS / 64))
     score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
     if META_IX == score then
       -- the thread's keys: the PEXPIREs accessed them; the slot index as above
-      redis.call('TOUCH', K_IXR)
+      if not GONE[K_IXR] then redis.call('TOUCH', K_IXR) end
       if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
       return
     end
   else
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+    for _, k in ipairs(keys) do redis.call('PERSIST', k) end
   end
-  if META_IX ~= score then
+  -- (a wr key this call emptied had no mark, so meta says none is due: it stays so, and a
+  -- later call sets both; the key is not created again here, see "Slots that move")
+  if META_IX ~= score and not GONE[K_WR] then
     redis.call('HSET', K_META, 'ix', score, 'wm', '1')
     META_IX, META_WM = score, '1'
     if score == 'inf' then
@@ -447,8 +530,9 @@ local function touch()
       redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
+  -- the thread's own entry first: the purge (which never drops it) then never empties the key
+  grew(K_IXT, redis.call('ZADD', K_IXT, score, THREAD_ID))
   purge_expired(now)
-  redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
 
@@ -505,13 +589,13 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e)
-  redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)
-  if #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
-    redis.call('ZREM', K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
+  if GONE[K_RUNS] or #redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, 1) == 0 then
+    zrem(K_IXR, 'r' .. run_e .. THREAD_E, 't' .. THREAD_E .. run_e)
   end
 end
 
@@ -630,6 +714,7 @@ end
 
 -- add n to the references of the stream directory dfield; at 0 the stream goes
 local function stream_ref(dfield, n)
+  if GONE[K_BLOB] then return end
   local d = redis.call('HGET', K_BLOB, dfield)
   if not d then return end
   local dir = unpack_rec(d)
@@ -641,11 +726,12 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  redis.call('HDEL', K_BLOB, unpack(gone))
+  hdel(K_BLOB, unpack(gone))
 end
 
 -- delete blob fields, and the streams no remaining record names
 local function drop_blobs(fields)
+  if GONE[K_BLOB] then return 0 end
   local unref = {}
   for _, f in ipairs(fields) do
     local d = stored_stream(f)
@@ -653,7 +739,7 @@ local function drop_blobs(fields)
   end
   local k = 0
   for i = 1, #fields, 1000 do
-    k = k + redis.call('HDEL', K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
+    k = k + hdel(K_BLOB, unpack(fields, i, math.min(i + 999, #fields)))
   end
   for d, n in pairs(unref) do stream_ref(d, n) end
   return k
@@ -768,7 +854,6 @@ local function apply_blobs(plan)
       if not listed[f] then del[#del + 1] = f end
     end
   end
-  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for _, ap in ipairs(appends) do
     if listed[ap[2]] then
       args[#args + 1] = ap[2]
@@ -777,6 +862,8 @@ local function apply_blobs(plan)
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
   redis.call('HSET', K_BLOB, unpack(args))
+  -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
+  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end
@@ -818,7 +905,7 @@ end
 -- the blob fields the checkpoints `members` (of namespace ns_e) reference, added to out: from
 -- their chain entries, or their records in a thread that keeps none
 local function refs_of(ns_e, members, out)
-  if META_NC == '1' then
+  if META_NC == '1' or GONE[K_CHAIN] then
     local raws = hmget(K_CP, members)
     for j = 1, #members do
       if raws[j] then
@@ -833,7 +920,8 @@ end
 
 local function gc_blobs()
   for ns_e, set in pairs(GC) do
-    local members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX')
+    local members = {}
+    if not GONE[K_CPNS] then members = redis.call('ZRANGE', K_CPNS, lo(ns_e), hi(ns_e), 'BYLEX') end
     local refs = {}
     refs_of(ns_e, members, refs)
     for _, f in ipairs(refs) do set[f] = nil end
@@ -852,10 +940,16 @@ local function wfield(prefix, member)
 end
 
 local function drop_writes(ns_e, cid_e)
+  if GONE[K_WORD] then return end
   local prefix = ns_e .. cid_e
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')) do
-    redis.call('HDEL', K_WR, wfield(prefix, m))
-    redis.call('ZREM', K_WORD, m)
+  local members = redis.call('ZRANGE', K_WORD, lo(prefix), hi(prefix), 'BYLEX')
+  if #members == 0 then return end
+  local fields = {}
+  for i, m in ipairs(members) do fields[i] = wfield(prefix, m) end
+  for i = 1, #members, 1000 do
+    local j = math.min(i + 999, #members)
+    hdel(K_WR, unpack(fields, i, j))
+    zrem(K_WORD, unpack(members, i, j))
   end
 end
 
@@ -869,21 +963,22 @@ end
 
 -- delete one checkpoint (record, indexes, blob refs, run link; writes unless keep_writes)
 local function drop_cp(ns_e, cid_e, keep_writes)
+  if GONE[K_CP] then return end
   local field = ns_e .. cid_e
   local raw = redis.call('HGET', K_CP, field)
   if not raw then return end
   bump_guard()
   local rec = cp_rec(raw, CP_RUN_ID)
-  redis.call('HDEL', K_CP, field)
+  hdel(K_CP, field)
   if META_NC == '1' then redis.call('HINCRBY', K_META, 'n', -1) end
-  redis.call('HDEL', K_CHAIN, field)
-  redis.call('ZREM', K_CPNS, field)
-  redis.call('ZREM', K_CPID, cid_e .. ns_e)
+  if META_NC ~= '1' then hdel(K_CHAIN, field) end
+  zrem(K_CPNS, field)
+  zrem(K_CPID, cid_e .. ns_e)
   gc_candidates(ns_e, rec)
   if not keep_writes then drop_writes(ns_e, cid_e) end
   if rec[CP_RUN_ID] ~= '' then
     local run_e = enc(rec[CP_RUN_ID])
-    redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
+    zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
 end
@@ -910,6 +1005,7 @@ end
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
+  local old_run = ''
   if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
   if not new then
     local old = redis.call('HGET', K_CP, field)
@@ -917,18 +1013,20 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
       return  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
-    local old_run = cp_field(old, CP_RUN_ID)
-    if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
-      local run_e = enc(old_run)
-      redis.call('ZREM', K_RUNS, run_e .. ns_e .. cid_e)
-      unlink_run_if_unused(run_e)
-    end
+    old_run = cp_field(old, CP_RUN_ID)
     redis.call('HSET', K_CP, field, raw)
   end
   if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
   redis.call('ZADD', K_CPNS, 0, field)
   redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
+  -- a re-put under another run id: the old run's link goes after the new one is added (see
+  -- "Slots that move" in _lib_thread.lua: the run keys may hold only the old link)
+  if old_run ~= '' and old_run ~= rec[CP_RUN_ID] then
+    local run_e = enc(old_run)
+    zrem(K_RUNS, run_e .. ns_e .. cid_e)
+    unlink_run_if_unused(run_e)
+  end
 end
 
 
@@ -1113,11 +1211,21 @@ local function st_check(fmt)
   if fmt ~= STORE_FORMAT then st_fail('RS_SCHEMA', 'store format ' .. tostring(fmt) .. ' is not ' .. STORE_FORMAT) end
 end
 
--- the shard's key names start with this (KEYS[1] without its final "n")
+-- the shard's key names start with this (KEYS[1] without its final "n"). Slots that move
+-- (docs/architecture.md): while the shard's slot is MIGRATING or IMPORTING, Redis fails a
+-- script's command on a key missing on this node (any command on the node the slot leaves,
+-- one naming several keys on the other) halfway through the script, and a store call names
+-- keys it does not declare (items, their indexes); so the call is refused before it does
+-- anything, as Redis refuses a command whose keys are in part elsewhere (TRYAGAIN: the client
+-- sends it again once the slot has moved). Two keys no store writes answer in one command.
 local function st_base()
   local k = KEYS[1]
   if #KEYS ~= 1 or string.sub(k, -3) ~= '}:n' then st_fail('RS_BADARG', 'expected the shard index key') end
-  return string.sub(k, 1, -2)
+  local base = string.sub(k, 1, -2)
+  if type(redis.pcall('EXISTS', base .. '\0', base .. '\0\0')) ~= 'number' then
+    st_fail('TRYAGAIN', 'the store shard\'s slot is moving between nodes')
+  end
+  return base
 end
 
 -- milliseconds since the epoch (expiry scores)
@@ -1365,6 +1473,7 @@ local function begin_full(keys, argv)
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
   GC = {}  -- blob collection candidates (see gc_blobs())
+  GONE, LEFT = {}, {}
 end
 local function begin_lean(keys, argv)
   if not string then string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type = builtins() end
@@ -1379,6 +1488,7 @@ local function begin_lean(keys, argv)
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
   GC = {}  -- blob collection candidates (see gc_blobs())
+  GONE, LEFT = {}, {}
 end
 local function begin_bare(keys, argv)
   if not string then string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type = builtins() end
@@ -1405,13 +1515,21 @@ local step, budget = ARGV[5], tonumber(ARGV[6])
 if (step ~= 'all' and step ~= 'drop' and step ~= 'finish') or not budget or budget < 1 then
   fail('RS_BADARG', 'bad delete_runs arguments')
 end
+-- run-index entries of these runs that the thread no longer holds (left by a call of an earlier
+-- version that stopped halfway): delete_for_runs finds the thread through them, and drops them
+local function unlink_stale()
+  for i = 7, #ARGV do unlink_run_if_unused(enc(ARGV[i])) end
+end
+
 check_format()
 if not META_V then
+  -- no such thread (any more): what its run index still says goes
+  if step ~= 'drop' then unlink_stale() end
   return ({all = {0}, drop = {0, '0', {}}, finish = 0})[step]
 end
 
 local function finish()
-  if redis.call('HLEN', K_CP) == 0 and META_PIN ~= '1' then
+  if (GONE[K_CP] or redis.call('HLEN', K_CP) == 0) and META_PIN ~= '1' then
     drop_thread()
     fix_index_expiry()
     return 1
@@ -1420,11 +1538,15 @@ local function finish()
   return 0
 end
 
-if step == 'finish' then return finish() end
+if step == 'finish' then
+  unlink_stale()
+  return finish()
+end
 if step == 'all' and redis.call('HLEN', K_CP) > budget then return {'paged'} end
 
 local deleted = 0
 for i = 7, #ARGV do
+  if GONE[K_RUNS] then break end
   local run_e = enc(ARGV[i])
   local members = redis.call('ZRANGE', K_RUNS, lo(run_e), hi(run_e), 'BYLEX', 'LIMIT', 0, budget - deleted)
   for _, m in ipairs(members) do
@@ -1435,6 +1557,7 @@ for i = 7, #ARGV do
   if deleted >= budget then break end
 end
 if step == 'all' then
+  unlink_stale()
   gc_blobs()
   if deleted > 0 then finish() end
   return {deleted}
@@ -2072,6 +2195,9 @@ if step == 'stage' then
       local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
+    -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
+    -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
+    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
     forget_thread()
   end
   init_meta()
@@ -2146,7 +2272,10 @@ if first then
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
         .. ' only; delete_thread() it first')
     end
-    drop_thread()  -- an expiry under way: finished first, the copy starts the thread afresh
+    -- an expiry under way: finished first, the copy starts the thread afresh; not while the
+    -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
+    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    forget_thread()
     check_format()
   end
   if npairs == 0 then return 1 end  -- only the check (an empty source: the target stays absent)
@@ -2163,14 +2292,16 @@ local function hset_all(key, flat)
   for i = 1, #flat, 2000 do redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat))) end
 end
 local function zadd_all(key, members)
+  local added = 0
   for i = 1, #members, 1000 do
     local args = {}
     for j = i, math.min(i + 999, #members) do
       args[#args + 1] = 0
       args[#args + 1] = members[j]
     end
-    redis.call('ZADD', key, unpack(args))
+    added = added + redis.call('ZADD', key, unpack(args))
   end
+  return added
 end
 -- the values of ARGV[from], ARGV[from + 2], ... (the fields of a section) in the hash: one HMGET
 local function stored(key, from, to)
@@ -2250,9 +2381,17 @@ for i = wstart, cstart - 1, 2 do
     members[#members + 1] = member(field, wrecs[n])
   end
 end
-if #gone > 0 then redis.call('ZREM', K_WORD, unpack(gone)) end
 hset_all(K_WR, out)
 zadd_all(K_WORD, members)
+-- the replaced members go after the new ones are added (see "Slots that move" in _lib_thread.lua)
+if #gone > 0 then
+  local added, old = {}, {}
+  for _, m in ipairs(members) do added[m] = true end
+  for _, m in ipairs(gone) do
+    if not added[m] then old[#old + 1] = m end
+  end
+  if #old > 0 then redis.call('ZREM', K_WORD, unpack(old)) end
+end
 
 -- checkpoints last: the new ones in a few commands, one stored with other bytes by store_cp
 if counts[4] > 0 then mark_cps() end
@@ -2280,7 +2419,7 @@ for i = cstart, #ARGV - 1, 2 do
       runs[#runs + 1] = run_e .. ns_e .. cid_e
       if not linked[run_e] then
         linked[run_e] = true
-        redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e)
+        grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
       end
     end
   end
@@ -2290,7 +2429,7 @@ if META_NC == '1' and #by_ns > 0 then redis.call('HINCRBY', K_META, 'n', #by_ns)
 hset_all(K_CHAIN, chain)
 zadd_all(K_CPNS, by_ns)
 zadd_all(K_CPID, by_id)
-zadd_all(K_RUNS, runs)
+grew(K_RUNS, zadd_all(K_RUNS, runs))
 touch()
 return 1
 
@@ -2474,7 +2613,9 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 (with its writes) back to the nearest one that stores a value for each DeltaChannel the
 latest still needs (channels named in its metadata counters_since_delta_snapshot whose value
 it does not store itself); delete the rest; drop blobs no kept checkpoint references; a kept
-checkpoint whose parent was deleted loses its parent.
+checkpoint whose parent was deleted loses its parent. A thread pruned in one call is also swept
+of what an earlier call that stopped halfway left: value records no kept checkpoint names (at
+most 16 x budget blob fields) and run-index entries of runs it no longer holds.
 A thread of at most `budget` checkpoints (and 8 x budget writes) is pruned atomically in one
 call ("all"). A larger one answers "paged" and the client goes on step by step, each call
 bounded by `budget` (redis_saver/core/plans.py, _plan_prune): "ns" lists namespaces, "walk" finds
@@ -2596,6 +2737,7 @@ end
 -- of newer ids may precede their checkpoint's put: they stay); from a lex cursor, at most
 -- `max` members; returns the cursor to go on from ("" = done)
 local function drop_orphans(ns_e, latest_e, cursor, max)
+  if GONE[K_WORD] then return '' end
   local from = lo(ns_e)
   if cursor ~= '' then from = '(' .. cursor end
   local members = redis.call('ZRANGE', K_WORD, from, '(' .. ns_e .. latest_e, 'BYLEX', 'LIMIT', 0, max)
@@ -2611,6 +2753,34 @@ local function drop_orphans(ns_e, latest_e, cursor, max)
   return members[#members]
 end
 
+-- What an earlier call that stopped halfway may have left in a thread pruned whole (a prune
+-- of an earlier version, stopped by a slot that moved: see "Slots that move" in
+-- _lib_thread.lua): value records no kept checkpoint names, and run-index entries of runs the
+-- thread no longer holds. `kept`: e(ns) -> the kept e(cid)s. Bounded: at most 16 x budget blob
+-- fields (a larger thread is left as it is) and `budget` run entries.
+local function sweep(kept)
+  if not GONE[K_BLOB] and redis.call('HLEN', K_BLOB) <= 16 * budget then
+    local refs = {}
+    for ns_e, cids in pairs(kept) do
+      local members, out = {}, {}
+      for i, c in ipairs(cids) do members[i] = ns_e .. c end
+      refs_of(ns_e, members, out)
+      for _, f in ipairs(out) do refs[f] = true end
+    end
+    local gone = {}
+    for _, f in ipairs(redis.call('HKEYS', K_BLOB)) do
+      if f ~= BLOB_MARK and not refs[f] and not is_stream_part(f) then gone[#gone + 1] = f end
+    end
+    if #gone > 0 then drop_blobs(gone) end
+  end
+  if not GONE[K_IXR] then
+    local p = 't' .. THREAD_E
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo(p), hi(p), 'BYLEX', 'LIMIT', 0, budget)) do
+      unlink_run_if_unused(string.sub(m, #p + 1))
+    end
+  end
+end
+
 if step == 'all' then
   if redis.call('HLEN', K_CP) > budget or redis.call('ZCARD', K_WORD) > 8 * budget then
     return {'paged'}
@@ -2624,12 +2794,18 @@ if step == 'all' then
     local g = groups[ns_e]
     g[#g + 1] = string.sub(m, p)
   end
-  local deleted = 0
+  -- every namespace walked first: a walk can fail (RS_CYCLE), and nothing is written before
+  local deleted, kept, oldest = 0, {}, {}
+  for _, ns_e in ipairs(order) do
+    local cids = groups[ns_e]
+    local need, left = needs(ns_e, cids[#cids])
+    local k, _, _, o = walk(ns_e, cids[#cids], need, left, true, #cids + 1)
+    kept[ns_e], oldest[ns_e] = k, o
+  end
   for _, ns_e in ipairs(order) do
     local cids = groups[ns_e]
     local latest = cids[#cids]
-    local need, left = needs(ns_e, latest)
-    local kept_list, _, _, oldest_parent = walk(ns_e, latest, need, left, true, #cids + 1)
+    local kept_list, oldest_parent = kept[ns_e], oldest[ns_e]
     local keep = {}
     for _, c in ipairs(kept_list) do keep[c] = true end
     for _, c in ipairs(cids) do
@@ -2644,6 +2820,7 @@ if step == 'all' then
     end
   end
   gc_blobs()
+  sweep(kept)
   touch()
   return {deleted}
 end
@@ -2757,7 +2934,10 @@ if entry ~= '' then
   end
 end
 for i = 1, nblobs do
-  if not is_blob_record(ARGV[12 + 2 * i]) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  local b = ARGV[12 + 2 * i]
+  if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
+  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
+  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
@@ -2773,6 +2953,9 @@ local ns_e, cid_e = enc(ns), enc(cid)
 -- its unchanged channels and its delta channels' history would be gone.
 if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+  -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
+  -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
+  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
@@ -2850,7 +3033,7 @@ elseif mode == 'latest' then
     if ocid ~= latest_e then drop_cp(ns_e, ocid, ocid == parent_e) end
   end
   local seen = {}
-  for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
+  for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ns_e), hi(ns_e), 'BYLEX')) do
     local ocid = string.sub(m, #ns_e + 1, skip(m, #ns_e + 1) - 1)
     if ocid < latest_e and ocid ~= parent_e and not seen[ocid] then
       seen[ocid] = true
@@ -2879,7 +3062,7 @@ elseif mode == 'latest' then
     for _, m in ipairs(redis.call('ZRANGE', K_CPNS, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_cp(ons_e, string.sub(m, #ons_e + 1), false)
     end
-    for _, m in ipairs(redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
+    for _, m in ipairs(GONE[K_WORD] and {} or redis.call('ZRANGE', K_WORD, lo(ons_e), hi(ons_e), 'BYLEX')) do
       drop_writes(ons_e, string.sub(m, #ons_e + 1, skip(m, #ons_e + 1) - 1))
     end
   end
@@ -2950,14 +3133,17 @@ for i = 10, last, 2 do
   else
     -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
     -- member may name another task_path
-    local field = field_p .. idx8
+    -- (the new member is added before the old one goes: the write index is never emptied, see
+    -- "Slots that move" in _lib_thread.lua)
+    local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
+    redis.call('HSET', K_WR, field, ARGV[i + 1])
+    redis.call('ZADD', K_WORD, 0, member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
-      redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
+      local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)
+      if old_member ~= member then redis.call('ZREM', K_WORD, old_member) end
     end
-    redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member_p .. idx8 .. chan_e[i])
     stored = stored + 1
   end
 end
@@ -3027,14 +3213,17 @@ for i = 10, last, 2 do
   else
     -- a special write (error, interrupt, ...) replaces an earlier one, whose sort
     -- member may name another task_path
-    local field = field_p .. idx8
+    -- (the new member is added before the old one goes: the write index is never emptied, see
+    -- "Slots that move" in _lib_thread.lua)
+    local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
+    redis.call('HSET', K_WR, field, ARGV[i + 1])
+    redis.call('ZADD', K_WORD, 0, member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
-      redis.call('ZREM', K_WORD, prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch))
+      local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)
+      if old_member ~= member then redis.call('ZREM', K_WORD, old_member) end
     end
-    redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member_p .. idx8 .. chan_e[i])
     stored = stored + 1
   end
 end
@@ -3819,30 +4008,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_f130095f813c92a9_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f130095f813c92a9_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_f130095f813c92a9_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_9586bd931528b94c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_9586bd931528b94c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

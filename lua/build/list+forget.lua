@@ -49,6 +49,9 @@ local THREAD_E = enc(THREAD_ID)
 -- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
 local META_NC, META_N, META_XP = nil, nil, nil
+-- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
+-- the keys it removed from (see "Slots that move" in _lib_thread.lua)
+local GONE, LEFT = {}, {}
 -- @state-end
 
 -- position just after the encoded component that starts at pos
@@ -159,6 +162,61 @@ local function hi(p) return '(' .. p .. '\255' end
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 local WR_MARK = ''
 
+-- Slots that move. While the thread's slot is MIGRATING (on the node it leaves) or IMPORTING
+-- (on the node it goes to, for a client that sent ASKING), Redis runs a script only where every
+-- key it declares exists, and a command of the script on a key that does not exist there (any
+-- command on the node it leaves; one naming several keys on the other) fails at that line,
+-- keeping the writes before it ("Script attempted to access a non local key"). All 11 keys
+-- exist when such a call starts; so a call never touches a key again once it emptied or
+-- unlinked it, and never adds to a key after removing from it (it adds first). Removals that
+-- may empty a key go through zrem() / hdel(): they read the key's size once per call (ZCARD /
+-- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
+-- reads and expiry updates skip such keys.
+local function shrink(key, card, cmd, ...)
+  if GONE[key] then return 0 end
+  local left = LEFT[key]
+  if left == nil then left = redis.call(card, key) end
+  if left == 0 then
+    LEFT[key] = 0
+    return 0
+  end
+  local n = redis.call(cmd, key, ...)
+  LEFT[key] = left - n
+  if n == left then GONE[key] = true end
+  return n
+end
+
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+local function grew(key, n)
+  if LEFT[key] and n > 0 then
+    LEFT[key] = LEFT[key] + n
+    GONE[key] = nil
+  end
+end
+
+local function zrem(key, ...)
+  return shrink(key, 'ZCARD', 'ZREM', ...)
+end
+
+
+-- the keys of `keys` this call has not emptied
+local function live_keys(keys)
+  if next(GONE) == nil then return keys end
+  local out = {}
+  for _, k in ipairs(keys) do
+    if not GONE[k] then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
+
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
@@ -180,23 +238,28 @@ end
 
 -- remove the thread and its slot-index entries
 local function drop_thread()
-  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
-    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  if not GONE[K_IXR] then
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+      zrem(K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+    end
   end
-  redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('UNLINK', unpack(THREAD_KEYS))
+  zrem(K_IXT, THREAD_ID)
+  local keys = live_keys(THREAD_KEYS)
+  if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
+  for _, k in ipairs(THREAD_KEYS) do GONE[k] = true end
 end
 
 -- the expiry of the slot index keys: the greatest expiry of the threads they list
 local function fix_index_expiry()
+  if GONE[K_IXT] then return end
   local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
   if #top == 0 then return end
-  if top[2] == 'inf' then
-    redis.call('PERSIST', K_IXT)
-    redis.call('PERSIST', K_IXR)
-  else
-    redis.call('PEXPIREAT', K_IXT, top[2])
-    redis.call('PEXPIREAT', K_IXR, top[2])
+  for _, k in ipairs(live_keys({K_IXT, K_IXR})) do
+    if top[2] == 'inf' then
+      redis.call('PERSIST', k)
+    else
+      redis.call('PEXPIREAT', k, top[2])
+    end
   end
 end
 
@@ -245,6 +308,9 @@ end
 local function forget_thread()
   drop_thread()
   fix_index_expiry()
+  -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
+  -- moving: slot_moving()) writes them afresh
+  GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
 end
@@ -353,14 +419,20 @@ local function check_blob_missing(field)
 end
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+-- (never the calling thread's own entry, which touch() sets next: the key stays)
 local function purge_expired(now)
+  if GONE[K_IXT] then return end
   local dead = redis.call('ZRANGE', K_IXT, '-inf', '(' .. string.format('%.0f', now), 'BYSCORE', 'LIMIT', 0, 16)
   for _, thr in ipairs(dead) do
-    local te = enc(thr)
-    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
-      redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+    if thr ~= THREAD_ID then
+      local te = enc(thr)
+      if not GONE[K_IXR] then
+        for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. te), hi('t' .. te), 'BYLEX')) do
+          zrem(K_IXR, m, 'r' .. string.sub(m, #te + 2) .. te)
+        end
+      end
+      zrem(K_IXT, thr)
     end
-    redis.call('ZREM', K_IXT, thr)
   end
 end
 
@@ -376,26 +448,34 @@ local function touch()
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    if next(GONE) == nil then
+      redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
+    else
+      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
+    end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
     return
   end
   local now = now_ms()
   local score = 'inf'
+  local keys = live_keys(THREAD_KEYS)
   if expiring then
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PEXPIRE', k, TTL_MS) end
+    for _, k in ipairs(keys) do redis.call('PEXPIRE', k, TTL_MS) end
     local step = math.max(1, math.floor(TTL_MS / 64))
     score = string.format('%.0f', math.ceil((now + TTL_MS) / step) * step)
     if META_IX == score then
       -- the thread's keys: the PEXPIREs accessed them; the slot index as above
-      redis.call('TOUCH', K_IXR)
+      if not GONE[K_IXR] then redis.call('TOUCH', K_IXR) end
       if redis.call('ZADD', K_IXT, score, THREAD_ID) == 1 then fix_index_expiry() end
       return
     end
   else
-    for _, k in ipairs(THREAD_KEYS) do redis.call('PERSIST', k) end
+    for _, k in ipairs(keys) do redis.call('PERSIST', k) end
   end
-  if META_IX ~= score then
+  -- (a wr key this call emptied had no mark, so meta says none is due: it stays so, and a
+  -- later call sets both; the key is not created again here, see "Slots that move")
+  if META_IX ~= score and not GONE[K_WR] then
     redis.call('HSET', K_META, 'ix', score, 'wm', '1')
     META_IX, META_WM = score, '1'
     if score == 'inf' then
@@ -406,8 +486,9 @@ local function touch()
       redis.call('PEXPIRE', K_WR, TTL_MS)
     end
   end
+  -- the thread's own entry first: the purge (which never drops it) then never empties the key
+  grew(K_IXT, redis.call('ZADD', K_IXT, score, THREAD_ID))
   purge_expired(now)
-  redis.call('ZADD', K_IXT, score, THREAD_ID)
   fix_index_expiry()
 end
 

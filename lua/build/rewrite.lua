@@ -49,6 +49,9 @@ local THREAD_E = enc(THREAD_ID)
 -- a thread that does not exist until its last call (see import.lua)
 local META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
 local META_NC, META_N, META_XP = nil, nil, nil
+-- keys this call emptied or unlinked (GONE[key] = true), and the members or fields left in
+-- the keys it removed from (see "Slots that move" in _lib_thread.lua)
+local GONE, LEFT = {}, {}
 -- @state-end
 
 -- position just after the encoded component that starts at pos
@@ -145,6 +148,58 @@ local function hi(p) return '(' .. p .. '\255' end
 -- reads it (one HGET of the hash it writes anyway), so the steady state reads no meta key.
 -- The function touch keeps it in step with meta.ix; export.lua leaves it out of copies.
 
+-- Slots that move. While the thread's slot is MIGRATING (on the node it leaves) or IMPORTING
+-- (on the node it goes to, for a client that sent ASKING), Redis runs a script only where every
+-- key it declares exists, and a command of the script on a key that does not exist there (any
+-- command on the node it leaves; one naming several keys on the other) fails at that line,
+-- keeping the writes before it ("Script attempted to access a non local key"). All 11 keys
+-- exist when such a call starts; so a call never touches a key again once it emptied or
+-- unlinked it, and never adds to a key after removing from it (it adds first). Removals that
+-- may empty a key go through zrem() / hdel(): they read the key's size once per call (ZCARD /
+-- HLEN, only in calls that remove), count what is left, and set GONE[key] when nothing is;
+-- reads and expiry updates skip such keys.
+local function shrink(key, card, cmd, ...)
+  if GONE[key] then return 0 end
+  local left = LEFT[key]
+  if left == nil then left = redis.call(card, key) end
+  if left == 0 then
+    LEFT[key] = 0
+    return 0
+  end
+  local n = redis.call(cmd, key, ...)
+  LEFT[key] = left - n
+  if n == left then GONE[key] = true end
+  return n
+end
+
+-- n members or fields were added to key (a ZADD's or HSET's reply): what zrem() / hdel() count
+-- stays exact in a call that adds to a key after removing from it (only where adding first
+-- cannot be: the key then existed all along, or the slot is not moving)
+
+local function zrem(key, ...)
+  return shrink(key, 'ZCARD', 'ZREM', ...)
+end
+
+local function hdel(key, ...)
+  return shrink(key, 'HLEN', 'HDEL', ...)
+end
+
+-- the keys of `keys` this call has not emptied
+local function live_keys(keys)
+  if next(GONE) == nil then return keys end
+  local out = {}
+  for _, k in ipairs(keys) do
+    if not GONE[k] then out[#out + 1] = k end
+  end
+  return out
+end
+
+-- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
+-- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
+-- that would forget the thread and write it afresh asks first, before its first write: a node
+-- may not create the thread's keys while the slot moves, so the call ends there, writing
+-- nothing, and the client sends it again (to the node that serves the slot once it moved).
+
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
 -- that reads only an older format refuses the thread from then on
@@ -162,23 +217,28 @@ end
 
 -- remove the thread and its slot-index entries
 local function drop_thread()
-  for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
-    redis.call('ZREM', K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+  if not GONE[K_IXR] then
+    for _, m in ipairs(redis.call('ZRANGE', K_IXR, lo('t' .. THREAD_E), hi('t' .. THREAD_E), 'BYLEX')) do
+      zrem(K_IXR, m, 'r' .. string.sub(m, #THREAD_E + 2) .. THREAD_E)
+    end
   end
-  redis.call('ZREM', K_IXT, THREAD_ID)
-  redis.call('UNLINK', unpack(THREAD_KEYS))
+  zrem(K_IXT, THREAD_ID)
+  local keys = live_keys(THREAD_KEYS)
+  if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
+  for _, k in ipairs(THREAD_KEYS) do GONE[k] = true end
 end
 
 -- the expiry of the slot index keys: the greatest expiry of the threads they list
 local function fix_index_expiry()
+  if GONE[K_IXT] then return end
   local top = redis.call('ZRANGE', K_IXT, -1, -1, 'WITHSCORES')
   if #top == 0 then return end
-  if top[2] == 'inf' then
-    redis.call('PERSIST', K_IXT)
-    redis.call('PERSIST', K_IXR)
-  else
-    redis.call('PEXPIREAT', K_IXT, top[2])
-    redis.call('PEXPIREAT', K_IXR, top[2])
+  for _, k in ipairs(live_keys({K_IXT, K_IXR})) do
+    if top[2] == 'inf' then
+      redis.call('PERSIST', k)
+    else
+      redis.call('PEXPIREAT', k, top[2])
+    end
   end
 end
 
@@ -219,6 +279,9 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 local function forget_thread()
   drop_thread()
   fix_index_expiry()
+  -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
+  -- moving: slot_moving()) writes them afresh
+  GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
 end
@@ -244,6 +307,7 @@ end
 -- rather than never stored; true = expiring
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
+-- (never the calling thread's own entry, which touch() sets next: the key stays)
 
 
 -- Give every key of the thread the same expiry (or none when pinned / no ttl) and record
@@ -352,6 +416,7 @@ end
 
 -- add n to the references of the stream directory dfield; at 0 the stream goes
 local function stream_ref(dfield, n)
+  if GONE[K_BLOB] then return end
   local d = redis.call('HGET', K_BLOB, dfield)
   if not d then return end
   local dir = unpack_rec(d)
@@ -363,7 +428,7 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  redis.call('HDEL', K_BLOB, unpack(gone))
+  hdel(K_BLOB, unpack(gone))
 end
 
 -- delete blob fields, and the streams no remaining record names
@@ -477,7 +542,6 @@ local function apply_blobs(plan)
       if not listed[f] then del[#del + 1] = f end
     end
   end
-  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for _, ap in ipairs(appends) do
     if listed[ap[2]] then
       args[#args + 1] = ap[2]
@@ -486,6 +550,8 @@ local function apply_blobs(plan)
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
   redis.call('HSET', K_BLOB, unpack(args))
+  -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
+  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end

@@ -45,11 +45,21 @@ local function st_check(fmt)
   if fmt ~= STORE_FORMAT then st_fail('RS_SCHEMA', 'store format ' .. tostring(fmt) .. ' is not ' .. STORE_FORMAT) end
 end
 
--- the shard's key names start with this (KEYS[1] without its final "n")
+-- the shard's key names start with this (KEYS[1] without its final "n"). Slots that move
+-- (docs/architecture.md): while the shard's slot is MIGRATING or IMPORTING, Redis fails a
+-- script's command on a key missing on this node (any command on the node the slot leaves,
+-- one naming several keys on the other) halfway through the script, and a store call names
+-- keys it does not declare (items, their indexes); so the call is refused before it does
+-- anything, as Redis refuses a command whose keys are in part elsewhere (TRYAGAIN: the client
+-- sends it again once the slot has moved). Two keys no store writes answer in one command.
 local function st_base()
   local k = KEYS[1]
   if #KEYS ~= 1 or string.sub(k, -3) ~= '}:n' then st_fail('RS_BADARG', 'expected the shard index key') end
-  return string.sub(k, 1, -2)
+  local base = string.sub(k, 1, -2)
+  if type(redis.pcall('EXISTS', base .. '\0', base .. '\0\0')) ~= 'number' then
+    st_fail('TRYAGAIN', 'the store shard\'s slot is moving between nodes')
+  end
+  return base
 end
 
 -- milliseconds since the epoch (expiry scores)

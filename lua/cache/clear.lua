@@ -21,6 +21,14 @@ if string.sub(ix, -1) ~= 'i' or snap ~= string.sub(ix, 1, -2) .. 'c' or page == 
     or page ~= math.floor(page) then
   return redis.error_reply('RS_BADARG cache clear: KEYS must be an index and its snapshot, ARGV[1] a page size > 0')
 end
+-- Slots that move (docs/architecture.md): the entries' keys are not declared, and while the
+-- namespace's slot is MIGRATING or IMPORTING Redis fails a command on a key missing on this
+-- node halfway through the script; so the call is refused before it does anything (TRYAGAIN,
+-- as Redis answers a command whose keys are in part elsewhere: the client sends it again).
+-- Two keys no cache writes ("c" and "i" then a byte no entry key has there) answer in one command.
+if type(redis.pcall('EXISTS', snap .. '\0', ix .. '\0')) ~= 'number' then
+  return redis.error_reply('TRYAGAIN cache clear: the namespace\'s slot is moving between nodes')
+end
 local took = 0
 if rcall('EXISTS', snap) == 0 then
   took = 1

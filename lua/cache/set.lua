@@ -48,12 +48,16 @@ for g = 1, #groups do
   local kp, ap, n, blen = groups[g][1], groups[g][2], groups[g][3], groups[g][4]
   local ix = KEYS[kp]
   local forever = false -- an entry without expiry: the index keeps none either
+  -- index members go after every add (the last of a key's entries in the group decides): a
+  -- key emptied is never touched again in the call, as Redis fails that halfway through the
+  -- script while the slot moves between nodes (docs/architecture.md, "Slots that move")
+  local removed = {}
   for i = 1, n do
     local key, t, value = KEYS[kp + i], tonumber(ARGV[ap + 2 * i - 1]), ARGV[ap + 2 * i]
     local member = string.sub(key, blen + 1)
+    removed[member] = t == 0
     if t == 0 then
       rcall('UNLINK', key)
-      rcall('ZREM', ix, member)
     elseif t < 0 then
       rcall('SET', key, value)
       rcall('ZADD', ix, 'inf', member)
@@ -63,15 +67,22 @@ for g = 1, #groups do
       rcall('ZADD', ix, now_ms + t, member)
     end
   end
-  -- index members whose entries expired (score < now: their keys are gone)
-  local old = rcall('ZRANGE', ix, '-inf', '(' .. now_ms, 'BYSCORE', 'LIMIT', 0, 2 * n + 16)
-  for i = 1, #old do
-    rcall('ZREM', ix, old[i])
+  -- and index members whose entries expired (score < now: their keys are gone)
+  local gone = rcall('ZRANGE', ix, '-inf', '(' .. now_ms, 'BYSCORE', 'LIMIT', 0, 2 * n + 16)
+  for member, r in pairs(removed) do
+    if r then gone[#gone + 1] = member end
   end
-  -- the index lives as long as its longest-lived entry
-  if forever then
+  local left = 1
+  if #gone > 0 then
+    left = rcall('ZCARD', ix)
+    for i = 1, #gone, 1000 do
+      left = left - rcall('ZREM', ix, unpack(gone, i, math.min(i + 999, #gone)))
+    end
+  end
+  -- the index lives as long as its longest-lived entry (left 0: it is gone with its last member)
+  if forever and left > 0 then
     rcall('PERSIST', ix)
-  else
+  elseif left > 0 then
     local top = rcall('ZRANGE', ix, -1, -1, 'WITHSCORES')
     if #top == 2 then
       if top[2] == 'inf' then

@@ -31,4 +31,3 @@ async def acsaver(acluster_client, cprefix):
     s = redis_saver.AsyncRedisSaver(acluster_client, prefix=cprefix)
     await s.asetup()
     return s
-

@@ -260,5 +260,3 @@ def memory_transcript() -> list:
     from langgraph.checkpoint.memory import InMemorySaver
 
     return chat_transcript(build_chat_graph(InMemorySaver()), "chat-thread")
-
-

@@ -171,9 +171,7 @@ async def test_graph_chat_interrupt_subgraph_matches_memory_async(acsaver):
 
 def test_cross_thread_ops_span_all_primaries(cluster, cluster_client, csaver):
     threads = _spread_threads(cluster, 4, "x")
-    assert _check_slots(cluster, cluster_client, csaver, threads) == {
-        int(row[2][1]) for row in cluster.slots()
-    }
+    assert _check_slots(cluster, cluster_client, csaver, threads) == {int(row[2][1]) for row in cluster.slots()}
     written: dict[str, list[dict]] = {}
     for i, tid in enumerate(threads):
         run = "run-A" if i % 2 == 0 else "run-B"
@@ -339,7 +337,6 @@ async def test_calls_work_after_script_flush_on_all_nodes_async(cluster, cluster
     assert [t async for t in s.alist(None)] == []
 
 
-
 # --------------------------------------------------------------------------- WAIT on the thread's primary
 
 
@@ -400,9 +397,15 @@ async def test_each_call_is_one_fcall_and_nothing_else_on_the_wire(cluster, cpre
         before = _cluster_commands(cluster)
         calls = 0
         for i, tid in enumerate(threads):
-            cp = {"v": 4, "id": f"1ef0000{i}-0000-6000-8000-000000000000", "ts": "2026-12-01T00:00:00+00:00",
-                  "channel_values": {"big": big, "small": i}, "channel_versions": {"big": "1", "small": "1"},
-                  "versions_seen": {}, "updated_channels": None}
+            cp = {
+                "v": 4,
+                "id": f"1ef0000{i}-0000-6000-8000-000000000000",
+                "ts": "2026-12-01T00:00:00+00:00",
+                "channel_values": {"big": big, "small": i},
+                "channel_versions": {"big": "1", "small": "1"},
+                "versions_seen": {},
+                "updated_channels": None,
+            }
             conf = await call("put", cfg(tid), cp, {"step": i}, {"big": "1", "small": "1"})
             await call("put_writes", conf, [("small", i)], "task")
             got = await call("get_tuple", cfg(tid))

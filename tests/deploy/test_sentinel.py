@@ -94,9 +94,10 @@ def test_failover_saver_keeps_working(own_sentinel, sprefix):
         t0 = time.monotonic()
 
         def write_ok() -> dict:
-            return put_chain(url_saver, "after-url", 1)[0] and put_chain(
-                redis_saver.RedisSaver(master, prefix=sprefix), "after-mf", 1
-            )[0]
+            return (
+                put_chain(url_saver, "after-url", 1)[0]
+                and put_chain(redis_saver.RedisSaver(master, prefix=sprefix), "after-mf", 1)[0]
+            )
 
         wait_until(write_ok, 30.0, "writes to succeed after failover", interval=0.1)
         elapsed = time.monotonic() - t0

@@ -124,3 +124,28 @@ async def _alist(saver):
 
     for t in await alist(saver, _cfg("t")):
         yield t
+
+
+async def test_prune_finds_a_cycle_in_any_namespace_before_writing(saver, sync_client):
+    """A thread pruned in one call is walked whole before anything is deleted: a cycle in a
+    later namespace leaves the earlier ones as they were, not pruned halfway."""
+
+    async def put(ns: str, cid: str, parent: str | None, step: int) -> None:
+        conf = {**_cfg("t", parent)["configurable"], "checkpoint_ns": ns}
+        md: dict = {"step": step, "source": "loop"}
+        if ns:  # its checkpoints need "d" from their ancestors: the walk goes up the cycle
+            md["counters_since_delta_snapshot"] = {"d": step}
+        cp = _cp(cid, step)
+        await call(saver, "put", {"configurable": conf}, cp, md, dict(cp["channel_versions"]))
+
+    ids = sorted(str(uuid6(clock_seq=i)) for i in range(6))
+    for i, cid in enumerate(ids[:3]):  # namespace "" (walked first): prune would drop two
+        await put("", cid, ids[i - 1] if i else None, i)
+    await put("z", ids[3], None, 0)  # namespace "z": a root, then a cycle above it
+    await put("z", ids[4], ids[5], 1)
+    await put("z", ids[5], ids[4], 2)
+    keys = saver.keys.thread_keys("t")
+    before = {k: sync_client.dump(k) for k in keys}
+    with pytest.raises(ParentCycleError):
+        await call(saver, "prune", ["t"])
+    assert {k: sync_client.dump(k) for k in keys} == before
