@@ -1,4 +1,4 @@
-#!lua name=redis_saver_9586bd931528b94c
+#!lua name=redis_saver_7f59dfd5d551b6de
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -3402,6 +3402,8 @@ ARGV[3] number of reads, then each read, its code first:
       namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
       between a scan's pages do)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
+  "P": whether this server keeps vector sets for the store (a VCARD of a key of the shard
+      answers: no error; an unknown command or one the caller's ACL refuses: no)
   "c" token e(prefix) budget count scored e(ns) e(key) ...: the records of count items (nil:
       not found as a scan finds items), if the shard's version token (_store_lib.lua st_bump)
       is token (a client's vector cache is current), or if the shard's change log "l" covers
@@ -3423,6 +3425,7 @@ Returns one reply per read, in order:
        _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0 [SCAN]}: a scan
   "C": {1 [OK], record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0 [SCAN]}: the
        sets changed (search by a scan)
+  "P": 1 [VECTOR_SETS] or 0 [NO_VECTOR_SETS]
 Errors: RS_BADARG, RS_SCHEMA
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
@@ -3438,7 +3441,8 @@ local reads, pos = {}, 4
 for i = 1, n do
   local code = ARGV[pos]
   if code == 'G' and not (REFRESH == '1') then st_fail('RS_BADARG', 'G reads need REFRESH') end
-  local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4) or nil
+  local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4)
+    or (code == 'P' and 1) or nil
   if code == 'c' then
     width = 6 + 2 * st_int(ARGV[pos + 4], 'item count')
     st_int(ARGV[pos + 3], 'change budget')
@@ -3740,6 +3744,8 @@ for i = 1, n do
     replies[i] = vs_namespaces(ARGV[p + 1], tonumber(ARGV[p + 2]))
   elseif code == 'C' then
     replies[i] = vs_candidates(p)
+  elseif code == 'P' then
+    replies[i] = pcall(redis.call, 'VCARD', base .. 's:') and 1 or 0
   elseif code == 'c' then
     replies[i] = cached(ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3]), p + 4, tonumber(ARGV[p + 4]), tonumber(ARGV[p + 5]))
   else
@@ -4008,30 +4014,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_9586bd931528b94c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_9586bd931528b94c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_9586bd931528b94c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_7f59dfd5d551b6de_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -196,6 +196,8 @@ ARGV[3] number of reads, then each read, its code first:
       namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
       between a scan's pages do)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
+  "P": whether this server keeps vector sets for the store (a VCARD of a key of the shard
+      answers: no error; an unknown command or one the caller's ACL refuses: no)
   "c" token e(prefix) budget count scored e(ns) e(key) ...: the records of count items (nil:
       not found as a scan finds items), if the shard's version token (_store_lib.lua st_bump)
       is token (a client's vector cache is current), or if the shard's change log "l" covers
@@ -217,6 +219,7 @@ Returns one reply per read, in order:
        _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0 [SCAN]}: a scan
   "C": {1 [OK], record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0 [SCAN]}: the
        sets changed (search by a scan)
+  "P": 1 [VECTOR_SETS] or 0 [NO_VECTOR_SETS]
 Errors: RS_BADARG, RS_SCHEMA
 ]]
 local MAX_BUDGET = 1024  -- items a search page returns at most
@@ -232,7 +235,8 @@ local reads, pos = {}, 4
 for i = 1, n do
   local code = ARGV[pos]
   if code == 'G' and not (REFRESH == '1') then st_fail('RS_BADARG', 'G reads need REFRESH') end
-  local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4) or nil
+  local width = ((code == 'g' or code == 'G') and 3) or (code == 's' and 6) or (code == 'l' and 4)
+    or (code == 'P' and 1) or nil
   if code == 'c' then
     width = 6 + 2 * st_int(ARGV[pos + 4], 'item count')
     st_int(ARGV[pos + 3], 'change budget')
@@ -534,6 +538,8 @@ for i = 1, n do
     replies[i] = vs_namespaces(ARGV[p + 1], tonumber(ARGV[p + 2]))
   elseif code == 'C' then
     replies[i] = vs_candidates(p)
+  elseif code == 'P' then
+    replies[i] = pcall(redis.call, 'VCARD', base .. 's:') and 1 or 0
   elseif code == 'c' then
     replies[i] = cached(ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3]), p + 4, tonumber(ARGV[p + 4]), tonumber(ARGV[p + 5]))
   else

@@ -103,6 +103,13 @@ class StoreSets(IntEnum):
     SCAN = 0  # a namespace without a complete set, or the sets changed: search by a scan
 
 
+class StoreProbe(IntEnum):
+    """store_read "P": whether the server keeps vector sets for the store."""
+
+    VECTOR_SETS = 1  # VCARD answered
+    NO_VECTOR_SETS = 0  # an unknown command, or one the caller's ACL refuses
+
+
 class StoreRebuild(str, Enum):
     DONE = "done"  # the set is complete: searches use it
     MORE = "more"  # call again
@@ -121,7 +128,7 @@ REPLIES: dict[str, tuple[type[Enum], ...]] = {
     "export": (Export,),
     "import": (Import,),
     "rewrite": (Rewrite,),
-    "store_read": (StoreCache, StoreSets),
+    "store_read": (StoreCache, StoreSets, StoreProbe),
     "store_rebuild": (StoreRebuild,),
     "cache/clear": (CacheClear,),
 }

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import redis
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
+_INDEX_KEYS = {"dims", "embed", "fields", "distance_type", "ann_index_config"}  # docs/store.md: what each maps to
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
 _OP_NAMES = {
     GetOp: "store.get",
@@ -53,8 +54,11 @@ class RedisStoreBase(Shell, BaseStore):
             which no saver's or other store's key can be (docs/architecture.md).
         index: semantic search, as InMemoryStore takes it: ``{"dims": ..., "embed": ...,
             "fields": [...]}`` (``embed``: a LangChain ``Embeddings``, a function, or a
-            ``"provider:model"`` string). Vectors are stored as float32 per item and scored
-            exactly (cosine) in the client: see docs/store.md for how it scales.
+            ``"provider:model"`` string), and as PostgresStore takes them ``"distance_type"``:
+            ``"cosine"`` (the default), ``"inner_product"`` or ``"l2"``, each scored as
+            PostgresStore scores it (cosine similarity, the dot product, minus the Euclidean
+            distance). Vectors are stored as float32 per item and scored exactly in the client:
+            see docs/store.md for how it scales and which peer settings map to what.
         ttl: a ``TTLConfig``: ``default_ttl`` (minutes) for puts without ``ttl=``,
             ``refresh_on_read`` (default True, as LangGraph's stores). An item expires as a Redis
             key; there is no sweeper (``sweep_interval_minutes`` is accepted and unused).
@@ -125,10 +129,21 @@ class RedisStoreBase(Shell, BaseStore):
             cfg: dict[str, Any] = dict(index)
             if "embed" not in cfg:
                 raise ValueError("index needs 'embed' (and 'dims')")
-            self.embeddings = ensure_embeddings(cfg.get("embed"))
-            cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
+            unknown = {k for k in cfg if not (isinstance(k, str) and k.startswith("__"))} - _INDEX_KEYS
+            if unknown:
+                raise ValueError(f"unknown index option(s): {sorted(map(str, unknown))}")
+            distance = cfg.setdefault("distance_type", "cosine")
+            if distance not in sem.DISTANCES:
+                raise ValueError(f"index distance_type must be one of {sem.DISTANCES}, got {distance!r}")
             if cfg.get("ann_index_config") is not None:
                 ann = _vset.ann_config(cfg["ann_index_config"])
+                if ann is not None and distance != "cosine":
+                    raise ValueError(
+                        f"approximate search (ann_index_config kind 'hnsw') ranks by cosine only, not by "
+                        f"{distance!r}: leave ann_index_config out (searches are exact) or use distance_type 'cosine'"
+                    )
+            self.embeddings = ensure_embeddings(cfg.get("embed"))
+            cfg["__tokenized_fields"] = sem.tokenized_fields(cfg.get("fields"))
             self.index_config = cfg
         self.serde: SerializerProtocol = shared["serde"] or JsonPlusSerializer()
         default_ttl = bool(ttl and ttl.get("default_ttl"))
@@ -141,17 +156,8 @@ class RedisStoreBase(Shell, BaseStore):
             self._cfg.integrity = Integrity(shared["integrity_key"], shared["prefix"])
         if not vector_sets:
             self._cfg.vsets = False
+        self._probe_lock = threading.Lock()  # RedisStore: one thread probes, the others wait
         self._attach(client, shared, None, lua_scripts(functions))
-
-    def _vsets_probe(self) -> tuple[str, bytes]:
-        """The command whose success says the server has vector sets (any reply: yes; an error,
-        unknown command or refused by an ACL: no). Probed by the first batch."""
-        return ("VCARD", self.keys.vset(0, b""))
-
-    def _vsets_answer(self, error: Exception | None) -> None:
-        if isinstance(error, (ConnectionError, TimeoutError, redis.ConnectionError, redis.TimeoutError)):
-            raise error
-        self._cfg.vsets = error is None
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from langgraph.store.base import (
 
 from ..core import values as _values
 from ..core.plans import Call, Plan
+from ..core.replies import StoreProbe
 from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _budgets as B
@@ -59,13 +60,17 @@ class Prepared:
 
 
 # ---- input ----------------------------------------------------------------------------
-def _namespace(ns: Any, what: str) -> tuple[str, ...]:
-    if not isinstance(ns, tuple):
-        raise TypeError(f"{what} must be a tuple of str, got {type(ns).__name__}")
-    for label in ns:
+def as_namespace(ns: Any, what: str) -> tuple[str, ...]:
+    """A namespace (or prefix, or path) as a tuple: any sequence of str is taken, as PostgresStore
+    and SqliteStore take it (a list...); a str or bytes alone is refused (its characters are not
+    labels)."""
+    if isinstance(ns, (str, bytes, bytearray)) or not isinstance(ns, Sequence):
+        raise TypeError(f"{what} must be a tuple (or another sequence) of str, got {type(ns).__name__}")
+    labels: tuple[str, ...] = tuple(ns)
+    for label in labels:
         if not isinstance(label, str):
-            raise TypeError(f"{what} labels must be str, got {type(label).__name__} in {ns!r}")
-    return ns
+            raise TypeError(f"{what} labels must be str, got {type(label).__name__} in {labels!r}")
+    return labels
 
 
 def _key(key: Any) -> str:
@@ -99,19 +104,31 @@ def _encode_value(cfg: Config, value: Mapping[str, Any], ns: tuple[str, ...], ke
     return sign_value(cfg, t, d, ns, key), d
 
 
+def _tupled(op: Op) -> Op:
+    """``op`` with its namespace (prefix, match paths) as a tuple of str; else TypeError."""
+    if isinstance(op, (GetOp, PutOp)):
+        ns = as_namespace(op.namespace, "namespace")
+        return op if ns is op.namespace else op._replace(namespace=ns)
+    if isinstance(op, SearchOp):
+        ns = as_namespace(op.namespace_prefix, "namespace_prefix")
+        return op if ns is op.namespace_prefix else op._replace(namespace_prefix=ns)
+    if isinstance(op, ListNamespacesOp) and op.match_conditions:
+        conds = tuple(c._replace(path=as_namespace(c.path, "match condition path")) for c in op.match_conditions)
+        return op._replace(match_conditions=conds)
+    return op
+
+
 def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
     """Check and encode a batch: raises (TypeError, ValueError, the serializer's error) before
-    anything is sent."""
-    ops = list(ops)
+    anything is sent; namespaces given as other sequences than tuples become tuples)."""
+    ops = [_tupled(op) for op in ops]
     puts: dict[tuple[tuple[str, ...], str], tuple[int, PutOp, list[bytes]]] = {}
     embed = Embedding()
     paths = cfg.index["__tokenized_fields"] if cfg.index else None
     for op in ops:
         if isinstance(op, GetOp):
-            _namespace(op.namespace, "namespace")
             _key(op.key)
         elif isinstance(op, SearchOp):
-            _namespace(op.namespace_prefix, "namespace_prefix")
             sem.check_filter(op.filter)
             _int(op.limit, "limit")
             _int(op.offset, "offset")
@@ -123,13 +140,12 @@ def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
             for c in op.match_conditions or ():
                 if c.match_type not in ("prefix", "suffix"):
                     raise ValueError(f"Unsupported match type: {c.match_type}")
-                _namespace(tuple(c.path), "match condition path")
             if op.max_depth is not None:
                 _int(op.max_depth, "max_depth")
             _int(op.limit, "limit")
             _int(op.offset, "offset")
         elif isinstance(op, PutOp):
-            ns = _namespace(op.namespace, "namespace")
+            ns = op.namespace
             key = _key(op.key)
             if op.value is None:
                 args = [b"d", enc_ns(ns), enc(key)]
@@ -163,6 +179,15 @@ def _base_sequence(cfg: Config, n: int) -> bytes:
     now = max(time.time_ns() // 1000, cfg.clock[0] + 1)
     cfg.clock[0] = now + n
     return str(now).encode()
+
+
+def probe_plan(cfg: Config) -> Plan[bool]:
+    """Whether the server keeps vector sets for this store: one "P" read on shard 0 (a VCARD in
+    the script: an unknown command, or one the store's ACL user may not run, answers no)."""
+    reply = yield Call("store_read", [cfg.keys.index(0)], [STORE_FORMAT, b"0", b"1", b"P"])
+    if not isinstance(reply, list) or len(reply) != 1 or reply[0] not in set(StoreProbe):
+        raise MalformedReplyError(f"store_read replied {reply!r:.80}")
+    return bool(reply[0] == StoreProbe.VECTOR_SETS)
 
 
 def write_format(cfg: Config) -> str:

@@ -82,7 +82,9 @@ def rebuild_plan(
     elif hnsw is not None:
         from ._vset import ann_config
 
-        hnsw = ann_config({"kind": "hnsw", "m": hnsw[0], "ef_construction": hnsw[1]})[:2]
+        checked = ann_config({"kind": "hnsw", "m": hnsw[0], "ef_construction": hnsw[1]})
+        assert checked is not None  # kind "hnsw"
+        hnsw = checked[:2]
     out: dict[tuple[str, ...], str] = {}
     for shard, ens in (yield from namespaces_plan(cfg, prefix)):
         token, start = new_token(), True

@@ -105,6 +105,7 @@ class _Search:
     def __init__(self, cfg: Config, op: SearchOp, query_vector: list[float] | None) -> None:
         self.cfg, self.op, self.qv = cfg, op, query_vector
         self.scored = query_vector is not None
+        self.metric: str = cfg.index.get("distance_type", "cosine") if cfg.index else "cosine"
         self.eprefix = enc_ns(op.namespace_prefix)
         # a search stops at offset + limit matches (InMemoryStore filters every item under the
         # prefix first: a comparison that raises on a later item raises there, not here)
@@ -150,15 +151,24 @@ class _Search:
             else:
                 self.fill = []
         self.vs: _vset.VsetSearch | None = None  # a search from vector sets (_vset.py)
-        if cfg.vsets and self.entry is None and self.scored and not op.filter and self.keep and len(shards) == 1:
-            assert query_vector is not None
-            if _vset.usable_query(query_vector):
-                self.vs = _vset.VsetSearch(
-                    cfg.keys, next(iter(shards)), self.eprefix, query_vector, self.keep, cfg.ann
-                )
-                self._vs_check()
+        self.refill = False  # a repeated search from sets: scan instead, to fill the cache
+        if self.entry is None:
+            self._vset_search(refill=True)
 
     # ---- from vector sets ---------------------------------------------------------------
+    def _vset_search(self, refill: bool) -> None:
+        """Search from vector sets, when they can answer (a server with sets, cosine: VSIM ranks
+        by it; scored, no filter, one shard, a query VSIM scores within the bound); in exact
+        mode, a repeated search of the prefix fills the cache instead (``refill``: this one may)."""
+        cfg, shards, qv = self.cfg, self.merge.buffers, self.qv
+        if qv is None or not (cfg.vsets and self.metric == "cosine" and not self.op.filter and self.keep):
+            return
+        if len(shards) == 1 and _vset.usable_query(qv):
+            self.vs = _vset.VsetSearch(cfg.keys, next(iter(shards)), self.eprefix, qv, self.keep, cfg.ann)
+            if self.ckey is not None and cfg.vcache is not None and not cfg.ann:
+                self.refill = cfg.vcache.repeated(self.ckey) and refill  # ``_vs_to_cache``
+            self._vs_check()
+
     def _vs_check(self) -> None:
         """A vector set search that cannot answer exactly gives way to a scan (which fills the
         vector cache, when there is one)."""
@@ -173,6 +183,17 @@ class _Search:
         else:
             self.merge.finished = True
             self.fill = None
+
+    def _vs_to_cache(self) -> None:
+        """A repeated search, its sets listed: a scan that fills the cache, if their vectors fit."""
+        vs, vcache = self.vs, self.cfg.vcache
+        assert vs is not None and vcache is not None
+        self.refill = False
+        vectors = sum(_vset.set_size(count) for _, count in vs.spaces.values())
+        if vectors * vs.dims * 4 <= vcache.max_bytes:
+            self.vs = None
+            self.merge = _Merge([vs.shard])
+            self.fill = []
 
     def vsim_pipe(self) -> Any:
         return self.vs.pipe() if self.vs is not None else None
@@ -192,7 +213,7 @@ class _Search:
             with entry.lock:  # the ranking and the token it holds for
                 self.token = entry.token
                 self.ranked, self.scores, self.sl_order, self.whole = entry.ranking(
-                    self.qv, self.keep + 2 * _vcache.MARGIN
+                    self.qv, self.keep + 2 * _vcache.MARGIN, self.metric
                 )
         self.next_sc = self.next_sl = 0  # the next candidates to ask
         self.kept_sc: list[tuple[float, _Found]] = []
@@ -221,7 +242,7 @@ class _Search:
             with entry.lock:
                 current = entry.token == self.token
                 if current:
-                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None)
+                    self.ranked, self.scores, _, self.whole = entry.ranking(self.qv, None, self.metric)
             if not current:  # patched by another search meanwhile: start again from what it holds
                 self.known = {}
                 self._rank(entry)
@@ -286,7 +307,7 @@ class _Search:
                 if applied:
                     assert self.qv is not None
                     # the ranking before the patch, its items that changed out, the new ones in
-                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first)
+                    ranking = entry.reranked(self.qv, self.ranked, self.scores, self.whole, first, self.metric)
                     if entry.wasted():
                         new = entry.compacted()
             if applied or entry.token != self.token:
@@ -306,11 +327,13 @@ class _Search:
                     self.known = {}
                     self._rank(entry)
                 return
-        # not current: scan as without a cache, and cache what the scan reads
+        # not current: scan as without a cache, and cache what the scan reads; on a server with
+        # vector sets, they answer (the next search of the prefix fills the cache)
         vcache.drop(ckey, entry)
         vcache.misses += 1
         self.entry, self.fill, self.asked = None, [], []
         self.merge = _Merge([ckey[0]])
+        self._vset_search(refill=False)
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
         if self.vs is not None:
@@ -329,6 +352,8 @@ class _Search:
     def feed(self, shard: int, reply: Any) -> None:
         if self.vs is not None:
             self.vs.feed(reply)
+            if self.refill and self.vs.phase == "vsim" and not self.vs.failed:
+                self._vs_to_cache()
             self._vs_check()
             return
         if self.entry is not None:
@@ -350,7 +375,7 @@ class _Search:
                 ens, ekey, ns_seq, item_seq, rec, _ = flat[i : i + 6]
                 entries.append(((int(ns_seq), ens, int(item_seq)), (ens, ekey, rec, None)))
         else:  # the page scored at once: each item's best score (None: no vectors)
-            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)])
+            best = sem.best_scores(self.qv, [flat[i + 5][1::2] for i in range(0, len(flat), 6)], self.metric)
             # the kept ones only get better: an item scoring at most the worst of them now, when
             # they are full, comes after it and can never enter (dropped before the merge)
             floor = None
@@ -402,7 +427,7 @@ class _Search:
             self.fill.append((flat, counts, m32))
         floor = self.top[0][0] if len(self.top) >= self.keep else None
         flt = self.op.filter
-        idx, scores = sem.page_candidates(self.qv, m32, counts, None if flt else self.keep, floor)
+        idx, scores = sem.page_candidates(self.qv, m32, counts, None if flt else self.keep, floor, self.metric)
         base = self.flat
         self.flat += len(pages)
         limit, cfg = self.op.limit, self.cfg

@@ -122,6 +122,20 @@ def cosine(query: Sequence[float], vectors: Sequence[Sequence[float]]) -> list[f
     return out
 
 
+DISTANCES = ("cosine", "l2", "inner_product")  # index["distance_type"]: PostgresStore's scores
+
+
+def python_scores(query: Sequence[float], vectors: Sequence[Sequence[float]], metric: str = "cosine") -> list[float]:
+    """``query``'s score with each vector in plain Python, as PostgresStore scores ``metric``:
+    cosine similarity (``cosine``: 0.0 for a zero vector, as InMemoryStore), the dot product
+    (``inner_product``), minus the Euclidean distance (``l2``)."""
+    if metric == "cosine":
+        return cosine(query, vectors)
+    if metric == "inner_product":
+        return [sum(map(mul, query, y)) for y in vectors]
+    return [-(sum((a - b) * (a - b) for a, b in zip(query, y, strict=True)) ** 0.5) for y in vectors]
+
+
 _np: Any
 try:  # optional (the "vector" extra): scores a page of vectors at once
     _np = importlib.import_module("numpy")
@@ -129,10 +143,11 @@ except ImportError:  # pragma: no cover - exercised by tests that hide numpy
     _np = None
 
 
-def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> list[float | None]:
-    """The best cosine of ``query`` over each item's float32 vectors (little-endian bytes);
-    None for an item without vectors. With numpy, one matrix product for the whole page (float64
-    arithmetic on the stored float32 values, as the pure-Python path); without, ``cosine``."""
+def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]], metric: str = "cosine") -> list[float | None]:
+    """The best score (``metric``: ``python_scores``) of ``query`` over each item's float32
+    vectors (little-endian bytes); None for an item without vectors. With numpy, one matrix
+    product for the whole page (float64 arithmetic on the stored float32 values, as the
+    pure-Python path: ``row_scores``); without, ``python_scores``."""
     dims = len(query)
     counts = list(map(len, pages))
     vectors = [b for p in pages for b in p]  # (a page's Python work is per item: keep it in C calls)
@@ -141,10 +156,8 @@ def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> lis
         m = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(-1, dims).astype(np.float64)
         q = np.asarray(query, dtype=np.float64)
         qn = float(np.sqrt(q @ q))
-        norms = np.sqrt(np.einsum("ij,ij->i", m, m))
-        dots = row_dots(m, q)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0).tolist()
+        norms = np.sqrt(np.einsum("ij,ij->i", m, m)) if metric == "cosine" else None
+        scores = row_scores(m, q, qn, norms, metric).tolist()
         if counts.count(1) == len(counts):  # one vector an item (the common case)
             return scores  # type: ignore[no-any-return]
         out: list[float | None] = []
@@ -153,7 +166,7 @@ def best_scores(query: Sequence[float], pages: Sequence[Sequence[bytes]]) -> lis
             out.append(max(scores[at : at + c]) if c else None)
             at += c
         return out
-    return [max(cosine(query, [unpack(b) for b in p])) if p else None for p in pages]
+    return [max(python_scores(query, [unpack(b) for b in p], metric)) if p else None for p in pages]
 
 
 def rough_delta(dims: int) -> float:
@@ -163,19 +176,38 @@ def rough_delta(dims: int) -> float:
     return (dims + 16) * 2.0**-22
 
 
-def rough_scores(m32: Any, q: Any, qn: float, norms: Any = None) -> tuple[Any, Any]:
-    """The first pass: each row's cosine with ``q`` (float64, norm ``qn`` > 0) from a float32
-    product with the unit query (``norms``: the rows' norms, else taken in float32), within
-    ``rough_delta`` of the exact one where ``sure``: a row whose norm is zero, under 2**-30,
-    over 2**30 or not finite is not (float32 products and squares under- or overflow there, and
-    rounding is no longer relative), nor is a score that is not finite."""
+def rough_scores(m32: Any, q: Any, qn: float, norms: Any = None, metric: str = "cosine") -> tuple[Any, Any, Any]:
+    """The first pass: bounds of each row's exact score (``row_scores``) with ``q`` (float64,
+    norm ``qn`` > 0), from a float32 product with the unit query (``norms``: the rows' norms,
+    else taken in float32): (low, high, sure), the exact score within [low, high] where
+    ``sure``. The float32 dot is within ``rough_delta * |x| |q|`` of the exact one; so a cosine
+    is within ``rough_delta``, a dot product within ``rough_delta |x| |q|``, a squared distance
+    ``|x|^2 + |q|^2 - 2 dot`` within ``rough_delta (2 |x| |q| + |x|^2)`` (the float32 norm's
+    share; and float64 rounding of the sum), and minus its square root within the roots of
+    those ends. A row whose norm is zero, under 2**-30, over 2**30 or not finite is not sure
+    (float32 products and squares under- or overflow there, and rounding is no longer
+    relative), nor is a bound that is not finite."""
     np = _np
+    delta = rough_delta(m32.shape[1])
     with np.errstate(all="ignore"):
         if norms is None:
             norms = np.sqrt(np.einsum("ij,ij->i", m32, m32))
-        rough = (m32 @ (q / qn).astype(np.float32)) / norms
-        sure = (norms >= 2.0**-30) & (norms <= 2.0**30) & np.isfinite(rough)
-    return rough, sure
+        norms = norms.astype(np.float64, copy=False)  # the bounds' own arithmetic in float64
+        # ~ dot / qn; einsum's own loop, not a BLAS call: a multithreaded BLAS gemv waits on its
+        # threads when the cores are busy (10k x 256: ~30 ms against ~0.5 ms on a loaded machine)
+        unit = np.einsum("ij,j->i", m32, (q / qn).astype(np.float32)).astype(np.float64)
+        if metric == "cosine":
+            rough = unit / norms
+            low, high = rough - delta, rough + delta
+        elif metric == "inner_product":
+            rough, err = unit * qn, delta * norms * qn
+            low, high = rough - err, rough + err
+        else:
+            d2 = norms * norms + qn * qn - 2 * qn * unit
+            err = delta * (2 * norms * qn + norms * norms) + 2.0**-50 * (norms * norms + qn * qn)
+            low, high = -np.sqrt(np.maximum(d2 + err, 0.0)), -np.sqrt(np.maximum(d2 - err, 0.0))
+        sure = (norms >= 2.0**-30) & (norms <= 2.0**30) & np.isfinite(low) & np.isfinite(high)
+    return low, high, sure
 
 
 def page_matrix(dims: int, pages: Sequence[Sequence[bytes]]) -> tuple[Any, list[int]] | None:
@@ -194,23 +226,21 @@ def page_matrix(dims: int, pages: Sequence[Sequence[bytes]]) -> tuple[Any, list[
 
 
 def page_candidates(
-    query: Sequence[float], m32: Any, counts: list[int], k: int | None, floor: float | None
+    query: Sequence[float], m32: Any, counts: list[int], k: int | None, floor: float | None, metric: str = "cosine"
 ) -> tuple[list[int], list[float]]:
     """The items of a page (``page_matrix``) that may rank, with their exact best scores
     (``best_scores``' values, bit for bit): (their indexes in the page, ascending; their scores).
     Left out: the items without vectors, those whose exact score is at most ``floor``, and those
     with ``k`` others of the page scoring strictly higher.
 
-    Two passes: a float32 product over every vector gives each item a rough score within
-    ``rough_delta`` of its exact one, so an item whose rough score is under the line (``floor``,
-    or the k-th best rough score, minus twice that) scores exactly under it; the items above the
-    line only are scored in float64, row by row as ``best_scores`` scores them. A vector whose
-    float32 norm is zero, tiny, huge or not finite (where float32 rounding is not relative) is
-    always scored exactly."""
+    Two passes: a float32 product over every vector gives each item bounds of its exact score
+    (``rough_scores``), so an item whose upper bound is under the line (``floor``, or the k-th
+    best lower bound) scores exactly under it; the items above the line only are scored in
+    float64, row by row as ``best_scores`` scores them. A vector whose float32 norm is zero,
+    tiny, huge or not finite (where float32 rounding is not relative) is always scored exactly."""
     np = _np
     if m32 is None:
         return [], []
-    dims = len(query)
     q = np.asarray(query, dtype=np.float64)
     qn = float(np.sqrt(q @ q))
     items = np.flatnonzero(np.asarray(counts))  # the items with vectors, and their first rows
@@ -218,27 +248,26 @@ def page_candidates(
     starts = np.cumsum([0] + [c for c in counts if c][:-1])
     cand = items
     if (k is not None or floor is not None) and qn > 0 and np.isfinite(qn):
-        rough, sure = rough_scores(m32, q, qn)
+        low, high, sure = rough_scores(m32, q, qn, None, metric)
         sure = sure if one else np.logical_and.reduceat(sure, starts)
-        rough = rough if one else np.maximum.reduceat(rough, starts)
+        low = low if one else np.maximum.reduceat(low, starts)
+        high = high if one else np.maximum.reduceat(high, starts)
         line = -np.inf
         if floor is not None:
             line = floor
         if k is not None and 0 < k < int(sure.sum()):
-            known = rough[sure]
+            known = low[sure]
             line = max(line, float(known[np.argpartition(-known, k - 1)[k - 1]]))
         if line > -np.inf:
-            keep = ~sure | (rough >= line - 2 * rough_delta(dims))
+            keep = ~sure | (high >= line)
             cand, starts = items[keep], starts[keep]
     if not len(cand):
         return [], []
     c = np.asarray(counts)[cand]
     rows = starts if one else np.repeat(starts - np.cumsum(c) + c, c) + np.arange(int(c.sum()))
     m = m32[rows].astype(np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", m, m))
-    dots = row_dots(m, q)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0).tolist()
+    norms = np.sqrt(np.einsum("ij,ij->i", m, m)) if metric == "cosine" else None
+    scores = row_scores(m, q, qn, norms, metric).tolist()
     if not one:  # each item's best, as best_scores takes it
         at, best = 0, []
         for n in c.tolist():
@@ -246,6 +275,21 @@ def page_candidates(
             at += n
         scores = best
     return cand.tolist(), scores
+
+
+def row_scores(m: Any, q: Any, qn: float, norms: Any, metric: str = "cosine") -> Any:
+    """Each row's score with ``q`` (float64 rows of the stored float32 values; ``qn`` the norm
+    of ``q``; ``norms``, the rows' norms, for ``cosine``), as ``python_scores`` defines it, each
+    row alone (``row_dots``): the one float64 scoring of every path (pages, vector cache, sets)."""
+    np = _np
+    if metric == "inner_product":
+        return row_dots(m, q)
+    if metric == "l2":
+        d = m - q
+        return -np.sqrt((d * d).sum(axis=1))
+    dots = row_dots(m, q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0)
 
 
 def row_dots(m: Any, q: Any) -> Any:

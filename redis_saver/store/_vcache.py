@@ -38,6 +38,7 @@ MARGIN = 8  # candidates asked beyond what is needed, for the ones that vanished
 CHANGE_BUDGET = 256  # changed items under the prefix one cached read brings (more: a scan)
 CHANGE_LOG = 2048  # items a shard's change log keeps (lua/_store_lib.lua CHANGE_LOG)
 PATCHES = 8  # change sets one search applies at most (writes racing it: then it scans)
+ASKED = 4096  # prefixes remembered as searched once from vector sets (``VectorCache.repeated``)
 
 
 class Entry:
@@ -215,9 +216,9 @@ class Entry:
         then namespace sequence."""
         return self.iseq[items], self.nsseq[self.nsid[items]]
 
-    def _exact(self, items: Any, q: Any, qn: float) -> Any:
+    def _exact(self, items: Any, q: Any, qn: float, metric: str) -> Any:
         """The best score of each of ``items`` (positions among the scored), float64 arithmetic
-        on the stored float32 values: the scores a scan's page gives."""
+        on the stored float32 values: the scores a scan's page gives (``sem.row_scores``)."""
         np = sem._np
         if not len(items):
             return np.empty(0)
@@ -226,12 +227,11 @@ class Entry:
             rows = self.starts[items]
         else:
             rows = np.repeat(self.starts[items] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        dots = np.empty(len(rows))
+        scores = np.empty(len(rows))
         for at in range(0, len(rows), 4096):  # bounded temporaries
-            dots[at : at + 4096] = sem.row_dots(self.matrix[rows[at : at + 4096]].astype(np.float64), q)
-        norms = self.norms[rows]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scores = np.where((norms > 0) & (qn > 0), dots / (qn * norms), 0.0)
+            part = rows[at : at + 4096]
+            m64 = self.matrix[part].astype(np.float64)
+            scores[at : at + 4096] = sem.row_scores(m64, q, qn, self.norms[part], metric)
         return np.maximum.reduceat(scores, np.concatenate(([0], np.cumsum(counts)[:-1])))
 
     def _scoreless(self) -> list[int]:
@@ -243,7 +243,13 @@ class Entry:
         return sl
 
     def reranked(
-        self, query: list[float], ranked: list[int], scores: list[float], whole: bool, first: int
+        self,
+        query: list[float],
+        ranked: list[int],
+        scores: list[float],
+        whole: bool,
+        first: int,
+        metric: str = "cosine",
     ) -> Ranking:
         """``ranking`` after a patch that numbered its items from ``first`` on, from the ranking
         before it (``ranked`` best first, exact, ``whole`` or the head of the whole): the items
@@ -258,7 +264,7 @@ class Entry:
         pos = at + np.nonzero(self.alive[self.scored[at:]])[0]
         q = np.asarray(query, dtype=np.float64)
         qn = float(np.sqrt(q @ q))
-        new = self._exact(pos, q, qn).tolist() if len(pos) else []
+        new = self._exact(pos, q, qn, metric).tolist() if len(pos) else []
         items = np.asarray([i for i, _ in kept] + self.scored[pos].tolist(), dtype=np.int64)
         best = np.asarray([sc for _, sc in kept] + new)
         if not len(items):
@@ -273,20 +279,21 @@ class Entry:
             out, out_scores = out[:end], out_scores[:end]
         return out, out_scores, sl, whole
 
-    def ranking(self, query: list[float], k: int | None) -> Ranking:
+    def ranking(self, query: list[float], k: int | None, metric: str = "cosine") -> Ranking:
         """The live scored items best first (ties: search order), their scores, the live items
         without vectors in order, and whether the ranking is whole: with ``k``, it may hold the
         best ``k`` only.
 
         The best ``k`` are found in float32 (half the memory traffic of float64), then scored
-        exactly: a float32 cosine of ``dims`` terms is within ``delta`` of the float64 one
-        (rounding of each product and sum: at most ``(dims + 2) * 2**-24`` relative to
-        ``|x| |q|``, by Cauchy-Schwarz; ``delta`` takes 4x that), so every item whose exact
-        score reaches the k-th best's scores at least the k-th float32 score minus ``2 delta``,
-        and every item below that line scores under the k-th best exactly. The candidates above
-        the line are ranked exactly; their first ``k`` are the exact first ``k``. The float32
-        pass is ``_semantics.rough_scores`` (a unit query; an item with a vector of a tiny, huge
-        or non-finite norm, where float32 rounding is not relative, is always a candidate)."""
+        exactly (``metric``: ``_semantics.row_scores``): the float32 pass
+        (``_semantics.rough_scores``: a unit query) bounds each item's exact score (a cosine
+        within ``rough_delta``: rounding of each product and sum is at most ``(dims + 2) *
+        2**-24`` relative to ``|x| |q|``, by Cauchy-Schwarz, and the bound takes 4x that; a dot
+        product or a distance within what that makes of them), so an item whose upper bound is
+        under the k-th best lower bound scores under the k-th best exactly. The candidates above
+        that line are ranked exactly; their first ``k`` are the exact first ``k``. An item with a
+        vector of a tiny, huge or non-finite norm, where float32 rounding is not relative, is
+        always a candidate."""
         np = sem._np
         sl = self._scoreless()
         if not len(self.scored):
@@ -295,20 +302,20 @@ class Entry:
         qn = float(np.sqrt(q @ q))
         pos = np.nonzero(self.alive[self.scored])[0]
         if k is not None and k < len(pos) and qn > 0 and np.isfinite(qn):
-            delta = sem.rough_delta(self.matrix.shape[1])
-            rough, sure = sem.rough_scores(self.matrix[: self.nrows], q, qn, self.norms[: self.nrows])
-            if len(rough) != len(self.starts):  # each item's best, sure if all its rows are
-                rough = np.maximum.reduceat(rough, self.starts)
+            low, high, sure = sem.rough_scores(self.matrix[: self.nrows], q, qn, self.norms[: self.nrows], metric)
+            if len(low) != len(self.starts):  # each item's best, sure if all its rows are
+                low = np.maximum.reduceat(low, self.starts)
+                high = np.maximum.reduceat(high, self.starts)
                 sure = np.logical_and.reduceat(sure, self.starts)
-            live, lsure = rough[pos], sure[pos]
-            known = live[lsure]
+            lsure = sure[pos]
+            known = low[pos][lsure]
             if k < len(known):
                 kth = known[np.argpartition(-known, k - 1)[k - 1]]
-                cand = pos[~lsure | (live >= kth - 2 * delta)]
-                best = self._exact(cand, q, qn)
+                cand = pos[~lsure | (high[pos] >= kth)]
+                best = self._exact(cand, q, qn, metric)
                 order = np.lexsort((*self._order(self.scored[cand]), -best))[:k]
                 return self.scored[cand[order]].tolist(), best[order].tolist(), sl, False
-        best = self._exact(pos, q, qn)
+        best = self._exact(pos, q, qn, metric)
         order = np.lexsort((*self._order(self.scored[pos]), -best))
         return self.scored[pos[order]].tolist(), best[order].tolist(), sl, True
 
@@ -323,6 +330,7 @@ class VectorCache:
         self.lock = threading.Lock()
         self.hits = self.misses = self.fills = 0  # searches answered from it, found it not current, filled it
         self.patches = 0  # change sets applied to entries (searches that found the shard written since)
+        self.asked: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # see ``repeated``
 
     def get(self, key: tuple[int, bytes]) -> Entry | None:
         with self.lock:
@@ -330,6 +338,20 @@ class VectorCache:
             if e is not None:
                 self.entries.move_to_end(key)
             return e
+
+    def repeated(self, key: tuple[int, bytes]) -> bool:
+        """Whether a search of ``key`` without an entry came before this one (until the entry
+        is filled: ``put``); else this one is remembered (the last ``ASKED`` keys). On a server
+        with vector sets, the first search of a prefix is answered from them and the next ones
+        fill the cache (a prefix searched once never pays the scan)."""
+        with self.lock:
+            if key in self.asked:
+                self.asked.move_to_end(key)
+                return True
+            self.asked[key] = None
+            if len(self.asked) > ASKED:
+                self.asked.popitem(last=False)
+            return False
 
     def drop(self, key: tuple[int, bytes], entry: Entry | None = None) -> None:
         with self.lock:
@@ -343,6 +365,7 @@ class VectorCache:
             self.drop(key)
             return
         with self.lock:
+            self.asked.pop(key, None)
             old = self.entries.pop(key, None)
             if old is not None:
                 self.nbytes -= old.nbytes

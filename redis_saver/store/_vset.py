@@ -69,18 +69,25 @@ ANN_BOUNDS = {"m": (16, 5, 100), "ef_construction": (64, 4, 1000), "ef_search": 
 ANN_CACHE_ITEMS = 30_000  # in approximate mode, a cached prefix of more items goes to the graph
 
 
-def ann_config(raw: Any) -> tuple[int, int, int]:
-    """``index["ann_index_config"]`` checked: (m, ef_construction, ef_search); else ValueError /
-    TypeError (before anything is written)."""
+def ann_config(raw: Any) -> tuple[int, int, int] | None:
+    """``index["ann_index_config"]`` checked: (m, ef_construction, ef_search), or None for kind
+    ``"flat"`` (an exact search: the default); else ValueError / TypeError (before anything is
+    written)."""
     if not isinstance(raw, Mapping):
         raise TypeError(f"ann_index_config must be a dict, got {type(raw).__name__}")
     unknown = set(raw) - ANN_KEYS
     if unknown:
         raise ValueError(f"unknown ann_index_config option(s): {sorted(unknown)}")
-    if raw.get("kind", "hnsw") != "hnsw":
-        raise ValueError(f"ann_index_config kind {raw.get('kind')!r}: only 'hnsw' (Redis 8 vector sets)")
     if raw.get("vector_type", "vector") != "vector":
         raise ValueError(f"ann_index_config vector_type {raw.get('vector_type')!r}: only 'vector' (FP32)")
+    if raw.get("kind", "hnsw") == "flat":
+        if set(raw) - {"kind", "vector_type"}:
+            raise ValueError(
+                f"ann_index_config kind 'flat' takes no option(s) {sorted(set(raw) - {'kind', 'vector_type'})}"
+            )
+        return None
+    if raw.get("kind", "hnsw") != "hnsw":
+        raise ValueError(f"ann_index_config kind {raw.get('kind')!r}: only 'hnsw' (Redis 8 vector sets) or 'flat'")
     out = []
     for name, (default, lo, hi) in ANN_BOUNDS.items():
         v = raw.get(name, default)
@@ -96,6 +103,11 @@ def set_m(count: bytes) -> int:
     if count[:1] == b"h":
         return int(count[1 : count.index(b":")])
     return 4
+
+
+def set_size(count: bytes) -> int:
+    """The number of elements of a complete set, from its count in "c" (``set_m``)."""
+    return int(count.rsplit(b":", 1)[-1])
 
 
 def usable_query(qv: list[float]) -> bool:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TypeVar
 
 from langgraph.store.base import Op, Result
 
 from .._shell import LoopBound
 from ._base import RedisStoreBase, op_name
-from ._plans import batch_plan, prepare
+from ._plans import as_namespace, batch_plan, prepare, probe_plan
 from ._rebuild import BUDGET, rebuild_plan
 from ._transfer import StoredItem, export_plan, import_plan
 
@@ -30,6 +31,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         """Async :meth:`RedisStore.setup`."""
         self._bind()
         await self._driver.run(self._setup())
+        await self._avsets()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         self._bind()
@@ -39,22 +41,32 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         await self._avsets()
         return await self._driver.run(batch_plan(self._cfg, prep, *await self._aembed(prep)), op_name(prep.ops))
 
+    _probing: asyncio.Future[bool] | None = None  # the probe under way
+
     async def _avsets(self) -> None:
-        if self._cfg.vsets is None:
-            try:
-                await self.client.execute_command(*self._vsets_probe())
-            except Exception as exc:  # noqa: BLE001 (the answer is "no", unless the connection failed)
-                self._vsets_answer(exc)
-            else:
-                self._vsets_answer(None)
+        """Async :meth:`RedisStore._vsets`: the first call's probe, which the calls of other
+        tasks meanwhile await (shielded: a cancelled caller does not cancel it)."""
+        if self._cfg.vsets is not None:
+            return
+        if self._probing is None or self._probing.get_loop() is not asyncio.get_running_loop():  # (a new loop)
+            self._probing = asyncio.ensure_future(self._driver.run(probe_plan(self._cfg), "store.probe"))
+        probing = self._probing
+        try:
+            self._cfg.vsets = await asyncio.shield(probing)
+        finally:
+            failed = probing.done() and (probing.cancelled() or probing.exception() is not None)
+            if failed and self._probing is probing:
+                self._probing = None  # the next call asks again
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._sync(self.abatch(list(ops)))
 
-    async def aexport_items(self, namespace_prefix: tuple[str, ...] = ()) -> AsyncIterator[StoredItem]:
+    async def aexport_items(self, namespace_prefix: Sequence[str] = ()) -> AsyncIterator[StoredItem]:
         """Async :meth:`RedisStore.export_items`."""
         self._bind()
-        async for item in self._driver.iterate(export_plan(self._cfg, tuple(namespace_prefix)), "store.export"):
+        async for item in self._driver.iterate(
+            export_plan(self._cfg, as_namespace(namespace_prefix, "prefix")), "store.export"
+        ):
             yield item
 
     async def aimport_items(self, items: Iterable[StoredItem]) -> int:
@@ -63,13 +75,14 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         await self._avsets()
         return await self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
-
     async def arebuild_vector_sets(
-        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
+        self, namespace_prefix: Sequence[str] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
     ) -> dict[tuple[str, ...], str]:
         """Async :meth:`RedisStore.rebuild_vector_sets`."""
         self._bind()
         await self._avsets()
         if not self._cfg.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
-        return await self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget, hnsw), "store.rebuild")
+        return await self._driver.run(
+            rebuild_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), budget, hnsw), "store.rebuild"
+        )

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from langgraph.store.base import Op, Result
 
 from .._shell import SyncShell
 from ._base import RedisStoreBase, op_name
-from ._plans import batch_plan, prepare
+from ._plans import as_namespace, batch_plan, prepare, probe_plan
 from ._rebuild import BUDGET, rebuild_plan
 from ._transfer import StoredItem, export_plan, import_plan
 
@@ -27,8 +27,10 @@ class RedisStore(SyncShell, RedisStoreBase):
 
     def setup(self) -> None:
         """Optional, idempotent: load the scripts; record the store's layout (shards) under its
-        prefix, or raise ``SchemaMismatchError`` if another layout is recorded there."""
+        prefix, or raise ``SchemaMismatchError`` if another layout is recorded there; ask the
+        server whether it keeps vector sets (else the first call asks)."""
         self._driver.run(self._setup())
+        self._vsets()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         prep = prepare(self._cfg, ops)
@@ -41,18 +43,18 @@ class RedisStore(SyncShell, RedisStoreBase):
         return await asyncio.to_thread(self.batch, list(ops))
 
     def _vsets(self) -> None:
+        """Ask the server once whether it keeps vector sets (``probe_plan``): the first call
+        asks, calls of other threads meanwhile wait for its answer (a failed probe: the next
+        call asks again)."""
         if self._cfg.vsets is None:
-            try:
-                self.client.execute_command(*self._vsets_probe())
-            except Exception as exc:  # noqa: BLE001 (the answer is "no", unless the connection failed)
-                self._vsets_answer(exc)
-            else:
-                self._vsets_answer(None)
+            with self._probe_lock:
+                if self._cfg.vsets is None:
+                    self._cfg.vsets = self._driver.run(probe_plan(self._cfg), "store.probe")
 
-    def export_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
+    def export_items(self, namespace_prefix: Sequence[str] = ()) -> Iterator[StoredItem]:
         """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
         shard by shard, a page per call; for ``import_items`` (and the CLI's export)."""
-        return self._driver.iterate(export_plan(self._cfg, tuple(namespace_prefix)), "store.export")
+        return self._driver.iterate(export_plan(self._cfg, as_namespace(namespace_prefix, "prefix")), "store.export")
 
     def import_items(self, items: Iterable[StoredItem]) -> int:
         """Write items as ``export_items`` gave them (replacing items already there), in one
@@ -61,7 +63,7 @@ class RedisStore(SyncShell, RedisStoreBase):
         return self._driver.run(import_plan(self._cfg, list(items)), "store.import")
 
     def rebuild_vector_sets(
-        self, namespace_prefix: tuple[str, ...] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
+        self, namespace_prefix: Sequence[str] = (), *, budget: int = BUDGET, hnsw: tuple[int, int] | None = None
     ) -> dict[tuple[str, ...], str]:
         """Bring the namespaces under ``namespace_prefix`` that are out of vector sets back into
         them (their semantic searches scan meanwhile): a resumable rebuild of each one's set, one
@@ -75,4 +77,6 @@ class RedisStore(SyncShell, RedisStoreBase):
         self._vsets()
         if not self._cfg.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
-        return self._driver.run(rebuild_plan(self._cfg, tuple(namespace_prefix), budget, hnsw), "store.rebuild")
+        return self._driver.run(
+            rebuild_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), budget, hnsw), "store.rebuild"
+        )

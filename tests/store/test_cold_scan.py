@@ -74,8 +74,9 @@ def page_of(rng: random.Random, dims: int, n: int) -> list[list[bytes]]:
     return page
 
 
+@pytest.mark.parametrize("metric", sem.DISTANCES)
 @pytest.mark.parametrize("dims", [3, 16, 256])
-def test_page_candidates_are_the_float64_scores_and_leave_out_only_what_cannot_rank(dims):
+def test_page_candidates_are_the_float64_scores_and_leave_out_only_what_cannot_rank(dims, metric):
     rng = random.Random(dims)
     for trial in range(12):
         page = page_of(rng, dims, 200)
@@ -85,12 +86,12 @@ def test_page_candidates_are_the_float64_scores_and_leave_out_only_what_cannot_r
             query = sem.unpack(next(b for p in page for b in p))
         else:  # a huge query
             query = [rng.uniform(-1, 1) * 1e30 for _ in range(dims)]
-        exact = sem.best_scores(query, page)
+        exact = sem.best_scores(query, page, metric)
         m32, counts = sem.page_matrix(dims, page)
         finite = sorted(s for s in exact if s is not None)
         for k in (None, 1, 5, 50, 500):
             for floor in (None, finite[len(finite) // 2], finite[-3], finite[0] - 1, 2.0):
-                idx, scores = sem.page_candidates(query, m32, counts, k, floor)
+                idx, scores = sem.page_candidates(query, m32, counts, k, floor, metric)
                 assert idx == sorted(idx)
                 assert scores == [exact[i] for i in idx]  # bit for bit
                 for i in set(range(len(page))) - set(idx):
@@ -104,13 +105,14 @@ def test_page_candidates_are_the_float64_scores_and_leave_out_only_what_cannot_r
                     assert len(idx) == sum(1 for s in exact if s is not None)
 
 
-def test_page_candidates_prune_a_plain_page():
-    """Not vacuous: on plain random vectors few items are scored exactly."""
+@pytest.mark.parametrize("metric", sem.DISTANCES)
+def test_page_candidates_prune_a_plain_page(metric):
+    """Not vacuous: on plain random vectors (norms spread over 0.5-2) few items are scored exactly."""
     rng = random.Random(3)
     dims = 64
-    page = [[pack([rng.gauss(0, 1) for _ in range(dims)])] for _ in range(1000)]
+    page = [[pack([rng.gauss(0, 1) * rng.uniform(0.5, 2) for _ in range(dims)])] for _ in range(1000)]
     m32, counts = sem.page_matrix(dims, page)
-    idx, _ = sem.page_candidates([rng.gauss(0, 1) for _ in range(dims)], m32, counts, 10, None)
+    idx, _ = sem.page_candidates([rng.gauss(0, 1) for _ in range(dims)], m32, counts, 10, None, metric)
     assert 10 <= len(idx) < 50
 
 
@@ -154,8 +156,9 @@ def test_entry_from_pages_is_the_entry_of_the_items():
     assert got.ranking(q, 5) == want.ranking(q, 5) and got.ranking(q, None) == want.ranking(q, None)
 
 
+@pytest.mark.parametrize("metric", sem.DISTANCES)
 @pytest.mark.parametrize("dims", [3, 16, 256])
-def test_cache_ranking_head_is_the_exact_ranking_on_adversarial_vectors(dims):
+def test_cache_ranking_head_is_the_exact_ranking_on_adversarial_vectors(dims, metric):
     """The vector cache's ranking shares the guarded first pass (tiny and huge norms, a tiny
     query: an unguarded float32 pass underflows and ranks them wrong)."""
     rng = random.Random(dims)
@@ -164,9 +167,9 @@ def test_cache_ranking_head_is_the_exact_ranking_on_adversarial_vectors(dims):
         e = _vcache.Entry(b"t", [(b"n", f"k{i}".encode()) for i in range(300)], page, dims)
         scale = [1.0, 1e-30, 1e30][t % 3]
         q = [rng.uniform(-1, 1) * scale for _ in range(dims)]
-        whole = e.ranking(q, None)
+        whole = e.ranking(q, None, metric)
         for k in (1, 10, 50):
-            head = e.ranking(q, k)
+            head = e.ranking(q, k, metric)
             assert head[:2] == (whole[0][:k], whole[1][:k]), (t, k)
 
 

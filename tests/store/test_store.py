@@ -112,6 +112,32 @@ def test_one_round_trip_per_batch(store):
     assert [i.key for i in store.search(("x", "1"))] == []
 
 
+def test_namespaces_may_be_any_sequence_of_str(store):
+    """Lists (any sequence of str) where tuples are expected, as PostgresStore and SqliteStore
+    take them: every public method; results carry tuples."""
+    store.put(["users", "u1"], "k", {"text": "hello"})
+    store.batch([PutOp(["users", "u2"], "k", {"v": 2})])
+    assert store.get(["users", "u1"], "k").namespace == ("users", "u1")
+    assert [i.namespace for i in store.search(["users"])] == [("users", "u1"), ("users", "u2")]
+    assert [i.key for i in store.batch([SearchOp(["users", "u2"])])[0]] == ["k"]
+    assert store.list_namespaces(prefix=["users"], suffix=["u1"]) == [("users", "u1")]
+    assert store.list_namespaces(prefix=["users", "*"], max_depth=1) == [("users",)]
+    assert [i.namespace for i in store.export_items(["users", "u1"])] == [("users", "u1")]
+    store.delete(["users", "u1"], "k")
+    assert store.get(("users", "u1"), "k") is None and len(store.search(("users",))) == 1
+
+
+async def test_async_namespaces_may_be_any_sequence_of_str(redis_url, prefix):
+    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix) as store:
+        await store.aput(["a", "b"], "k", {"v": 1})
+        assert (await store.aget(["a", "b"], "k")).namespace == ("a", "b")
+        assert [i.key for i in await store.asearch(["a"])] == ["k"]
+        assert await store.alist_namespaces(prefix=["a"]) == [("a", "b")]
+        assert [i.namespace async for i in store.aexport_items(["a"])] == [("a", "b")]
+        await store.adelete(["a", "b"], "k")
+        assert await store.asearch(["a"]) == []
+
+
 def test_a_batch_sees_the_store_before_its_puts(store):
     got = store.batch([PutOp(("n",), "k", {"v": 1}), GetOp(("n",), "k"), SearchOp(("n",)), ListNamespacesOp(())])
     assert got == [None, None, [], []]
@@ -126,7 +152,8 @@ def test_a_batch_sees_the_store_before_its_puts(store):
         PutOp(("n",), "k", {"v": 1}, ttl=float("nan")),
         PutOp(("n",), "k", ["not", "a", "dict"]),  # type: ignore[arg-type]
         PutOp(("n",), 7, {"v": 1}),  # type: ignore[arg-type]
-        PutOp(["n"], "k", {"v": 1}),  # type: ignore[arg-type]
+        PutOp("n", "k", {"v": 1}),  # type: ignore[arg-type] (a str is no namespace: its characters are not labels)
+        SearchOp(b"n"),  # type: ignore[arg-type]
         PutOp(("n", 3), "k", {"v": 1}),  # type: ignore[arg-type]
         PutOp(("n",), "k", {"v": object()}),
         SearchOp(("n",), filter={"v": {"$regex": "x"}}),
@@ -261,6 +288,7 @@ def test_telemetry_spans(redis_url, prefix):
     store.batch([GetOp(("n",), "k"), GetOp(("n",), "j")])
     got = [(s.name, s.attributes.get("db.stored_procedure.name")) for s in spans.get_finished_spans()]
     assert got == [
+        ("store.probe", "store_read"),  # once, by the first call: does the server keep vector sets
         ("store.put", "store_write"),
         ("store.get", "store_read"),
         ("store.search", "store_read"),
