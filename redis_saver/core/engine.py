@@ -1,14 +1,16 @@
 """Every decision about talking to Redis, without doing any I/O (sans-IO).
 
-The engine runs a plan (``plans/``) and turns its steps into *operations* (``ops.py``, which
-this module re-exports: ``Cmd``, ``Pipe``, ``Sleep``, ``Refresh``, ``Scan``, ``Targets``,
-``Emit``; what runs once, setup() and the memory-policy check, is ``setup.py``'s).
-It yields each operation and is sent its result, or thrown
+The engine runs a plan (``plans.py``) and turns its steps into *operations* (``ops.py``): a client method
+call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
+(``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
+or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
-cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
-maxmemory-policy check runs. ``transport/drivers.py`` has the two drivers (sync and asyncio) that only
-perform operations, so nothing here is written twice.
+cluster retry, retries on ConnectionError, waiting out a cluster slot that is moving
+(``moving.py``), the index-slot search and when the maxmemory-policy check runs (what runs
+once, setup() and that check, is ``setup.py``'s).
+``transport/drivers.py`` has the two drivers (sync and asyncio) that only perform operations,
+so nothing here is written twice.
 
 A NOSCRIPT reply (the server lost its script cache: restart, failover to a replica that never
 loaded the scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the
@@ -27,6 +29,7 @@ again as EVAL of its script's body, as after NOSCRIPT.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.exceptions import (
@@ -51,6 +54,9 @@ from ..keys import SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
 from . import setup as _setup
+from .moving import SLOT_MOVE_TIMEOUT as SLOT_MOVE_TIMEOUT  # (these re-exported: the drivers and lanes)
+from .moving import SLOT_MOVING, SlotWaits, key_of, moving_reply
+from .moving import ClientClosedConnection as ClientClosedConnection
 from .ops import Cmd as Cmd
 from .ops import Emit as Emit
 from .ops import Io as Io
@@ -188,7 +194,7 @@ def _resend(
 
 
 # ---- the engine ------------------------------------------------------------------------
-class Engine:
+class Engine(SlotWaits):
     """The connection logic of one saver, store or cache: its scripts, retry and policy-check
     state, and (a saver's) key schema.
 
@@ -198,6 +204,8 @@ class Engine:
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
         telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
+        slot_move_timeout: seconds a step refused because its slot is moving (``SLOT_MOVING``)
+            is sent again, with backoff, before ``SlotMovingError``; 0: at once.
     """
 
     def __init__(
@@ -208,8 +216,10 @@ class Engine:
         *,
         cluster: bool = False,
         telemetry: Telemetry | None = None,
+        slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ):
         self.keys = keys
+        self.slot_move_timeout = slot_move_timeout
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
@@ -268,8 +278,12 @@ class Engine:
             elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
                 if rec is not None:
                     rec.sent += _plain_size(step)
-                reply = yield from self.plain(step)
+                try:
+                    reply = yield from self.plain(step)
+                except SLOT_MOVING as exc:
+                    reply = yield from self.while_moving(partial(self.plain, step), exc, key_of(step))
             else:
+                # (try costs nothing until it catches: the stable path is as it was)
                 try:
                     if isinstance(step, Call) and not self.retries:
                         reply = yield from self.call(step)
@@ -277,6 +291,11 @@ class Engine:
                         reply = yield from self.step(step)
                 except DamagedThreadError as exc:
                     lost, reply = exc, None
+                except SLOT_MOVING as exc:
+                    try:
+                        reply = yield from self.while_moving(partial(self.step, step), exc, key_of(step))
+                    except DamagedThreadError as damaged:
+                        lost, reply = damaged, None
             if rec is not None:
                 rec.reply(reply)
 
@@ -445,7 +464,10 @@ class Engine:
         """A fan-out: pipelines of up to PIPELINE_CHUNK calls (in a cluster, split by node)."""
         out: list[Any] = []
         for i in range(0, len(calls), PIPELINE_CHUNK):
-            res = yield from self.pipeline([self._evalsha(c) for c in calls[i : i + PIPELINE_CHUNK]])
+            chunk = calls[i : i + PIPELINE_CHUNK]
+            res = yield from self.pipeline([self._evalsha(c) for c in chunk])
+            if self.cluster and any(moving_reply(r) for r in res):
+                res = yield from self.again_refused(chunk, res)
             out.extend(_raise_first(res))
         return out
 

@@ -1,8 +1,5 @@
-"""The operations the engine yields (``core/engine.py``) and the drivers perform
-(``transport/drivers.py``): a client method call (``Cmd``), a pipeline (``Pipe``), a pause
-(``Sleep``), a cluster slot-map refresh (``Refresh``), a key scan (``Scan``), the nodes to ask
-about the memory policy (``Targets``), or items for the caller (``Emit``). An engine generator
-(``Io``) yields them and is sent each one's result, or thrown the exception its I/O raised."""
+"""The operations an engine generator yields (``engine.py``) and a driver performs
+(``transport/drivers.py``), and the type of such a generator (``Io``)."""
 
 from __future__ import annotations
 
