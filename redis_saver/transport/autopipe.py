@@ -81,7 +81,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.engine import SCRIPT_COMMANDS, ClientClosedConnection
 from . import wire
-from .cluster import acluster_fcall, closed_by_client
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client
 
 # the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
 LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
@@ -454,13 +454,7 @@ class Router:
             return await acluster_fcall(self.client, command[1:])
         if not self.cluster:
             return await self.client.execute_command(*command)
-        try:
-            return await self.client.execute_command(*command)
-        except Exception as exc:
-            err = closed_by_client(exc)
-            if err is exc:
-                raise
-            raise err from exc
+        return await closed_as_lost(self.client.execute_command(*command))
 
 
 async def _ignore(*_: Any) -> None:

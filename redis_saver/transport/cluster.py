@@ -17,12 +17,14 @@ call refused while its slot moves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError
 
 from ..core.engine import ClientClosedConnection
+
+T = TypeVar("T")
 
 
 def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
@@ -64,6 +66,18 @@ def closed_by_client(exc: BaseException) -> BaseException:
         closed.__cause__ = exc
         return closed
     return exc
+
+
+async def closed_as_lost(aw: Awaitable[T]) -> T:
+    """``await aw`` (a command on an asyncio cluster client), a connection closed under it
+    raised as ClientClosedConnection (``closed_by_client``)."""
+    try:
+        return await aw
+    except Exception as exc:
+        err = closed_by_client(exc)
+        if err is exc:
+            raise
+        raise err from exc
 
 
 async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:

@@ -40,7 +40,7 @@ from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
 from . import wire
-from .cluster import acluster_fcall, closed_by_client, cluster_fcall
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -264,26 +264,14 @@ class AsyncDriver(_Driver):
                 return await acluster_fcall(self.client, op.args)
             if not self.engine.cluster:
                 return await self._command(op)
-            try:
-                return await self._command(op)
-            except Exception as exc:  # redis-py closed the connection under it: see cluster.py
-                err = closed_by_client(exc)
-                if err is exc:
-                    raise
-                raise err from exc
+            return await closed_as_lost(self._command(op))  # redis-py may close it under us: see cluster.py
         if isinstance(op, Pipe):
             if not self.engine.cluster:
                 pipe = self.client.pipeline(transaction=False)
                 for cmd in op.commands:
                     pipe.execute_command(*cmd)
                 return await pipe.execute(raise_on_error=False)
-            try:
-                return await self._cluster_pipe(op)
-            except Exception as exc:  # redis-py closed the connection under it: see cluster.py
-                err = closed_by_client(exc)
-                if err is exc:
-                    raise
-                raise err from exc
+            return await closed_as_lost(self._cluster_pipe(op))
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
