@@ -206,25 +206,7 @@ def batch_plan(
     keys = cfg.keys
     ops = prep.ops
     results: list[Result] = [None] * len(ops)
-
-    # the vectors of each put: (ordinal) -> [path, float32 bytes, ...]
-    vectors: dict[int, list[bytes]] = {}
-    if prep.embed.texts:
-        if len(prep.embed.texts) != len(doc_vectors):
-            raise ValueError(
-                f"Number of embeddings ({len(doc_vectors)}) does not match number of texts ({len(prep.embed.texts)})"
-            )
-        for places, embedding in zip(prep.embed.texts.values(), doc_vectors, strict=True):
-            packed = pack_vector(embedding)
-            for ordinal, path in places:
-                vectors.setdefault(ordinal, []).extend([path.encode(), packed])
-
-    writes: dict[int, list[list[bytes]]] = {}  # shard -> each write's arguments
-    for (ns, _), (ordinal, _, args) in prep.puts.items():
-        if args[0] == b"p":
-            vec = vectors.get(ordinal, [])
-            args = [*args[:3], str(ordinal).encode(), *args[4:], str(len(vec) // 2).encode(), *vec]
-        writes.setdefault(keys.shard(ns), []).append(args)
+    writes = _writes_by_shard(cfg, prep, _put_vectors(prep, doc_vectors))
 
     # reads: gets once, searches and listings until each is done
     gets: list[tuple[int, int, GetOp]] = []  # op index, shard, op
@@ -241,23 +223,6 @@ def batch_plan(
 
     def add_refresh(ns: tuple[str, ...], key: str) -> None:
         refreshes.setdefault(keys.shard(ns), []).append([b"r", enc_ns(ns), enc(key)])
-
-    def write_calls(per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
-        base = _base_sequence(cfg, len(prep.puts))
-        fmt = write_format(cfg)
-        calls = []
-        for s, ws in per_shard.items():
-            for j in range(0, max(1, len(ws)), B.CALL_OPS):  # no writes: a call that makes the version token
-                chunk = ws[j : j + B.CALL_OPS]
-                wargs: list[bytes | str | int]
-                if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
-                    wargs = [fmt, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
-                    calls.append(Call("store_delete", [keys.index(s)], wargs))
-                    continue
-                wargs = [fmt, base, str(len(chunk)).encode()]
-                wargs += [a for w in chunk for a in w]
-                calls.append(Call("store_write", [keys.index(s)], wargs))
-        return calls
 
     first = True
     while True:
@@ -282,21 +247,12 @@ def batch_plan(
         for task in tasks.values():
             for s, args in task.requests():
                 reads.setdefault(s, []).append((args, functools.partial(task.feed, s)))
-        calls: list[Call] = []
-        handlers: list[list[Callable[[Any], None]]] = []
-        for s, rs in reads.items():
-            for j in range(0, len(rs), B.CALL_OPS):
-                chunk = rs[j : j + B.CALL_OPS]
-                rw = any(r[0] == b"G" for r, _ in chunk)
-                rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
-                rargs += [a for r, _ in chunk for a in r]
-                calls.append(Call("store_read+rw" if rw else "store_read", [keys.index(s)], rargs))
-                handlers.append([h for _, h in chunk])
+        calls, handlers = _read_calls(cfg, reads)
         # writes ride with the first reads when no read needs a second page (they see the
         # store before the batch either way: per shard, the reads run first)
         with_writes = first and not tasks and bool(writes)
         if with_writes:
-            calls += write_calls(writes)
+            calls += _write_calls(cfg, len(prep.puts), writes)
             writes = {}
         first = False
         if not calls:
@@ -327,6 +283,69 @@ def batch_plan(
     for s, r in refreshes.items():
         writes.setdefault(s, []).extend(r)
     if writes:
-        calls = write_calls(writes)
+        calls = _write_calls(cfg, len(prep.puts), writes)
         yield (calls[0] if len(calls) == 1 else calls)
     return results
+
+
+def _put_vectors(prep: Prepared, doc_vectors: list[list[float]]) -> dict[int, list[bytes]]:
+    """The vectors of each put of the batch: ordinal -> [path, float32 bytes, ...]."""
+    vectors: dict[int, list[bytes]] = {}
+    if prep.embed.texts:
+        if len(prep.embed.texts) != len(doc_vectors):
+            raise ValueError(
+                f"Number of embeddings ({len(doc_vectors)}) does not match number of texts ({len(prep.embed.texts)})"
+            )
+        for places, embedding in zip(prep.embed.texts.values(), doc_vectors, strict=True):
+            packed = pack_vector(embedding)
+            for ordinal, path in places:
+                vectors.setdefault(ordinal, []).extend([path.encode(), packed])
+    return vectors
+
+
+def _writes_by_shard(cfg: Config, prep: Prepared, vectors: dict[int, list[bytes]]) -> dict[int, list[list[bytes]]]:
+    """Each write's arguments (a put with its vectors), by shard."""
+    writes: dict[int, list[list[bytes]]] = {}
+    for (ns, _), (ordinal, _, args) in prep.puts.items():
+        if args[0] == b"p":
+            vec = vectors.get(ordinal, [])
+            args = [*args[:3], str(ordinal).encode(), *args[4:], str(len(vec) // 2).encode(), *vec]
+        writes.setdefault(cfg.keys.shard(ns), []).append(args)
+    return writes
+
+
+def _read_calls(
+    cfg: Config, reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]]
+) -> tuple[list[Call], list[list[Callable[[Any], None]]]]:
+    """The store_read calls of a round's reads (at most CALL_OPS each), and each call's reply
+    handlers in order."""
+    calls: list[Call] = []
+    handlers: list[list[Callable[[Any], None]]] = []
+    for s, rs in reads.items():
+        for j in range(0, len(rs), B.CALL_OPS):
+            chunk = rs[j : j + B.CALL_OPS]
+            rw = any(r[0] == b"G" for r, _ in chunk)
+            rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
+            rargs += [a for r, _ in chunk for a in r]
+            calls.append(Call("store_read+rw" if rw else "store_read", [cfg.keys.index(s)], rargs))
+            handlers.append([h for _, h in chunk])
+    return calls, handlers
+
+
+def _write_calls(cfg: Config, puts: int, per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
+    """The store_write (store_delete: deletes only) calls of the writes, at most CALL_OPS each."""
+    base = _base_sequence(cfg, puts)
+    fmt = write_format(cfg)
+    calls = []
+    for s, ws in per_shard.items():
+        for j in range(0, max(1, len(ws)), B.CALL_OPS):  # no writes: a call that makes the version token
+            chunk = ws[j : j + B.CALL_OPS]
+            wargs: list[bytes | str | int]
+            if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
+                wargs = [fmt, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
+                calls.append(Call("store_delete", [cfg.keys.index(s)], wargs))
+                continue
+            wargs = [fmt, base, str(len(chunk)).encode()]
+            wargs += [a for w in chunk for a in w]
+            calls.append(Call("store_write", [cfg.keys.index(s)], wargs))
+    return calls
