@@ -1,7 +1,9 @@
 """`python -m bench [--quick]`: see bench/run.py and bench/README.md.
 
 `python -m bench release ...` (the working tree against the previous release: bench/release.py),
-`python -m bench memory ...` (bench/memory.py) and `python -m bench cache ...` (bench/cache.py) run
+`python -m bench memory ...` (bench/memory.py), `python -m bench cache ...` (bench/cache.py),
+`python -m bench reshard ...` (bench/reshard.py: live resharding under load) and
+`python -m bench slot_ab ...` (bench/slot_ab.py: the stable path, a base ref against HEAD) run
 one part."""
 
 import sys
@@ -22,7 +24,7 @@ def release(argv: list[str]) -> int:
     return run_main(argv)
 
 
-SUBCOMMANDS = {"memory": "bench.memory", "cache": "bench.cache"}
+SUBCOMMANDS = {"memory": "bench.memory", "cache": "bench.cache", "reshard": "bench.reshard", "slot_ab": "bench.slot_ab"}
 
 if len(sys.argv) > 1 and sys.argv[1] == "release":
     sys.exit(release(sys.argv[2:]))

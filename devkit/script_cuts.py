@@ -6,7 +6,8 @@ bench/.
 - ``BODY_START`` / ``STAGES``: the first line of ``put_writes+lean``'s own body and the lines
   before which the script is cut (``do return 0 end`` inserted), in order;
 - ``PUT_BODY`` / ``PUT_STAGES`` / ``put_libraries()``: the function library with ``put``'s body
-  cut before each stage (every variant a library of its own name);
+  cut before each stage (every variant a library of its own name); ``GET_BODY`` / ``GET_STAGES`` /
+  ``get_libraries()`` the same for ``get_tuple`` (bench/shard.py), ``cut_libraries()`` for either;
 - ``script_calls(saver)``: the arguments of every script call a sync saver sends, as sent.
 """
 
@@ -45,32 +46,87 @@ PUT_STAGES = [
 ]
 PUT_BODY = "local function s_put()\n"
 
+# get_tuple.lua (the function library's get_tuple), cut before each of these lines, in order; the
+# last entry is no cut but an edit: the whole script without its touch_read() (what the touch of
+# the thread's keys costs is the step from it to the whole script)
+GET_STAGES = [
+    ("meta read (one HMGET), format check", "if check_counts() then return nil end"),
+    ("thread-state checks (ZSCORE, HLEN, 2 ZCARD)", "local ns_e = enc(ns)\nlocal cid_e"),
+    ("the latest id (one ZRANGE BYLEX)", "local raw = redis.call('HGET', K_CP, ns_e .. cid_e)"),
+    ("the record (one HGET)", "local reply, streams, blobs = tuple_replies("),
+]
+# then tuple_replies() (the helper get_tuple and list answer with), cut before each of these lines
+# with "do return nil end" (get_tuple then answers nil)
+TUPLE_REPLIES = "local function tuple_replies(items, span)\n"
+TUPLE_STAGES = [
+    ("the versions decoded from the record (cmsgpack), the blob fields", "  local blobs = hmget(K_BLOB, bfields)"),
+    ("the blobs (one HMGET)", "  local streams = fetch_streams(bfields, blobs)"),
+    ("the stream directories and frames (2 HMGET)", "  local wfields, owner = {}, {}"),
+    ("the writes (ZRANGE BYLEX, HMGET)", "  local out, checked, sent, sent_at = {}, false, {}, {}"),
+]
+GET_NO_TOUCH = ("the reply's tables, the reply", "touch_read()\nreturn {cid", "return {cid")
+GET_BODY = "local function s_get_tuple()\n"
 
-def put_libraries() -> list[tuple[str, str, str]]:
-    """(label, FUNCTION LOAD source, put's function name) per variant: the function library
-    with put's body cut before each PUT_STAGES line (every variant a library of its own name),
-    the whole library, and an empty function with put's keys and arguments."""
+
+def _region(text: str, first_line: str) -> tuple[int, int]:
+    """From after ``first_line`` to the next script function of the library."""
+    start = text.index(first_line) + len(first_line)
+    return start, text.index("\nlocal function s_", start)
+
+
+def cut_libraries(script: str, body_start: str, stages: list[tuple[str, str]],
+                  edit: tuple[str, str, str] | None = None, whole: str = "the whole script",
+                  helper: tuple[str, list[tuple[str, str]]] | None = None) -> list[tuple[str, str, str]]:
+    """(label, FUNCTION LOAD source, the function's name) per variant: the function library with
+    ``script``'s body (from ``body_start``) cut before each stage's line (every variant a library of
+    its own name), then ``helper`` (its first line, its stages: a helper the body calls last, cut
+    with ``do return nil end``), then ``edit`` (label, old, new: one replacement in the body) if
+    given, the whole library, and an empty function with the script's keys and arguments first."""
     lib = _scripts.library()
     text = lib.source.decode()
-    start = text.index(PUT_BODY) + len(PUT_BODY)
-    end = text.index("\nlocal function s_", start)
+    start, end = _region(text, body_start)
     body = text[start:end]
+    fname = lib.functions[script].removeprefix(lib.name + "_")
 
-    def cut(k: int, marker: str | None) -> tuple[str, str]:
-        b = "do return 0 end\n" + body if marker is None else body.replace(marker, "do return 0 end\n" + marker, 1)
-        name = f"{lib.name}_cut{k}"
-        return (text[:start] + b + text[end:]).replace(lib.name, name), lib.functions["put"].replace(lib.name, name)
+    def variant(k: int, b: str, at: tuple[int, int] = (start, end)) -> tuple[str, str]:
+        name = f"{lib.name}_{fname}_cut{k}"
+        return (text[:at[0]] + b + text[at[1]:]).replace(lib.name, name), lib.functions[script].replace(lib.name, name)
 
-    empty = f"{lib.name}_empty"
+    empty = f"{lib.name}_{fname}_empty"
     out = [("empty function (same keys and arguments)",
-            f"#!lua name={empty}\nredis.register_function('{empty}_put', function(keys, argv) return 1 end)",
-            f"{empty}_put"),
-           ("+ per-call setup (keys, state)", *cut(0, None))]
-    for k, (label, marker) in enumerate(PUT_STAGES, 1):
-        assert body.count(marker) == 1, f"put.lua changed: marker {marker!r} not found once"
-        out.append((f"+ {label}", *cut(k, marker)))
-    out.append(("+ latest-only check, touch(): the whole script", text, lib.functions["put"]))
+            f"#!lua name={empty}\nredis.register_function('{empty}_{fname}', function(keys, argv) return 1 end)",
+            f"{empty}_{fname}"),
+           ("+ per-call setup (keys, state)", *variant(0, "do return 0 end\n" + body))]
+    for k, (label, marker) in enumerate(stages, 1):
+        assert body.count(marker) == 1, f"{script}.lua changed: marker {marker!r} not found once"
+        out.append((f"+ {label}", *variant(k, body.replace(marker, "do return 0 end\n" + marker, 1))))
+    k = len(stages)
+    if helper is not None:
+        h_start, h_end = _region(text, helper[0])
+        h_body = text[h_start:h_end]
+        for label, marker in helper[1]:
+            assert h_body.count(marker) == 1, f"lua changed: marker {marker!r} not found once"
+            k += 1
+            out.append((f"+ {label}", *variant(k, h_body.replace(marker, "  do return nil end\n" + marker, 1),
+                                               (h_start, h_end))))
+    if edit is not None:
+        label, old, new = edit
+        assert body.count(old) == 1, f"{script}.lua changed: {old!r} not found once"
+        out.append((f"+ {label}", *variant(k + 1, body.replace(old, new, 1))))
+    out.append((f"+ {whole}", text, lib.functions[script]))
     return out
+
+
+def put_libraries() -> list[tuple[str, str, str]]:
+    """put's variants (``cut_libraries``), cut before each PUT_STAGES line."""
+    return cut_libraries("put", PUT_BODY, PUT_STAGES, whole="latest-only check, touch(): the whole script")
+
+
+def get_libraries() -> list[tuple[str, str, str]]:
+    """get_tuple's variants (``cut_libraries``), cut before each GET_STAGES line, then its
+    tuple_replies() before each TUPLE_STAGES line, then without its touch_read()."""
+    return cut_libraries("get_tuple", GET_BODY, GET_STAGES, GET_NO_TOUCH, "touch_read(): the whole script",
+                         (TUPLE_REPLIES, TUPLE_STAGES))
 
 
 @contextmanager

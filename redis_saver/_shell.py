@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_type_hints
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .core.engine import SLOT_MOVE_TIMEOUT
 from .keys import KeySchema
 from .telemetry import Telemetry
 from .transport.clients import make_async_client, make_sync_client
@@ -40,6 +41,10 @@ class Options(TypedDict, total=False):
       they are. Both read everything.
     - ``retries`` (``0``; ``from_conn_string``: 3): retries of a call that failed with
       ``ConnectionError`` (short exponential backoff); timeouts are never retried.
+    - ``slot_move_timeout`` (``30.0``): Redis Cluster: seconds a call refused because the slot of
+      its keys is moving (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, redis-py's ``TTL exhausted``) is
+      sent again, with backoff, before ``SlotMovingError``; ``0``: at once. Independent of
+      ``retries``.
     - ``telemetry`` (``True``): OpenTelemetry spans and metrics of every call: ``True`` (the
       global providers), ``False``, or a ``redis_saver.Telemetry``.
     - ``auto_pipeline`` (``None``: on): the asyncio classes only: the script calls concurrent
@@ -58,22 +63,31 @@ class Options(TypedDict, total=False):
     serde: SerializerProtocol | None
     compress: bool
     retries: int
+    slot_move_timeout: float
     telemetry: Telemetry | bool
     auto_pipeline: bool | None
     integrity_key: bytes | Sequence[bytes] | None
 
 
 _DEFAULTS: Options = {
-    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None,
-    "integrity_key": None,
-}
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "slot_move_timeout": SLOT_MOVE_TIMEOUT,
+    "telemetry": True, "auto_pipeline": None, "integrity_key": None,
+}  # fmt: skip
 _SHARED: dict[str, Any] = get_type_hints(Options)  # name -> type
 
 
-def check_options(retries: Any, telemetry: Any, compress: Any = True, functions: Any = True) -> Telemetry | None:
+def check_options(
+    retries: Any, telemetry: Any, compress: Any = True, functions: Any = True, slot_move_timeout: Any = 0.0
+) -> Telemetry | None:
     """The options every class checks the same way; returns the telemetry to record with."""
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError("retries must be an int >= 0")
+    if (
+        isinstance(slot_move_timeout, bool)
+        or not isinstance(slot_move_timeout, (int, float))
+        or not 0 <= slot_move_timeout < float("inf")
+    ):
+        raise ValueError("slot_move_timeout must be a number of seconds >= 0")
     if not isinstance(compress, bool):
         raise TypeError("compress must be a bool")
     if not isinstance(functions, bool):
@@ -107,6 +121,7 @@ class Shell:
     client: Any
     compress: bool
     retries: int
+    slot_move_timeout: float
 
     @classmethod
     def _options(cls, given: Options) -> Options:
@@ -124,11 +139,13 @@ class Shell:
         ``client`` (``keys``: the engine's key schema; ``functions``: FCALL or EVALSHA); returns
         the driver."""
         check_client(client)
-        tel = check_options(options["retries"], options["telemetry"], options["compress"], functions)
+        timeout = options["slot_move_timeout"]
+        tel = check_options(options["retries"], options["telemetry"], options["compress"], functions, timeout)
         self.client = client
         self.compress = options["compress"]
         self.retries = options["retries"]
-        self._driver = self._driver_cls(client, keys, self.retries, tel, functions)
+        self.slot_move_timeout = float(timeout)
+        self._driver = self._driver_cls(client, keys, self.retries, tel, functions, self.slot_move_timeout)
         self._set_auto_pipeline(options["auto_pipeline"])
         self._bound()
         return self._driver

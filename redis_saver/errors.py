@@ -7,6 +7,8 @@ failures, OOM, ...) propagate unchanged as ``redis.exceptions.RedisError``.
 
 from __future__ import annotations
 
+from redis.exceptions import ClusterError
+
 from .core.replies import Err
 
 
@@ -58,6 +60,20 @@ class ReplicationTimeoutError(RedisSaverError):
     def __init__(self, message: str, acked: int) -> None:
         super().__init__(message)
         self.acked = acked
+
+
+class SlotMovingError(RedisSaverError, ClusterError):
+    """A call on a Redis Cluster kept being refused because the hash slot of its keys was moving
+    (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, redis-py's ``TTL exhausted``) for longer than the
+    ``slot_move_timeout`` option. Each refusal means the call did not run, so nothing of it was
+    stored; the last refusal is the ``__cause__``. A ``redis.exceptions.ClusterError`` too, as the
+    refusals it stands for are."""
+
+    def __init__(self, message: str, slot: int | None = None, key: bytes | None = None, waited: float = 0.0) -> None:
+        super().__init__(message)
+        self.slot = slot
+        self.key = key
+        self.waited = waited
 
 
 class UnsupportedServerError(RedisSaverError):

@@ -5,7 +5,8 @@ the database semantic conventions (``db.system.name`` = ``redis``, the Lua scrip
 ``db.stored_procedure.name``, ``db.operation.name``), the thread id (``thread_id=False``
 leaves it out), the bytes sent and received, and the error on failure; a duration histogram
 per operation, byte-size histograms, and counters of fencing conflicts, replication timeouts
-and script reloads (a NOSCRIPT answered with EVAL, a missing function library loaded).
+and script reloads (a NOSCRIPT answered with EVAL, a missing function library loaded), and of
+the attempts sent again while a Redis Cluster slot moved.
 Without ``opentelemetry-api``, or with no SDK provider configured, every hook is a no-op (the
 API's non-recording span and instruments).
 """
@@ -100,6 +101,10 @@ class Telemetry:
             "redis_saver.script_reloads",
             description="scripts sent again: NOSCRIPT answered with EVAL of the body, a missing library loaded",
         )
+        self.slot_retries = meter.create_counter(
+            "redis_saver.slot_retries",
+            description="steps sent again because their cluster slot was moving (MOVED, ASK, TRYAGAIN...)",
+        )
 
     def start(self, op: str) -> Recording | None:
         """A call's span and clock, or None when nothing records (no SDK provider for traces
@@ -140,6 +145,10 @@ class Telemetry:
     def reloaded(self) -> None:
         if self.enabled:
             self.script_reloads.add(1)
+
+    def slot_retried(self) -> None:
+        if self.enabled:
+            self.slot_retries.add(1)
 
 
 class Recording:

@@ -3,7 +3,7 @@ threads (each asks first; ``--dry-run`` says what it would do)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -152,24 +152,15 @@ def rewrite(
     saver = st.saver()
     targets, what, missing = _targets(saver, thread_ids, all_threads, "rewrite")
     _confirm(f"Rewrite the raw values of {what} compressed?", yes)
-    done = values = before = after_bytes = 0
-    skipping = after is not None
-    with _progress() as prog:
-        task = prog.add_task("rewrite", total=len(targets) if isinstance(targets, list) else None, rate="")
-        for t in targets:
-            if skipping:
-                skipping = t != after
-                continue
-            try:
-                r = saver.rewrite_values(t)
-            except Exception as exc:
-                raise _fail(f"rewriting {t!r} failed ({exc}) after {done} thread(s); run the command "
-                            f"again (rewritten values are skipped), or with --all --after {t!r}") from None
-            done += 1
-            values, before, after_bytes = values + r.values, before + r.bytes_before, after_bytes + r.bytes_after
-            prog.advance(task)
-            err.print(f"{t}: {r.values} value(s), {_size(r.bytes_before)} -> {_size(r.bytes_after)}")
-    click.echo(f"rewrote {done} thread(s): {values} value(s), {_size(before)} -> {_size(after_bytes)}")
+    total = [0, 0, 0]  # values, bytes before, bytes after
+
+    def one(t: str) -> str:
+        r = saver.rewrite_values(t)
+        total[0], total[1], total[2] = total[0] + r.values, total[1] + r.bytes_before, total[2] + r.bytes_after
+        return f"{t}: {r.values} value(s), {_size(r.bytes_before)} -> {_size(r.bytes_after)}"
+
+    done = _each_thread(targets, after, "rewrite", "rewriting", "(rewritten values are skipped)", one)
+    click.echo(f"rewrote {done} thread(s): {total[0]} value(s), {_size(total[1])} -> {_size(total[2])}")
     if not all_threads and missing:
         raise click.exceptions.Exit(1)
 
@@ -180,25 +171,43 @@ def _sign(st: State, thread_ids: tuple[str, ...], all_threads: bool, after: str 
     saver = st.saver()
     targets, what, missing = _targets(saver, thread_ids, all_threads, "sign")
     _confirm(f"Sign every record of {what} with the integrity key, vouching for what is stored?", yes)
-    done = records = 0
+    records = [0]
+
+    def one(t: str) -> str:
+        n = saver.sign_thread(t)
+        records[0] += n
+        return f"{t}: {n} record(s) signed"
+
+    done = _each_thread(targets, after, "sign", "signing", "", one)
+    click.echo(f"signed {done} thread(s): {records[0]} record(s)")
+    if not all_threads and missing:
+        raise click.exceptions.Exit(1)
+
+
+def _each_thread(
+    targets: Iterable[str], after: str | None, task_name: str, doing: str, again_note: str, one: Callable[[str], str]
+) -> int:
+    """``one(thread)`` for each thread after ``after`` (a resumed --all run), its line printed,
+    with a progress bar; a failure says how to resume. Returns the threads done."""
+    done = 0
     skipping = after is not None
     with _progress() as prog:
-        task = prog.add_task("sign", total=len(targets) if isinstance(targets, list) else None, rate="")
+        total = len(targets) if isinstance(targets, list) else None
+        task = prog.add_task(task_name, total=total, rate="")
         for t in targets:
             if skipping:
                 skipping = t != after
                 continue
             try:
-                n = saver.sign_thread(t)
+                line = one(t)
             except Exception as exc:
-                raise _fail(f"signing {t!r} failed ({exc}) after {done} thread(s); run the command "
-                            f"again, or with --all --after {t!r}") from None
-            done, records = done + 1, records + n
+                note = f" {again_note}" if again_note else ""
+                raise _fail(f"{doing} {t!r} failed ({exc}) after {done} thread(s); run the command "
+                            f"again{note}, or with --all --after {t!r}") from None
+            done += 1
             prog.advance(task)
-            err.print(f"{t}: {n} record(s) signed")
-    click.echo(f"signed {done} thread(s): {records} record(s)")
-    if not all_threads and missing:
-        raise click.exceptions.Exit(1)
+            err.print(line)
+    return done
 
 
 def _expiry_now(st: State, thread: str) -> str:

@@ -1,14 +1,15 @@
 """Every decision about talking to Redis, without doing any I/O (sans-IO).
 
-The engine runs a plan (``plans.py``) and turns its steps into *operations*: a client method
+The engine runs a plan (``plans.py``) and turns its steps into *operations* (``ops.py``): a client method
 call (``Cmd``), a pipeline (``Pipe``), a pause (``Sleep``), a cluster slot-map refresh
 (``Refresh``), a key scan (``Scan``), the nodes to ask about the memory policy (``Targets``),
 or items for the caller (``Emit``). It yields each operation and is sent its result, or thrown
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
-cluster retry, retries on ConnectionError, setup(), the index-slot search and when the
-maxmemory-policy check runs. ``transport/drivers.py`` has the two drivers (sync and asyncio) that only
-perform operations, so nothing here is written twice.
+cluster retry, retries on ConnectionError, waiting out a cluster slot that is moving
+(``moving.py``), setup(), the index-slot search and when the maxmemory-policy check runs.
+``transport/drivers.py`` has the two drivers (sync and asyncio) that only perform operations,
+so nothing here is written twice.
 
 A NOSCRIPT reply (the server lost its script cache: restart, failover to a replica that never
 loaded the scripts, ``SCRIPT FLUSH``) is answered by sending that command again as EVAL of the
@@ -27,7 +28,7 @@ again as EVAL of its script's body, as after NOSCRIPT.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.exceptions import (
@@ -53,6 +54,18 @@ from ..errors import (
 from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
+from .moving import SLOT_MOVE_TIMEOUT as SLOT_MOVE_TIMEOUT  # (these re-exported: the drivers and lanes)
+from .moving import SLOT_MOVING, SlotWaits, key_of, moving_reply
+from .moving import ClientClosedConnection as ClientClosedConnection
+from .ops import Cmd as Cmd
+from .ops import Emit as Emit
+from .ops import Io as Io
+from .ops import Op as Op
+from .ops import Pipe as Pipe
+from .ops import Refresh as Refresh
+from .ops import Scan as Scan
+from .ops import Sleep as Sleep
+from .ops import Targets as Targets
 from .plans import Call, IndexSlots, Out
 from .policy import logger
 from .scripts import Library, Script, library, load_all, where
@@ -67,58 +80,6 @@ CLUSTER_ATTEMPTS = 3  # the WAIT pipeline on the node that serves a thread: trie
 # the Cmd names of script calls -> their commands (the sync driver's direct path and
 # AsyncRedisSaver's lanes send these themselves)
 SCRIPT_COMMANDS = {"fcall": "FCALL", "evalsha": "EVALSHA", "eval": "EVAL"}
-
-
-# ---- operations ------------------------------------------------------------------------
-@dataclass(slots=True)
-class Cmd:
-    """``client.<name>(*args, **kwargs)``: its reply."""
-
-    name: str
-    args: Sequence[Any] = ()
-    kwargs: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class Pipe:
-    """One non-transactional pipeline (replies and errors in order, nothing raised), on the
-    client, or on one connection to the cluster node serving ``node_key``."""
-
-    commands: list[tuple[Any, ...]]
-    node_key: bytes | None = None
-
-
-@dataclass(slots=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(slots=True)
-class Refresh:
-    """Refresh a cluster client's slot map."""
-
-
-@dataclass(slots=True)
-class Scan:
-    """The names of the keys matching ``pattern`` (every node of a cluster)."""
-
-    pattern: bytes
-
-
-@dataclass(slots=True)
-class Targets:
-    """``_policy.targets(client)``: the nodes to ask about the maxmemory policy."""
-
-
-@dataclass(slots=True)
-class Emit:
-    """Items for the caller of ``iterate`` (``run`` drops them)."""
-
-    items: list[Any]
-
-
-Op = Cmd | Pipe | Sleep | Refresh | Scan | Targets | Emit
-Io = Generator[Op, Any, T]  # an engine generator: yields operations, returns T
 
 
 # ---- errors and replies ----------------------------------------------------------------
@@ -258,7 +219,7 @@ def _resend(
 
 
 # ---- the engine ------------------------------------------------------------------------
-class Engine:
+class Engine(SlotWaits):
     """One saver's connection logic: its key schema, scripts, retry and policy-check state.
 
     Args:
@@ -268,6 +229,8 @@ class Engine:
         plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
         telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
         functions: run the scripts as the function library (FCALL); else EVALSHA.
+        slot_move_timeout: seconds a step refused because its slot is moving (``SLOT_MOVING``)
+            is sent again, with backoff, before ``SlotMovingError``; 0: at once.
     """
 
     def __init__(
@@ -279,8 +242,10 @@ class Engine:
         plain_scripts: bool = False,
         telemetry: Telemetry | None = None,
         functions: bool = True,
+        slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ):
         self.keys = keys
+        self.slot_move_timeout = slot_move_timeout
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
@@ -342,8 +307,12 @@ class Engine:
             elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
                 if rec is not None:
                     rec.sent += _plain_size(step)
-                reply = yield from self.plain(step)
+                try:
+                    reply = yield from self.plain(step)
+                except SLOT_MOVING as exc:
+                    reply = yield from self.while_moving(partial(self.plain, step), exc, key_of(step))
             else:
+                # (try costs nothing until it catches: the stable path is as it was)
                 try:
                     if isinstance(step, Call) and not self.retries:
                         reply = yield from self.call(step)
@@ -351,6 +320,11 @@ class Engine:
                         reply = yield from self.step(step)
                 except DamagedThreadError as exc:
                     lost, reply = exc, None
+                except SLOT_MOVING as exc:
+                    try:
+                        reply = yield from self.while_moving(partial(self.step, step), exc, key_of(step))
+                    except DamagedThreadError as damaged:
+                        lost, reply = damaged, None
             if rec is not None:
                 rec.reply(reply)
 
@@ -507,7 +481,10 @@ class Engine:
         """A fan-out: pipelines of up to PIPELINE_CHUNK calls (in a cluster, split by node)."""
         out: list[Any] = []
         for i in range(0, len(calls), PIPELINE_CHUNK):
-            res = yield from self.pipeline([self._evalsha(c) for c in calls[i : i + PIPELINE_CHUNK]])
+            chunk = calls[i : i + PIPELINE_CHUNK]
+            res = yield from self.pipeline([self._evalsha(c) for c in chunk])
+            if self.cluster and any(moving_reply(r) for r in res):
+                res = yield from self.again_refused(chunk, res)
             out.extend(_raise_first(res))
         return out
 

@@ -38,7 +38,11 @@ neither is ever fully busy; see ``LANES``). Hence:
   within twice the socket timeout: the rest of that write's, then its own);
 - only a failure of the connection itself (reset, refused) fails the calls written on it and
   not answered yet (their replies are lost with it); calls not written yet go out on a new
-  connection.
+  connection. A connection the client library closed under the lane (redis-py's asyncio cluster
+  client closes every connection it holds on every 5th MOVED) fails them with
+  ``ClientClosedConnection``, whatever redis-py's objects raised on it (an ``AttributeError`` of a
+  connection whose streams are gone): the engine sends those calls again, as calls refused while
+  a slot moves (every script is idempotent).
 
 Not through a lane: a call of more than ``LARGE`` bytes, packed (the calls behind it
 would wait for its bytes), WAIT (it blocks its connection for up to ``wait_timeout_ms``: the
@@ -68,15 +72,16 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     MovedError,
+    RedisError,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core.engine import SCRIPT_COMMANDS
+from ..core.engine import SCRIPT_COMMANDS, ClientClosedConnection
 from . import wire
-from .cluster import acluster_fcall
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client
 
 # the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
 LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
@@ -106,6 +111,19 @@ def supported(client: Any) -> bool:
     from redis.asyncio.cluster import RedisCluster
 
     return isinstance(client, (Redis, RedisCluster)) and not type(client).__module__.startswith("fakeredis")
+
+
+def _closed_under(exc: BaseException, conn: Any) -> BaseException:
+    """A lane's failure as its calls get it: an error that is neither the socket's nor Redis's
+    means redis-py's connection object failed because the client closed it meanwhile (its reader
+    or writer is gone), which is ClientClosedConnection; any other, as it is."""
+    if isinstance(exc, Exception) and not isinstance(exc, (RedisError, OSError)):
+        closed = ClientClosedConnection(
+            f"the connection to {wire.peer(conn)} was closed by the client under a call ({type(exc).__name__}: {exc})"
+        )
+        closed.__cause__ = exc
+        return closed
+    return exc
 
 
 def _copy(exc: BaseException) -> BaseException:
@@ -267,6 +285,7 @@ class Lane:
         except BaseException as exc:
             # the connection failed: the replies of the calls written on it are lost with it; calls
             # queued since go out on a new connection (the next worker)
+            exc = _closed_under(exc, conn)
             while sent:
                 fut = sent.popleft()[1]
                 if not fut.done():
@@ -399,19 +418,24 @@ class Router:
             return await lane.submit(command, packed)
         except _REDIRECTS:
             pass  # redis-py's cluster path follows it (and fixes its slot map)
-        except (ConnectionError, RedisTimeoutError):
+        except (ConnectionError, RedisTimeoutError) as exc:
             self.client._initialize = True  # as redis-py does: its next command refreshes the slot map
             if not wire.retries(getattr(self.client, "retry", None)):
-                raise
+                err = closed_by_client(exc)  # (redis-py's aclose() on every 5th MOVED: see cluster.py)
+                if err is exc:
+                    raise
+                raise err from exc
             # redis-py would retry after the refresh: its cluster path does
         return await self._unpiped(command)
 
     async def _unpiped(self, command: tuple[Any, ...]) -> Any:
         """A call through redis-py's own path (in a cluster, an FCALL to its key's node: see
-        ``cluster.py``)."""
+        ``cluster.py``, whose ClientClosedConnection applies to every command here)."""
         if self.cluster and command[0] == "FCALL":
             return await acluster_fcall(self.client, command[1:])
-        return await self.client.execute_command(*command)
+        if not self.cluster:
+            return await self.client.execute_command(*command)
+        return await closed_as_lost(self.client.execute_command(*command))
 
 
 async def _ignore(*_: Any) -> None:

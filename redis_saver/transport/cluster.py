@@ -7,12 +7,24 @@ more per saver call). So an FCALL goes to the node of its first key, from redis-
 would retry (``ERRORS_ALLOW_RETRY``: connection lost, cluster down, slot not covered; redis-py
 has refreshed its slot map by then) is sent again as redis-py sends a command again (its
 client's retry count), to the node the refreshed map names. Every script is idempotent.
+
+redis-py's asyncio cluster client closes every connection it holds on every 5th MOVED, under
+the commands using them: such a command fails with ``ConnectionError`` or with whatever the
+closed connection object raises (``AttributeError``). The asyncio paths raise
+``ClientClosedConnection`` instead (``closed_by_client``), which the engine sends again as a
+call refused while its slot moves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+from redis.exceptions import ConnectionError, RedisClusterException, RedisError
+
+from ..core.engine import ClientClosedConnection
+
+T = TypeVar("T")
 
 
 def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
@@ -39,6 +51,35 @@ def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
             attempt += 1
 
 
+def closed_by_client(exc: BaseException) -> BaseException:
+    """``exc`` of a command on an asyncio cluster client, or ClientClosedConnection when its
+    connection was closed under it: an error that is neither Redis's nor the socket's (redis-py's
+    connection object without its streams), or a ``ConnectionError`` of a connection that was
+    established (not one failing to connect, whose message says "connecting to"). A node that
+    went away looks the same; its call then goes again and fails to connect, which surfaces as
+    the ``ConnectionError`` it is."""
+    if isinstance(exc, ClientClosedConnection) or not isinstance(exc, Exception):
+        return exc
+    foreign = not isinstance(exc, (RedisError, RedisClusterException, OSError))
+    if foreign or (isinstance(exc, ConnectionError) and " connecting to " not in str(exc)):
+        closed = ClientClosedConnection(f"the connection was closed under the call ({type(exc).__name__}: {exc})")
+        closed.__cause__ = exc
+        return closed
+    return exc
+
+
+async def closed_as_lost(aw: Awaitable[T]) -> T:
+    """``await aw`` (a command on an asyncio cluster client), a connection closed under it
+    raised as ClientClosedConnection (``closed_by_client``)."""
+    try:
+        return await aw
+    except Exception as exc:
+        err = closed_by_client(exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
 async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     """``FCALL *args`` on a ``redis.asyncio.cluster.RedisCluster``."""
     attempt = 0
@@ -49,5 +90,8 @@ async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:
             return await client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:
             if not _again(client, exc, attempt):
-                raise
+                err = closed_by_client(exc)
+                if err is exc:
+                    raise
+                raise err from exc
             attempt += 1

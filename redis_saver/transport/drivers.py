@@ -19,13 +19,26 @@ import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from ..core import policy as _policy
-from ..core.engine import SCRIPT_COMMANDS, Cmd, Emit, Engine, Io, Op, Pipe, Refresh, Scan, Sleep, Targets
+from ..core.engine import (
+    SCRIPT_COMMANDS,
+    SLOT_MOVE_TIMEOUT,
+    Cmd,
+    Emit,
+    Engine,
+    Io,
+    Op,
+    Pipe,
+    Refresh,
+    Scan,
+    Sleep,
+    Targets,
+)
 from ..core.plans import Call, Plan
 from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
 from . import wire
-from .cluster import acluster_fcall, cluster_fcall
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -72,6 +85,7 @@ class _Driver:
         retries: int = 0,
         telemetry: Telemetry | None = None,
         functions: bool = True,
+        slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ) -> None:
         self.client = client
         self.engine = Engine(
@@ -81,6 +95,7 @@ class _Driver:
             plain_scripts=type(client).__module__.startswith("fakeredis"),  # it refuses #!lua lines
             telemetry=telemetry,
             functions=functions,
+            slot_move_timeout=slot_move_timeout,
         )
         self.scripts = self.engine.scripts
 
@@ -246,24 +261,16 @@ class AsyncDriver(_Driver):
                 return await self.router.call(op.name, tuple(op.args))
             if op.name == "fcall" and self.engine.cluster:
                 return await acluster_fcall(self.client, op.args)
-            if op.kwargs is None:
-                return await getattr(self.client, op.name)(*op.args)
-            return await getattr(self.client, op.name)(*op.args, **op.kwargs)
+            if not self.engine.cluster:
+                return await self._command(op)
+            return await closed_as_lost(self._command(op))  # redis-py may close it under us: see cluster.py
         if isinstance(op, Pipe):
-            if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
-                return await self._cluster_fanout(op.commands)
-            if op.node_key is not None and self.engine.cluster:
-                # one connection to the cluster node that serves the thread (WAIT counts its writes)
-                from redis.asyncio.cluster import PipelineCommand
-
-                node = self.client.get_node_from_key(op.node_key)
-                cmds = [PipelineCommand(i, *cmd) for i, cmd in enumerate(op.commands)]
-                await node.execute_pipeline(cmds)
-                return [c.result for c in cmds]
-            pipe = self.client.pipeline(transaction=False)
-            for cmd in op.commands:
-                pipe.execute_command(*cmd)
-            return await pipe.execute(raise_on_error=False)
+            if not self.engine.cluster:
+                pipe = self.client.pipeline(transaction=False)
+                for cmd in op.commands:
+                    pipe.execute_command(*cmd)
+                return await pipe.execute(raise_on_error=False)
+            return await closed_as_lost(self._cluster_pipe(op))
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
@@ -275,8 +282,31 @@ class AsyncDriver(_Driver):
             return _policy.targets(self.client)
         raise TypeError(f"unknown operation {op!r}")
 
+    async def _command(self, op: Cmd) -> Any:
+        if op.kwargs is None:
+            return await getattr(self.client, op.name)(*op.args)
+        return await getattr(self.client, op.name)(*op.args, **op.kwargs)
+
+    async def _cluster_pipe(self, op: Pipe) -> list[Any]:
+        if op.node_key is None and _script_fanout(op.commands):
+            return await self._cluster_fanout(op.commands)
+        if op.node_key is not None:
+            # one connection to the cluster node that serves the thread (WAIT counts its writes)
+            from redis.asyncio.cluster import PipelineCommand
+
+            node = self.client.get_node_from_key(op.node_key)
+            cmds = [PipelineCommand(i, *cmd) for i, cmd in enumerate(op.commands)]
+            await node.execute_pipeline(cmds)
+            return [c.result for c in cmds]
+        pipe = self.client.pipeline(transaction=False)
+        for cmd in op.commands:
+            pipe.execute_command(*cmd)
+        return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
     async def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """One pipeline per node, all at once (see _AGAIN for the commands sent again)."""
+        """One pipeline per node, all at once (see _AGAIN for the commands sent again). A command
+        whose connection was closed under it (``closed_by_client``) is answered so, for the
+        engine to send again."""
         from redis.asyncio.cluster import PipelineCommand
 
         if self.client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
@@ -289,6 +319,8 @@ class AsyncDriver(_Driver):
             return_exceptions=True,
         )
         for cmds, outcome in zip(per_node, done, strict=True):
+            if isinstance(outcome, BaseException):
+                outcome = closed_by_client(outcome)
             if isinstance(outcome, BaseException) and not isinstance(outcome, redis.ConnectionError):
                 raise outcome
             for c in cmds:  # a node that is gone: the cluster pipeline finds the new one
@@ -299,7 +331,7 @@ class AsyncDriver(_Driver):
             for i in again:
                 pipe.execute_command(*commands[i])
             for i, r in zip(again, await pipe.execute(raise_on_error=False), strict=True):
-                results[i] = r
+                results[i] = closed_by_client(r) if isinstance(r, redis.ConnectionError) else r
         return results
 
     async def _advance(self, gen: Io[Any], end: list[Any]) -> list[Any] | None:

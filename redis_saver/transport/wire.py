@@ -15,6 +15,8 @@ from typing import Any
 from redis.exceptions import ConnectionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.engine import ClientClosedConnection
+
 try:
     from hiredis import pack_command as pack_command  # (re-exported: autopipe packs with it)
 except ImportError:  # pragma: no cover - redis without the hiredis extra
@@ -112,17 +114,25 @@ def direct(conn: Any) -> bool:
     return ok
 
 
+def _closed_here(conn: Any) -> ClientClosedConnection:
+    return ClientClosedConnection(f"the connection to {peer(conn)} was closed by the client while a call waited")
+
+
 async def _fill(conn: Any) -> Any:
     """The next reply, reading the socket until the reader holds one (the hiredis parser's
-    ``read_response``, as redis-py's connection calls it, with its errors)."""
+    ``read_response``, as redis-py's connection calls it, with its errors). A connection that
+    the client closed meanwhile (``disconnect()`` tells the parser) is ClientClosedConnection:
+    the server did not close it."""
     parser = conn._parser
     reader, stream = parser._reader, parser._stream
-    if not getattr(parser, "_connected", True):  # disconnected meanwhile: as the parser says it
-        raise ConnectionError(SERVER_CLOSED)
+    if not getattr(parser, "_connected", True):
+        raise _closed_here(conn)
     try:
         while True:
             data = await stream.read(parser._read_size)
             if not data:
+                if not getattr(parser, "_connected", True):
+                    raise _closed_here(conn)
                 raise ConnectionError(SERVER_CLOSED)
             reader.feed(data)
             reply = reader.gets()

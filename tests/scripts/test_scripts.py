@@ -264,6 +264,50 @@ def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     assert got == [1] + [0] * (len(PUT_STAGES) + 1) + [1]
 
 
+def test_bench_shard_cuts_get_tuple_at_existing_lines(sync_client, prefix):
+    # bench/shard.py times the library's get_tuple cut before each of these lines, then without
+    # its touch_read(): keep them in step
+    from devkit.script_cuts import (
+        GET_BODY,
+        GET_NO_TOUCH,
+        GET_STAGES,
+        TUPLE_REPLIES,
+        TUPLE_STAGES,
+        get_libraries,
+        script_calls,
+    )
+
+    source = library().source.decode()
+    body = source[source.index(GET_BODY):]
+    at = [body.index(marker) for _, marker in GET_STAGES] + [body.index(GET_NO_TOUCH[1])]
+    assert at == sorted(at)
+    helper = source[source.index(TUPLE_REPLIES):]
+    at = [helper.index(marker) for _, marker in TUPLE_STAGES]
+    assert at == sorted(at)
+    saver = RedisSaver(sync_client, prefix=prefix)
+    saver.put(generate_config("shard"), generate_checkpoint(), generate_metadata(), {})
+    with script_calls(saver) as sent:
+        assert saver.get_tuple(generate_config("shard")) is not None
+    args = sent[-1]
+    assert str(args[0]).endswith("_get_tuple")
+    variants = get_libraries()
+    assert len(variants) == len(GET_STAGES) + len(TUPLE_STAGES) + 4
+    names = [src.split("\n", 1)[0].split("name=", 1)[1] for _, src, _ in variants]
+    assert len(set(names)) == len(names)
+    try:
+        for _, src, _ in variants:
+            sync_client.function_load(src, replace=True)
+        got = [sync_client.fcall(fname, *args[1:]) for _, _, fname in variants]
+    finally:
+        for name in names[:-1]:  # the last one is the saver's own library
+            sync_client.function_delete(name)
+    # the empty function answers 1, the ones cut in get_tuple 0, in tuple_replies nil, the one
+    # without touch_read() what the whole one does
+    whole = sync_client.fcall(*args)
+    assert got == [1] + [0] * (len(GET_STAGES) + 1) + [None] * len(TUPLE_STAGES) + [whole, whole]
+    assert isinstance(whole, list) and whole[0]
+
+
 def test_lean_variant_differs_only_in_its_keys_block_and_full_only_lines():
     scripts = load_all()
     full, lean = scripts["put_writes"].source.decode(), scripts["put_writes+lean"].source.decode()

@@ -19,9 +19,9 @@ from redis_saver.cache import AsyncRedisCache, RedisCache
 SYNC = (RedisSaver, RedisStore, RedisCache)
 ASYNC = (AsyncRedisSaver, AsyncRedisStore, AsyncRedisCache)
 DEFAULTS = {
-    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "telemetry": True, "auto_pipeline": None,
-    "integrity_key": None,
-}
+    "prefix": "lg", "serde": None, "compress": True, "retries": 0, "slot_move_timeout": 30.0, "telemetry": True,
+    "auto_pipeline": None, "integrity_key": None,
+}  # fmt: skip
 
 
 def _client(cls: type) -> Any:
@@ -53,12 +53,16 @@ def test_every_class_checks_the_shared_options_alike(cls: type) -> None:
         cls(_client(cls), retries=-1)
     with pytest.raises(TypeError, match="compress must be a bool"):
         cls(_client(cls), compress="yes")
+    for bad in (-1, "5", True, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="slot_move_timeout must be a number of seconds >= 0"):
+            cls(_client(cls), slot_move_timeout=bad)
     with pytest.raises(TypeError, match="telemetry must be True, False"):
         cls(_client(cls), telemetry="on")
     with pytest.raises(ValueError, match="decode_responses=False"):
         cls(redis.Redis(port=1, decode_responses=True))
-    obj = cls(_client(cls), prefix="app", retries=2, compress=False, telemetry=False)
-    assert (obj.retries, obj.compress) == (2, False)
+    obj = cls(_client(cls), prefix="app", retries=2, compress=False, telemetry=False, slot_move_timeout=2)
+    assert (obj.retries, obj.compress, obj.slot_move_timeout) == (2, False, 2.0)
+    assert obj._driver.engine.slot_move_timeout == 2.0
     assert obj.keys.prefix == "app"
 
 
@@ -87,6 +91,10 @@ def test_from_conn_string_takes_the_class_options_and_leaves_the_client_ones() -
     options = {"prefix": "c", "functions": False}
     assert RedisCache._split(options) == {"prefix": "c", "retries": 3}
     assert options == {"functions": False}
+    for cls in SYNC + ASYNC:
+        options = {"slot_move_timeout": 5, "socket_timeout": 2}
+        assert cls._split(options) == {"slot_move_timeout": 5, "retries": 3}, cls
+        assert options == {"socket_timeout": 2}
 
 
 def test_a_subclass_passing_options_on_keeps_every_option() -> None:

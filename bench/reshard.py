@@ -1,0 +1,52 @@
+"""Live resharding under load, the full scenario (``devkit/reshard.py``): a 3-primary cluster,
+4 sync RedisSaver workers on 8 threads each (the last with ``compress=False`` and run ids), one
+AsyncRedisSaver with 32 tasks on 300 threads, three ``redis-cli --cluster reshard`` rounds of
+5,461 slots, then 32 slots that hold threads half-moved for 2 s.
+
+    .venv/bin/python -m bench reshard [--rounds 3] [--slots 5461] [--slow 32] [--hold 2] [--threads 300]
+
+Prints the report: calls, errors surfaced, scripts stopped halfway (apart), wrong reads, lost
+writes, damaged threads, leaks, the slowest call, and the first few of each kind. Exit status 1
+when any count but the halfway one is not 0. ``BENCH_DEBUG=1`` prints the first errors'
+tracebacks. tests/scale/test_live_reshard.py runs a small one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from devkit import reshard as R
+    from devkit.servers import start_cluster
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slots", type=int, default=5461, help="slots per redis-cli reshard round")
+    ap.add_argument("--slow", type=int, default=32, help="slots held half-moved")
+    ap.add_argument("--hold", type=float, default=2.0, help="seconds the slow round holds them")
+    ap.add_argument("--threads", type=int, default=300, help="threads of the async saver")
+    args = ap.parse_args(argv)
+    plan = R.Plan(rounds=args.rounds, round_slots=args.slots, slow_slots=args.slow, hold=args.hold,
+                  async_threads=args.threads)  # fmt: skip
+    cluster = start_cluster(masters=3, replicas_per_master=0)
+    try:
+        report = R.run(cluster, plan)
+    finally:
+        cluster.stop()
+    summary = report.summary()
+    print(json.dumps({**summary, "load": round(os.getloadavg()[0], 2)}, indent=1))
+    for name in ("errors", "halfway", "wrong_reads", "lost", "damaged", "leaks"):
+        for line in getattr(report, name)[:5]:
+            print(f"{name}: {line}")
+    if os.environ.get("BENCH_DEBUG"):
+        print("\n".join(report.traces))
+    bad = ("errors", "wrong_reads", "lost_writes", "damaged", "leaks")
+    return 1 if any(summary[k] for k in bad) or summary["slowest_s"] > args.hold + 2 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
