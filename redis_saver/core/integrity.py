@@ -89,9 +89,9 @@ class Integrity:
         }
         self._sign = self._bases[TAG][0]
 
-    @staticmethod
-    def _mac(base: Any, where: Sequence[Any], data: bytes) -> bytes:
-        h = base.copy()
+    def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
+        """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
+        h = (self._sign if size == TAG else self._bases[size][0]).copy()
         # where: a MessagePack array (self-delimiting, so the encoding is injective; str and
         # bytes pack alike), then the data
         h.update(checkpoint_record(where))
@@ -99,15 +99,15 @@ class Integrity:
         out: bytes = h.digest()
         return out
 
-    def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
-        """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
-        return self._mac(self._sign if size == TAG else self._bases[size][0], where, data)
-
     def check(self, tag: bytes | None, where: Sequence[Any], data: bytes, size: int = TAG) -> None:
         """Raise IntegrityError unless ``tag`` is ``data``'s at ``where`` under one of the keys."""
         if tag is not None and len(tag) == size:
+            packed = checkpoint_record(where)  # once, whichever key verifies
             for base in self._bases[size]:
-                if hmac.compare_digest(self._mac(base, where, data), tag):
+                h = base.copy()
+                h.update(packed)
+                h.update(data)
+                if hmac.compare_digest(h.digest(), tag):
                     return
         raise IntegrityError(_what(tag, where))
 
