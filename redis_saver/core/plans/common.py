@@ -226,20 +226,20 @@ class PlanBase:
                 integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
-                    known = known._replace(stream=st)
+                    known = values_.Known(st, known.ops, known.value)
             type_ = type_[:-2]
             if cache_key is not None:
                 self.streams.put(cache_key, known)
         return self._typed(type_, data)
 
-    def _write(self, thread_id: str, ns: str, cid: str, w: bytes) -> tuple[bytes, bytes, bytes, bytes]:
-        """(task id, channel, type, bytes) of a stored write of checkpoint (ns, cid), its tag
-        checked with a key (and left out of the type)."""
+    def _write(self, thread_id: str, ns: str, cid: str, w: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """(task id, channel, type, bytes, write index) of a stored write of checkpoint (ns,
+        cid), its tag checked with a key (and left out of the type)."""
         tid, ch, ty, data, path, idx = codec.unpack(w)
         ty, tag = split_type(ty)
         if self.integrity is not None:
             self.integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
-        return tid, ch, ty, data
+        return tid, ch, ty, data, idx
 
     def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
         """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
@@ -267,14 +267,14 @@ class PlanBase:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
+        vers = codec.str_pairs(vrec) if self.integrity is not None else None
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            checkpoint["channel_versions"] = codec.str_pairs(vrec)
+            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else dict(vers)
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        vers = codec.str_pairs(vrec) if self.integrity is not None else None
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
@@ -288,10 +288,9 @@ class PlanBase:
         seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
             if w:
-                tid, ch, ty, data = self._write(thread_id, ns, cid, w)
+                tid, ch, ty, data, idx = self._write(thread_id, ns, cid, w)
                 if vers is not None:
                     # each (task id, index) is stored once: a second one is a copy planted beside it
-                    idx = codec.unpack(w)[5]
                     if (tid, idx) in seen:
                         raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
                     seen.add((tid, idx))

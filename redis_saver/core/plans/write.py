@@ -183,7 +183,7 @@ class WritePlans(LifecyclePlans):
                 if t.endswith(values_.STREAM_MARK) and app is not None:
                     # a stream value: its ops and a running hash of its stream (its new bytes hashed)
                     covered, st = values_.stream_covered(app.known.ops, app.known.stream, known and known.stream)
-                    app.known = app.known._replace(stream=st)
+                    app.known = values_.Known(st, app.known.ops, app.known.value)
                 rec = codec.blob_record(join_text(t, integ.tag(("v", thread_id, ns, ch, v, t), covered)), stored)
             args.append(rec)
         args[0] = (len(args) - 1) // 2
