@@ -198,12 +198,12 @@ def client_cpu(savers: dict[str, Any], calls: list, rounds: int) -> dict[str, di
                 serde.dumps_typed(values[ch])
 
     cases: dict[str, Callable[[list], None]] = {
-        "redis_saver: build put_writes call": lambda cs: [next(rs._plan_put_writes(*c.args)) for c in cs],
+        "redis_saver: build put_writes call": lambda cs: [next(rs._plans._plan_put_writes(*c.args)) for c in cs],
         "floor: build put_writes call": lambda cs: [fl._writes_args(*c.args) for c in cs],
         "minimal floor: build put_writes call": lambda cs: [mf._writes_args(*c.args) for c in cs],
         "serializer alone (checkpoint, metadata, new values) of a put": lambda cs: [dumps(c) for c in cs],
-        "redis_saver: build put call": lambda cs: [next(rs._plan_put(*c.args)) for c in cs],
-        "redis_saver compress=False: build put call": lambda cs: [next(nc._plan_put(*c.args)) for c in cs],
+        "redis_saver: build put call": lambda cs: [next(rs._plans._plan_put(*c.args)) for c in cs],
+        "redis_saver compress=False: build put call": lambda cs: [next(nc._plans._plan_put(*c.args)) for c in cs],
         "floor: build put call": lambda cs: [fl._put_args(*c.args) for c in cs],
         "minimal floor: build put call": lambda cs: [mf._put_args(*c.args) for c in cs],
     }

@@ -62,7 +62,7 @@ class SaverAPI(RedisSaverBase):
         Example:
             >>> saver.get_tuple({"configurable": {"thread_id": "t-1"}}).checkpoint["id"]
         """
-        return self._call(self._plan_get_tuple(config), "get_tuple")
+        return self._call(self._plans._plan_get_tuple(config), "get_tuple")
 
     def list(
         self,
@@ -85,7 +85,7 @@ class SaverAPI(RedisSaverBase):
         Example:
             >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "t-1"}}, limit=3)]
         """
-        return self._iter(self._plan_list(config, filter=filter, before=before, limit=limit), "list")
+        return self._iter(self._plans._plan_list(config, filter=filter, before=before, limit=limit), "list")
 
     def put(
         self,
@@ -111,7 +111,7 @@ class SaverAPI(RedisSaverBase):
             ConflictError: ``fencing=True`` and another writer moved the thread on.
             ReplicationTimeoutError: fewer replicas than ``wait_for_replicas`` acknowledged.
         """
-        return self._call(self._plan_put(config, checkpoint, metadata, new_versions), "put")
+        return self._call(self._plans._plan_put(config, checkpoint, metadata, new_versions), "put")
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -125,18 +125,18 @@ class SaverAPI(RedisSaverBase):
             task_id: the task's id.
             task_path: the task's path (it orders writes as ``writes_sort_key`` does).
         """
-        self._call(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
+        self._call(self._plans._plan_put_writes(config, writes, task_id, task_path), "put_writes")
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove every checkpoint, write and value of the thread (all namespaces), in one
         script; works when Redis is out of memory."""
-        self._call(self._plan_delete_thread(thread_id), "delete_thread")
+        self._call(self._plans._plan_delete_thread(thread_id), "delete_thread")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove the checkpoints whose metadata ``run_id`` is one of ``run_ids``, with their
         writes and the values nothing else references, in every thread (found through the
         per-slot run index); a thread left empty disappears."""
-        self._call(self._plan_delete_for_runs(run_ids), "delete_for_runs")
+        self._call(self._plans._plan_delete_for_runs(run_ids), "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace, checkpoint, write and value of one thread into a new thread:
@@ -149,7 +149,7 @@ class SaverAPI(RedisSaverBase):
             CopyConflictError: a large source kept changing destructively (prune, delete...)
                 during every attempt; nothing is left in the target.
         """
-        self._call(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
+        self._call(self._plans._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads: ``"keep_latest"`` keeps each namespace's latest checkpoint with its
@@ -161,7 +161,7 @@ class SaverAPI(RedisSaverBase):
             >>> saver.prune(["t-1", "t-2"])                      # keep_latest
             >>> saver.prune(["t-3"], strategy="delete")
         """
-        self._call(self._plan_prune(thread_ids, strategy), "prune")
+        self._call(self._plans._plan_prune(thread_ids, strategy), "prune")
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -173,15 +173,15 @@ class SaverAPI(RedisSaverBase):
         Raises:
             ParentCycleError: the stored parent links form a cycle.
         """
-        return self._call(self._plan_delta_history(config, channels), "get_delta_channel_history")
+        return self._call(self._plans._plan_delta_history(config, channels), "get_delta_channel_history")
 
     def pin(self, thread_id: str) -> None:
         """Pin a thread: it never expires (even under ``default_ttl``) until unpinned."""
-        self._call(self._plan_pin(thread_id, True), "pin")
+        self._call(self._plans._plan_pin(thread_id, True), "pin")
 
     def unpin(self, thread_id: str) -> None:
         """Unpin a thread: it expires again ``default_ttl`` after this call."""
-        self._call(self._plan_pin(thread_id, False), "unpin")
+        self._call(self._plans._plan_pin(thread_id, False), "unpin")
 
     def rewrite_values(self, thread_id: str) -> RewriteStats:
         """Re-encode the values of a thread that an earlier release (or ``compress=False``)
@@ -193,7 +193,7 @@ class SaverAPI(RedisSaverBase):
         Returns:
             What was done: values replaced, their bytes before and the bytes written for them.
         """
-        return self._call(self._plan_rewrite_values(thread_id), "rewrite_values")
+        return self._call(self._plans._plan_rewrite_values(thread_id), "rewrite_values")
 
     def sign_thread(self, thread_id: str) -> int:
         """Sign every stored checkpoint, value and pending write of a thread with the saver's
@@ -201,12 +201,12 @@ class SaverAPI(RedisSaverBase):
         (data written before the key was set, or under a key being retired). Bounded calls, each
         atomic; a record a writer changed meanwhile is left alone (run it again). The thread's
         expiry is left as it is. Returns the number of records signed."""
-        return int(self._call(self._plan_sign_thread(thread_id), "sign_thread"))
+        return int(self._call(self._plans._plan_sign_thread(thread_id), "sign_thread"))
 
     # ---- async API: the same semantics and errors ---------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async :meth:`get_tuple`: the same semantics and errors."""
-        return await self._acall(self._plan_get_tuple(config), "get_tuple")
+        return await self._acall(self._plans._plan_get_tuple(config), "get_tuple")
 
     async def alist(
         self,
@@ -217,7 +217,8 @@ class SaverAPI(RedisSaverBase):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async :meth:`list`: the same semantics and errors."""
-        async for item in self._aiter(self._plan_list(config, filter=filter, before=before, limit=limit), "list"):
+        plan = self._plans._plan_list(config, filter=filter, before=before, limit=limit)
+        async for item in self._aiter(plan, "list"):
             yield item
 
     async def aput(
@@ -228,48 +229,48 @@ class SaverAPI(RedisSaverBase):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async :meth:`put`: the same semantics and errors."""
-        return await self._acall(self._plan_put(config, checkpoint, metadata, new_versions), "put")
+        return await self._acall(self._plans._plan_put(config, checkpoint, metadata, new_versions), "put")
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         """Async :meth:`put_writes`: the same semantics and errors."""
-        await self._acall(self._plan_put_writes(config, writes, task_id, task_path), "put_writes")
+        await self._acall(self._plans._plan_put_writes(config, writes, task_id, task_path), "put_writes")
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`: the same semantics and errors."""
-        await self._acall(self._plan_delete_thread(thread_id), "delete_thread")
+        await self._acall(self._plans._plan_delete_thread(thread_id), "delete_thread")
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async :meth:`delete_for_runs`: the same semantics and errors."""
-        await self._acall(self._plan_delete_for_runs(run_ids), "delete_for_runs")
+        await self._acall(self._plans._plan_delete_for_runs(run_ids), "delete_for_runs")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async :meth:`copy_thread`: the same semantics and errors."""
-        await self._acall(self._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
+        await self._acall(self._plans._plan_copy_thread(source_thread_id, target_thread_id), "copy_thread")
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`: the same semantics and errors."""
-        await self._acall(self._plan_prune(thread_ids, strategy), "prune")
+        await self._acall(self._plans._plan_prune(thread_ids, strategy), "prune")
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async :meth:`get_delta_channel_history`: the same semantics and errors."""
-        return await self._acall(self._plan_delta_history(config, channels), "get_delta_channel_history")
+        return await self._acall(self._plans._plan_delta_history(config, channels), "get_delta_channel_history")
 
     async def apin(self, thread_id: str) -> None:
         """Async :meth:`pin`: the same semantics and errors."""
-        await self._acall(self._plan_pin(thread_id, True), "pin")
+        await self._acall(self._plans._plan_pin(thread_id, True), "pin")
 
     async def aunpin(self, thread_id: str) -> None:
         """Async :meth:`unpin`: the same semantics and errors."""
-        await self._acall(self._plan_pin(thread_id, False), "unpin")
+        await self._acall(self._plans._plan_pin(thread_id, False), "unpin")
 
     async def arewrite_values(self, thread_id: str) -> RewriteStats:
         """Async :meth:`rewrite_values`: the same semantics and errors."""
-        return await self._acall(self._plan_rewrite_values(thread_id), "rewrite_values")
+        return await self._acall(self._plans._plan_rewrite_values(thread_id), "rewrite_values")
 
     async def asign_thread(self, thread_id: str) -> int:
         """Async :meth:`sign_thread`: the same semantics and errors."""
-        return int(await self._acall(self._plan_sign_thread(thread_id), "sign_thread"))
+        return int(await self._acall(self._plans._plan_sign_thread(thread_id), "sign_thread"))

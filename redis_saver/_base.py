@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -11,6 +12,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from ._shell import Options, Shell
 from .core.integrity import Integrity
 from .core.plans import Plans
+from .core.scripts import lua_scripts
 from .core.ttl import TTLConfig
 from .core.values import StreamCache
 from .keys import KeySchema
@@ -19,8 +21,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
-    """State and plans shared by both savers; subclasses add only the I/O shell.
+class RedisSaverBase(Shell, BaseCheckpointSaver[str]):
+    """State and plans shared by both savers; subclasses add only the I/O shell. The plans are
+    those of a frozen context of the saver's options (``_plans``).
 
     Args:
         client: a redis-py client created with ``decode_responses=False`` (the default):
@@ -97,19 +100,43 @@ class RedisSaverBase(Shell, Plans, BaseCheckpointSaver[str]):
             raise ValueError("wait_for_replicas must be an int >= 0")
         if not isinstance(wait_timeout_ms, int) or wait_timeout_ms < 0:
             raise ValueError("wait_timeout_ms must be an int >= 0 (0 = wait forever)")
-        self._wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
-        self.keys = KeySchema(shared["prefix"])
+        wait = (wait_for_replicas, wait_timeout_ms) if wait_for_replicas else None
+        keys = KeySchema(shared["prefix"])
         key = shared["integrity_key"]
-        self._integrity = None if key is None else Integrity(key, self.keys.prefix)
-        self.ttl = TTLConfig.coerce(ttl)
+        integrity = None if key is None else Integrity(key, keys.prefix)
+        ttl_config = TTLConfig.coerce(ttl)
         if history not in ("full", "latest"):
             raise ValueError(f"history must be 'full' or 'latest', got {history!r}")
-        self.history = history
-        self.fencing = bool(fencing)
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError("cache_bytes must be an int >= 0")
-        self._streams = StreamCache(cache_bytes)
-        self._attach(client, shared, self.keys, functions).set_eviction_check(eviction_check, self.ttl.ttl_ms > 0)
+        driver = self._attach(client, shared, keys, lua_scripts(functions))
+        driver.set_eviction_check(eviction_check, ttl_config.ttl_ms > 0)
+        self._context = Plans(
+            self.serde,
+            keys,
+            ttl_config,
+            history,
+            bool(fencing),
+            self.compress,
+            StreamCache(cache_bytes),
+            wait,
+            integrity,
+        )
+
+    # the options the plans read live in their frozen context, once: read-only views here
+    keys = property(lambda self: self._context.keys, doc="The key schema (``KeySchema``).")
+    ttl = property(lambda self: self._context.ttl, doc="The ``TTLConfig``.")
+    history = property(lambda self: self._context.history, doc='``"full"`` or ``"latest"``.')
+    fencing = property(lambda self: self._context.fencing, doc="Whether puts are fenced.")
+
+    @property
+    def _plans(self) -> Plans:
+        """The plans over this saver's frozen context; built again with the saver's ``serde`` when
+        that was replaced (``with_allowlist`` copies a saver and sets its ``serde``)."""
+        plans = self._context
+        if plans.serde is not self.serde:
+            plans = self._context = dataclasses.replace(plans, serde=self.serde)
+        return plans
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """String versions: the counter's digit count, its digits, ``.``, 6 random letters or digits

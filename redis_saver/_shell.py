@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, get_type_hints
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .core.engine import SLOT_MOVE_TIMEOUT
+from .core.scripts import Registry
 from .keys import KeySchema
 from .telemetry import Telemetry
 from .transport.clients import make_async_client, make_sync_client
@@ -77,7 +78,7 @@ _SHARED: dict[str, Any] = get_type_hints(Options)  # name -> type
 
 
 def check_options(
-    retries: Any, telemetry: Any, compress: Any = True, functions: Any = True, slot_move_timeout: Any = 0.0
+    retries: Any, telemetry: Any, compress: Any = True, slot_move_timeout: Any = 0.0
 ) -> Telemetry | None:
     """The options every class checks the same way; returns the telemetry to record with."""
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -90,8 +91,6 @@ def check_options(
         raise ValueError("slot_move_timeout must be a number of seconds >= 0")
     if not isinstance(compress, bool):
         raise TypeError("compress must be a bool")
-    if not isinstance(functions, bool):
-        raise TypeError("functions must be a bool")
     if telemetry is True:
         return Telemetry()
     if telemetry is not False and not isinstance(telemetry, Telemetry):
@@ -134,18 +133,18 @@ class Shell:
         options.update(given)
         return options
 
-    def _attach(self, client: Any, options: Options, keys: KeySchema, functions: bool = True) -> Any:
+    def _attach(self, client: Any, options: Options, keys: KeySchema | None, registry: Registry) -> Any:
         """Checks the client and the shared options, then gives the object its driver over
-        ``client`` (``keys``: the engine's key schema; ``functions``: FCALL or EVALSHA); returns
-        the driver."""
+        ``client`` (``keys``: a saver's key schema, None for the store and the cache;
+        ``registry``: the scripts its engine runs); returns the driver."""
         check_client(client)
         timeout = options["slot_move_timeout"]
-        tel = check_options(options["retries"], options["telemetry"], options["compress"], functions, timeout)
+        tel = check_options(options["retries"], options["telemetry"], options["compress"], timeout)
         self.client = client
         self.compress = options["compress"]
         self.retries = options["retries"]
         self.slot_move_timeout = float(timeout)
-        self._driver = self._driver_cls(client, keys, self.retries, tel, functions, self.slot_move_timeout)
+        self._driver = self._driver_cls(client, keys, registry, self.retries, tel, self.slot_move_timeout)
         self._set_auto_pipeline(options["auto_pipeline"])
         self._bound()
         return self._driver

@@ -883,10 +883,20 @@ local function sweep(kept)
       refs_of(ns_e, members, out)
       for _, f in ipairs(out) do refs[f] = true end
     end
-    local gone = {}
-    for _, f in ipairs(redis.call('HKEYS', K_BLOB)) do
-      if f ~= BLOB_MARK and not refs[f] and not is_stream_part(f) then gone[#gone + 1] = f end
-    end
+    -- HSCAN to its end, not HKEYS: the ACL rule of docs/deployment.md lists the commands the
+    -- scripts use; a field HSCAN returns twice is taken once (bounded: HLEN checked above)
+    local gone, seen, cursor = {}, {}, '0'
+    repeat
+      local page = redis.call('HSCAN', K_BLOB, cursor, 'COUNT', 1000)
+      cursor = page[1]
+      for i = 1, #page[2], 2 do
+        local f = page[2][i]
+        if not seen[f] and f ~= BLOB_MARK and not refs[f] and not is_stream_part(f) then
+          seen[f] = true
+          gone[#gone + 1] = f
+        end
+      end
+    until cursor == '0'
     if #gone > 0 then drop_blobs(gone) end
   end
   if not GONE[K_IXR] then

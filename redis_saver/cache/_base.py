@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 
 from .._shell import Options, Shell
-from ..core.engine import Engine, Io
+from ..core.engine import Engine
 from ..core.integrity import Integrity
-from ..keys import KeySchema
+from ..core.scripts import Registry
 from . import _core as core
 from .keys import CacheKeys
 
@@ -46,19 +46,15 @@ class RedisCacheBase(Shell, BaseCache[ValueT]):
         self.keys = CacheKeys(shared["prefix"])
         key = shared["integrity_key"]
         self._integrity = None if key is None else Integrity(key, shared["prefix"])
-        # the saver's driver and engine (functions off: the cache's scripts go as EVALSHA, EVAL
-        # after NOSCRIPT), given the cache's scripts; its key schema is not used
-        self._engine: Engine = self._attach(client, shared, KeySchema(), False).engine
-        self._engine.scripts.update(core.scripts(type(client).__module__.startswith("fakeredis")))
+        # the saver's driver and engine, running the cache's scripts as EVALSHA (EVAL after NOSCRIPT)
+        self._engine: Engine = self._attach(client, shared, None, Registry(core.scripts())).engine
 
-    # the plans of the three operations, run by the shells
-    def _get(self, keys: Sequence[FullKey]) -> Io[dict[FullKey, ValueT]]:
-        plan = core.get(self.keys, self.serde, keys, self._engine.cluster, self._integrity)
-        return self._engine.drive(plan, "cache_get")
+    # the plans of the three operations, which the shells hand to their driver's run()
+    def _get(self, keys: Sequence[FullKey]) -> core.Plan[dict[FullKey, ValueT]]:
+        return core.get(self.keys, self.serde, keys, self._engine.cluster, self._integrity)
 
-    def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> Io[None]:
-        plan = core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster, self._integrity)
-        return self._engine.drive(plan, "cache_set")
+    def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> core.Plan[None]:
+        return core.set_(self.keys, self.serde, pairs, self.compress, self._engine.cluster, self._integrity)
 
-    def _clear(self, namespaces: Sequence[Namespace] | None) -> Io[None]:
-        return self._engine.drive(core.clear(self.keys, namespaces), "cache_clear")
+    def _clear(self, namespaces: Sequence[Namespace] | None) -> core.Plan[None]:
+        return core.clear(self.keys, namespaces)

@@ -47,15 +47,14 @@ SET, CLEAR = "cache_set", "cache_clear"
 CLEAR_PAGE = 512
 
 
-@lru_cache(maxsize=2)
-def scripts(plain: bool = False) -> dict[str, Script]:
-    """The cache's scripts (``lua/cache/*.lua``) by name; ``plain``: without the ``#!lua`` line
-    (fakeredis refuses it)."""
+@lru_cache(maxsize=1)
+def scripts() -> dict[str, Script]:
+    """The cache's scripts (``lua/cache/*.lua``) by name."""
     out: dict[str, Script] = {}
     for path in sorted((lua_dir() / "cache").glob("*.lua")):
         data = path.read_bytes()
         s = Script(f"cache_{path.stem}", data, hashlib.sha1(data).hexdigest(), True)
-        out[s.name] = s.without_shebang() if plain else s
+        out[s.name] = s
     return out
 
 

@@ -28,17 +28,17 @@ class AsyncRedisCache(LoopBound, RedisCacheBase[ValueT]):
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """Async :meth:`RedisCache.get`."""
         self._bind()
-        return await self._driver._run(self._get(keys))
+        return await self._driver.run(self._get(keys), "cache_get")
 
     async def aset(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
         """Async :meth:`RedisCache.set`."""
         self._bind()
-        await self._driver._run(self._set(pairs))
+        await self._driver.run(self._set(pairs), "cache_set")
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         """Async :meth:`RedisCache.clear`."""
         self._bind()
-        await self._driver._run(self._clear(namespaces))
+        await self._driver.run(self._clear(namespaces), "cache_clear")
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """:meth:`aget` from another thread, on the cache's loop."""

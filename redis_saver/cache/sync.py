@@ -36,17 +36,17 @@ class RedisCache(SyncShell, RedisCacheBase[ValueT]):
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """The cached values of ``keys`` (``(namespace, key)`` pairs); missing or expired keys
         are left out. One round trip."""
-        return self._driver._run(self._get(keys))
+        return self._driver.run(self._get(keys), "cache_get")
 
     def set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> None:
         """Store values with their TTLs in seconds (``None``: no expiry; ``0``: expired at
         once). One round trip; bad input raises before anything is sent."""
-        self._driver._run(self._set(pairs))
+        self._driver.run(self._set(pairs), "cache_set")
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         """Delete the entries of ``namespaces``, or every entry under the prefix when ``None``
         (found with SCAN); a bounded page of entries per script call."""
-        self._driver._run(self._clear(namespaces))
+        self._driver.run(self._clear(namespaces), "cache_clear")
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, ValueT]:
         """:meth:`get`, in a worker thread."""

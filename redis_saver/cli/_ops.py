@@ -32,9 +32,9 @@ def iter_thread_ids(saver: Any, match: str | None = None, batch: int = SLOT_BATC
     is a glob (``fnmatch``, case-sensitive) on the thread id.
     """
     drv = saver._driver
-    slots = drv.run(saver._plan_index_slots())
+    slots = drv.run(saver._plans._plan_index_slots())
     for i in range(0, len(slots), batch):
-        found = drv.run(saver._plan_live_threads(slots=slots[i : i + batch]))
+        found = drv.run(saver._plans._plan_live_threads(slots=slots[i : i + batch]))
         for t in sorted(found):
             if match is None or fnmatch.fnmatchcase(t, match):
                 yield t

@@ -56,14 +56,14 @@ def staged(writer: Any, thread_id: str) -> Iterator[bool]:
     stopped midway). On any exception (Ctrl-C included) the thread is removed again."""
     drv, token = writer._driver, secrets.token_hex(12)
     try:
-        yield drv.run(writer._plan_staged(thread_id, "stage", token)) == Import.REDONE
+        yield drv.run(writer._plans._plan_staged(thread_id, "stage", token)) == Import.REDONE
     except BaseException:  # abort removes it only if staged and not yet shown
         try:
-            drv.run(writer._plan_staged(thread_id, "abort", token))
+            drv.run(writer._plans._plan_staged(thread_id, "abort", token))
         except Exception:  # noqa: BLE001 - it stays invisible; the next run removes it
             pass
         raise
-    if drv.run(writer._plan_staged(thread_id, "reveal", token)) != Import.WRITTEN:
+    if drv.run(writer._plans._plan_staged(thread_id, "reveal", token)) != Import.WRITTEN:
         raise ThreadLost(f"thread {thread_id!r} was deleted, expired or written by another import meanwhile")
 
 

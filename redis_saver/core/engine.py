@@ -7,7 +7,8 @@ or items for the caller (``Emit``). It yields each operation and is sent its res
 the exception the I/O raised, exactly like a plan. Its generators decide everything else: the
 EVAL fallback after NOSCRIPT, pipelining and chunking of fan-outs, the WAIT follow-up and its
 cluster retry, retries on ConnectionError, waiting out a cluster slot that is moving
-(``moving.py``), setup(), the index-slot search and when the maxmemory-policy check runs.
+(``moving.py``), the index-slot search and when the maxmemory-policy check runs (what runs
+once, setup() and that check, is ``setup.py``'s).
 ``transport/drivers.py`` has the two drivers (sync and asyncio) that only perform operations,
 so nothing here is written twice.
 
@@ -48,12 +49,11 @@ from ..errors import (
     LUA_ERROR_CLASSES,
     DamagedThreadError,
     ReplicationTimeoutError,
-    SchemaMismatchError,
-    UnsupportedServerError,
 )
-from ..keys import FORMAT_VERSION, READ_FORMATS, SLOTS, KeySchema
+from ..keys import SLOTS, KeySchema
 from ..telemetry import Recording, Telemetry
 from . import policy as _policy
+from . import setup as _setup
 from .moving import SLOT_MOVE_TIMEOUT as SLOT_MOVE_TIMEOUT  # (these re-exported: the drivers and lanes)
 from .moving import SLOT_MOVING, SlotWaits, key_of, moving_reply
 from .moving import ClientClosedConnection as ClientClosedConnection
@@ -66,9 +66,9 @@ from .ops import Refresh as Refresh
 from .ops import Scan as Scan
 from .ops import Sleep as Sleep
 from .ops import Targets as Targets
-from .plans import Call, IndexSlots, Out
+from .plans import Call, IndexSlots, LoadScripts, Out
 from .policy import logger
-from .scripts import Library, Script, library, load_all, where
+from .scripts import Library, Registry, Script, where
 
 T = TypeVar("T")
 
@@ -141,31 +141,6 @@ def backoff(attempt: int) -> float:
     return min(0.5, 0.05 * 2.0**attempt)
 
 
-def _unsupported(exc: ResponseError) -> Exception:
-    text = str(exc)
-    if "near '#'" not in text and "shebang" not in text.lower():
-        return exc  # e.g. NOPERM: not a server-version problem
-    return UnsupportedServerError(
-        "redis_saver needs Redis >= 7.0 or Valkey >= 7.2 (Lua scripts with #!lua flags); "
-        f"loading its scripts failed: {exc}"
-    )
-
-
-def check_schema(keys: KeySchema, stored: Any) -> bool:
-    """True when ``<prefix>:schema`` holds an older format this version reads (setup() then
-    records FORMAT_VERSION: from then on a release that reads only the older format refuses
-    the prefix); raises for a format it does not read."""
-    if stored is None:
-        return False
-    fmt = stored.decode() if isinstance(stored, bytes) else str(stored)
-    if fmt not in READ_FORMATS:
-        raise SchemaMismatchError(
-            f"keys under prefix {keys.prefix!r} use storage format {fmt!r}; this redis_saver "
-            f"reads formats {', '.join(READ_FORMATS)} and writes {FORMAT_VERSION}: use another prefix"
-        )
-    return fmt != FORMAT_VERSION
-
-
 Command = tuple[Script | None, tuple[Any, ...]]  # a pipelined command, with its script if any
 
 
@@ -220,28 +195,27 @@ def _resend(
 
 # ---- the engine ------------------------------------------------------------------------
 class Engine(SlotWaits):
-    """One saver's connection logic: its key schema, scripts, retry and policy-check state.
+    """The connection logic of one saver, store or cache: its scripts, retry and policy-check
+    state, and (a saver's) key schema.
 
     Args:
-        keys: the saver's key schema.
+        keys: the saver's key schema (setup(), the slot index); None for the store and the cache.
+        registry: the scripts it runs, and their function library (FCALL) or None (EVALSHA).
         retries: retries of a step that failed with ``ConnectionError``.
         cluster: the client is a Redis Cluster client (WAIT goes to the node of the thread).
-        plain_scripts: send the scripts without their ``#!lua`` line (fakeredis), as EVALSHA.
         telemetry: spans and metrics of the saver's calls (``telemetry.py``), or None.
-        functions: run the scripts as the function library (FCALL); else EVALSHA.
         slot_move_timeout: seconds a step refused because its slot is moving (``SLOT_MOVING``)
             is sent again, with backoff, before ``SlotMovingError``; 0: at once.
     """
 
     def __init__(
         self,
-        keys: KeySchema,
+        keys: KeySchema | None,
+        registry: Registry,
         retries: int = 0,
         *,
         cluster: bool = False,
-        plain_scripts: bool = False,
         telemetry: Telemetry | None = None,
-        functions: bool = True,
         slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ):
         self.keys = keys
@@ -249,12 +223,9 @@ class Engine(SlotWaits):
         self.telemetry = telemetry
         self.retries = retries
         self.cluster = cluster
-        scripts = dict(load_all())  # a copy: the loaded scripts are shared by every engine
-        if plain_scripts:
-            scripts = {k: v.without_shebang() for k, v in scripts.items()}
-        self.scripts: dict[str, Script] = scripts
+        self.scripts: dict[str, Script] = dict(registry.scripts)  # its own copy (bench/where.py swaps some)
         # the function library, while the engine uses it (None: EVALSHA)
-        self.library: Library | None = library() if functions and not plain_scripts else None
+        self.library: Library | None = registry.library
         self._loading = False  # a FUNCTION LOAD of this engine is under way
         # the maxmemory-policy check (policy.py): the saver sets the mode; pending until it ran
         self.eviction_check = "off"
@@ -283,7 +254,7 @@ class Engine(SlotWaits):
 
     def _drive(self, plan: Generator[Any, Any, T], rec: Recording | None) -> Io[T]:
         if self.policy_pending and self.eviction_check == "raise":
-            yield from self.check_policy()  # refuse before the call; "warn" asks after one succeeded
+            yield from _setup.check_policy(self)  # refuse before the call; "warn" asks after one succeeded
         reply: Any = None
         lost: DamagedThreadError | None = None
         while True:
@@ -292,7 +263,7 @@ class Engine(SlotWaits):
                 step = plan.send(reply) if lost is None else plan.throw(lost)
             except StopIteration as stop:
                 if self.policy_pending:
-                    yield from self.check_policy()
+                    yield from _setup.check_policy(self)
                 return stop.value  # type: ignore[no-any-return]
             lost = None
             if rec is not None:
@@ -301,7 +272,7 @@ class Engine(SlotWaits):
                     rec.script(c.script, c.args, str(c.args[1]) if s is not None and s.per_thread else None)
             if isinstance(step, Out):
                 if self.policy_pending:
-                    yield from self.check_policy()
+                    yield from _setup.check_policy(self)
                 yield Emit(step.items)
                 reply = None
             elif isinstance(step, (Cmd, Pipe, Scan)):  # a plain read (the node cache's MGET, SCAN)
@@ -351,6 +322,8 @@ class Engine(SlotWaits):
             try:
                 if isinstance(step, IndexSlots):
                     return (yield from self.index_slots())
+                if isinstance(step, LoadScripts):
+                    return (yield from self.load_scripts(step.prefix))
                 if isinstance(step, list):
                     return (yield from self.batch(step))
                 return (yield from self.call(step))
@@ -418,6 +391,16 @@ class Engine(SlotWaits):
         finally:
             self._loading = False
         return True
+
+    def load_scripts(self, prefix: str) -> Io[None]:
+        """The function library, or (functions off or refused) the scripts whose names start
+        with ``prefix``, loaded: the store's setup() (``LoadScripts``)."""
+        if self.library is not None:
+            yield from self.load_library(self.library, reload=False)
+        if self.library is None:
+            for name, script in self.scripts.items():
+                if name.startswith(prefix):
+                    yield Cmd("script_load", (script.source,))
 
     def _no_functions(self, exc: ResponseError) -> None:
         self.library = None
@@ -490,55 +473,13 @@ class Engine(SlotWaits):
 
     def index_slots(self) -> Io[list[int]]:
         """The slots that may hold a cross-thread index key of this prefix."""
+        keys = self.saver_keys()
         if (yield Cmd("dbsize")) > SCAN_MAX_KEYS:
             return list(range(SLOTS))
-        found = yield Scan(self.keys.index_pattern())
-        return sorted({self.keys.slot_of_index_key(k) for k in found})
+        found = yield Scan(keys.index_pattern())
+        return sorted({keys.slot_of_index_key(k) for k in found})
 
-    def setup(self) -> Io[None]:
-        """Load every script (where the server refuses ``#!lua``: UnsupportedServerError),
-        record or check the prefix's storage format, and check the memory policy."""
-        for s in self.scripts.values():
-            try:
-                yield Cmd("script_load", (s.source,))
-            except ResponseError as exc:
-                raise _unsupported(exc) from None
-        if self.library is not None:
-            yield from self.load_library(self.library, reload=False)
-        key = self.keys.schema_key()
-        yield Cmd("set", (key, FORMAT_VERSION), {"nx": True})
-        if check_schema(self.keys, (yield Cmd("get", (key,)))):
-            yield Cmd("set", (key, FORMAT_VERSION))
-        if self.policy_pending:
-            yield from self.check_policy()
-
-    def check_policy(self) -> Io[None]:
-        """Once per saver: setup(), or right after its first call that succeeded (before it, with
-        eviction_check="raise"); one round trip per primary. A server that cannot be reached is
-        asked again at the next call; pending is cleared first, so concurrent calls ask once."""
-        self.policy_pending = False
-        try:
-            _policy.report((yield from self._ask_policies()), self.eviction_check, self.saver_ttl)
-        except _policy.UNREACHABLE:
-            self.policy_pending = True  # asked again on the next call, which reports the error
-        except UnsupportedServerError:
-            self.policy_pending = True  # eviction_check="raise": every call refuses until fixed
-            raise
-
-    def _ask_policies(self) -> Io[dict[str, str | None]]:
-        """Each server's maxmemory-policy: CONFIG GET, else INFO memory (CONFIG is often
-        disabled or denied on managed services and for ACL users); None when neither answers."""
-        out: dict[str, str | None] = {}
-        for name, kw in (yield Targets()):
-            policy = None
-            for method, arg, parse in _policy.QUESTIONS:
-                try:
-                    policy = parse((yield Cmd(method, (arg,), kw)))
-                except _policy.UNREACHABLE:
-                    raise
-                except Exception:  # disabled, denied or unparsable: the next question
-                    policy = None
-                if policy is not None:
-                    break
-            out[name] = policy
-        return out
+    def saver_keys(self) -> KeySchema:
+        if self.keys is None:
+            raise TypeError("this engine serves no saver (it has no key schema)")
+        return self.keys

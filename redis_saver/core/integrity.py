@@ -22,7 +22,7 @@ records it changes with other string headers.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Sequence
@@ -78,7 +78,7 @@ def join_type(type_: bytes, tag: bytes) -> bytes:
 class Integrity:
     """The tags of one prefix under one key list (the first key signs)."""
 
-    __slots__ = ("keys", "_bases")
+    __slots__ = ("keys", "_bases", "_sign")
 
     def __init__(self, key: KeyArg, prefix: str) -> None:
         self.keys = coerce_keys(key)
@@ -87,10 +87,11 @@ class Integrity:
         self._bases = {
             size: [hashlib.blake2b(pre, key=k, digest_size=size) for k in self.keys] for size in (TAG, PARENT_TAG)
         }
+        self._sign = self._bases[TAG][0]
 
-    @staticmethod
-    def _mac(base: Any, where: Sequence[Any], data: bytes) -> bytes:
-        h = base.copy()
+    def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
+        """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
+        h = (self._sign if size == TAG else self._bases[size][0]).copy()
         # where: a MessagePack array (self-delimiting, so the encoding is injective; str and
         # bytes pack alike), then the data
         h.update(checkpoint_record(where))
@@ -98,15 +99,15 @@ class Integrity:
         out: bytes = h.digest()
         return out
 
-    def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
-        """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
-        return self._mac(self._bases[size][0], where, data)
-
     def check(self, tag: bytes | None, where: Sequence[Any], data: bytes, size: int = TAG) -> None:
         """Raise IntegrityError unless ``tag`` is ``data``'s at ``where`` under one of the keys."""
         if tag is not None and len(tag) == size:
+            packed = checkpoint_record(where)  # once, whichever key verifies
             for base in self._bases[size]:
-                if hmac.compare_digest(self._mac(base, where, data), tag):
+                h = base.copy()
+                h.update(packed)
+                h.update(data)
+                if hmac.compare_digest(h.digest(), tag):
                     return
         raise IntegrityError(_what(tag, where))
 
@@ -137,9 +138,15 @@ class Integrity:
 TEXT_TAG = 22
 
 
+# base64url is base64 with "-_" for "+/": binascii straight, as base64.urlsafe_b64* do it
+# (the same lenient decoding) without their layers of calls
+_TO_URL = bytes.maketrans(b"+/", b"-_")
+_FROM_URL = bytes.maketrans(b"-_", b"+/")
+
+
 def join_text(type_: bytes, tag: bytes) -> bytes:
     """``join_type`` with the tag as base64url (no ``\x1f``, space, newline or NUL)."""
-    return join_type(type_, base64.urlsafe_b64encode(tag).rstrip(b"="))
+    return join_type(type_, binascii.b2a_base64(tag, newline=False).translate(_TO_URL).rstrip(b"="))
 
 
 def split_text(type_: bytes) -> tuple[bytes, bytes | None]:
@@ -148,7 +155,7 @@ def split_text(type_: bytes) -> tuple[bytes, bytes | None]:
     if tag is None:
         return t, None
     try:
-        return t, base64.urlsafe_b64decode(tag + b"==")
+        return t, binascii.a2b_base64(tag.translate(_FROM_URL) + b"==")
     except ValueError:  # binascii.Error: not base64, so no tag
         return t, None
 

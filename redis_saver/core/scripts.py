@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -118,3 +119,26 @@ def where(message: str) -> str:
             line = str(int(line) + 1)  # sent without its shebang line
     at = f"lua/{BUILD}/{file}:{line}" if file else f"script {ran}, line {line}"
     return f"{message[: m.start()]} ({at})"
+
+
+# ---- what one engine runs ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Registry:
+    """The scripts one engine runs, by name, and the function library that holds them as
+    functions (FCALL), or None (EVALSHA). The savers and the store run ``lua_scripts()``; the
+    node cache its own (``cache/_core.scripts``)."""
+
+    scripts: Mapping[str, Script]
+    library: Library | None = None
+
+    def plain(self) -> Registry:
+        """For a server that refuses ``#!lua`` lines (fakeredis): the scripts without them, run
+        with EVALSHA."""
+        return Registry({name: s.without_shebang() for name, s in self.scripts.items()})
+
+
+def lua_scripts(functions: bool = True) -> Registry:
+    """Every script of ``lua/build/``, and (``functions``) their library."""
+    if not isinstance(functions, bool):
+        raise TypeError("functions must be a bool")
+    return Registry(load_all(), library() if functions else None)

@@ -466,7 +466,7 @@ def stream_covered(ops: Sequence[Op], st: Stream, base: Stream | None = None) ->
                 h.update(memoryview(st.raw)[len(base.raw) :])
             else:
                 h = hashlib.blake2b(st.raw)
-            st = st._replace(hashed=h)
+            st = Stream(st.sid, st.raw, st.frames, h)  # not _replace: a third of its time
         digest = h.digest()
     else:
         digest = hashlib.blake2b(memoryview(st.raw)[:end]).digest()

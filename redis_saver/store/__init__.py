@@ -2,8 +2,10 @@
 
 Layout: ``_keys.py`` (key names), ``_semantics.py`` (InMemoryStore's filters, matching and
 scoring), ``_plans.py`` (a batch as a pure plan of script calls), ``_search.py`` (its paged
-reads: searches and listings), ``_records.py`` (settings, records), ``_budgets.py``, ``_base.py`` (options),
-``sync.py`` / ``aio.py`` (the I/O shells); the scripts are ``lua/store_*.lua``.
+reads: a search's path and its fallback, listings; the paths in ``_scan.py``, ``_cached.py``
+and ``_vset.py``, what they share in ``_pages.py``), ``_records.py`` (settings, records),
+``_budgets.py``, ``_base.py`` (options), ``sync.py`` / ``aio.py`` (the I/O shells); the
+scripts are ``lua/store_*.lua``.
 """
 
 from ._keys import StoreKeys

@@ -13,10 +13,11 @@ from langgraph.store.base import BaseStore, GetOp, IndexConfig, ListNamespacesOp
 from langgraph.store.base.embed import ensure_embeddings
 
 from .._shell import Options, Shell
-from ..core.engine import Cmd, Engine
+from ..core.engine import Cmd
 from ..core.integrity import Integrity
+from ..core.plans import LoadScripts
+from ..core.scripts import lua_scripts
 from ..errors import SchemaMismatchError
-from ..keys import KeySchema
 from . import _semantics as sem
 from . import _vcache, _vset
 from ._keys import STORE_FORMAT, StoreKeys
@@ -156,9 +157,7 @@ class RedisStoreBase(Shell, BaseStore):
         if not vector_sets:
             self._cfg.vsets = False
         self._probe_lock = threading.Lock()  # RedisStore: one thread probes, the others wait
-        # the engine's key schema serves the saver's setup and slot index only, which the store
-        # never asks for
-        self._attach(client, shared, KeySchema(), functions)
+        self._attach(client, shared, None, lua_scripts(functions))
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""
@@ -178,14 +177,9 @@ class RedisStoreBase(Shell, BaseStore):
         vectors = await asyncio.gather(*[self.embeddings.aembed_query(q) for q in qs])
         return docs, dict(zip(qs, vectors, strict=True))
 
-    def _setup(self, engine: Engine) -> Generator[Any, Any, None]:
+    def _setup(self) -> Generator[Any, Any, None]:
         """Load the scripts, then record the store's layout under its prefix, or check it."""
-        if engine.library is not None:
-            yield from engine.load_library(engine.library, reload=False)
-        if engine.library is None:
-            for name, script in engine.scripts.items():
-                if name.startswith("store_"):
-                    yield Cmd("script_load", (script.source,))
+        yield LoadScripts("store_")
         key = self.keys.schema()
         want = f"{STORE_FORMAT} {self.keys.shards} {self.keys.shard_depth or 0}".encode()
         yield Cmd("set", (key, want), {"nx": True})

@@ -198,135 +198,185 @@ def write_format(cfg: Config) -> str:
     return vset_format(cfg.ann[:2] if cfg.ann else None)
 
 
-def batch_plan(
-    cfg: Config, prep: Prepared, doc_vectors: list[list[float]], query_vectors: dict[str, list[float]]
-) -> Plan[list[Result]]:
-    """Run a prepared batch: ``doc_vectors`` are the embeddings of ``prep.embed.texts`` (one per
-    distinct text, in its order), ``query_vectors`` those of its queries."""
-    keys = cfg.keys
-    ops = prep.ops
-    results: list[Result] = [None] * len(ops)
+_Reads = dict[int, list[tuple[list[bytes], Callable[[Any], None]]]]  # shard -> (arguments, reply handler)
+_Tasks = dict[int, _Search | _List]  # op index -> its paged read
 
-    # the vectors of each put: (ordinal) -> [path, float32 bytes, ...]
+
+def _put_vectors(prep: Prepared, doc_vectors: list[list[float]]) -> dict[int, list[bytes]]:
+    """The vectors of each put: (ordinal) -> [path, float32 bytes, ...]."""
     vectors: dict[int, list[bytes]] = {}
-    if prep.embed.texts:
-        if len(prep.embed.texts) != len(doc_vectors):
-            raise ValueError(
-                f"Number of embeddings ({len(doc_vectors)}) does not match number of texts ({len(prep.embed.texts)})"
-            )
-        for places, embedding in zip(prep.embed.texts.values(), doc_vectors, strict=True):
-            packed = pack_vector(embedding)
-            for ordinal, path in places:
-                vectors.setdefault(ordinal, []).extend([path.encode(), packed])
+    if not prep.embed.texts:
+        return vectors
+    if len(prep.embed.texts) != len(doc_vectors):
+        raise ValueError(
+            f"Number of embeddings ({len(doc_vectors)}) does not match number of texts ({len(prep.embed.texts)})"
+        )
+    for places, embedding in zip(prep.embed.texts.values(), doc_vectors, strict=True):
+        packed = pack_vector(embedding)
+        for ordinal, path in places:
+            vectors.setdefault(ordinal, []).extend([path.encode(), packed])
+    return vectors
 
-    writes: dict[int, list[list[bytes]]] = {}  # shard -> each write's arguments
+
+def _writes(cfg: Config, prep: Prepared, doc_vectors: list[list[float]]) -> dict[int, list[list[bytes]]]:
+    """shard -> each write's arguments (a put with its vectors)."""
+    vectors = _put_vectors(prep, doc_vectors)
+    writes: dict[int, list[list[bytes]]] = {}
     for (ns, _), (ordinal, _, args) in prep.puts.items():
         if args[0] == b"p":
             vec = vectors.get(ordinal, [])
             args = [*args[:3], str(ordinal).encode(), *args[4:], str(len(vec) // 2).encode(), *vec]
-        writes.setdefault(keys.shard(ns), []).append(args)
+        writes.setdefault(cfg.keys.shard(ns), []).append(args)
+    return writes
 
-    # reads: gets once, searches and listings until each is done
-    gets: list[tuple[int, int, GetOp]] = []  # op index, shard, op
-    tasks: dict[int, _Search | _List] = {}
+
+def _write_calls(cfg: Config, n_puts: int, per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
+    """The write calls, B.CALL_OPS writes each (a shard without writes: a call that makes the
+    version token)."""
+    keys = cfg.keys
+    base = _base_sequence(cfg, n_puts)
+    fmt = write_format(cfg)
+    calls = []
+    for s, ws in per_shard.items():
+        for j in range(0, max(1, len(ws)), B.CALL_OPS):
+            chunk = ws[j : j + B.CALL_OPS]
+            wargs: list[bytes | str | int]
+            if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
+                wargs = [fmt, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
+                calls.append(Call("store_delete", [keys.index(s)], wargs))
+                continue
+            wargs = [fmt, base, str(len(chunk)).encode()]
+            wargs += [a for w in chunk for a in w]
+            calls.append(Call("store_write", [keys.index(s)], wargs))
+    return calls
+
+
+def _read_tasks(
+    cfg: Config, ops: list[Op], query_vectors: dict[str, list[float]]
+) -> tuple[list[tuple[int, int, GetOp]], _Tasks]:
+    """The gets (op index, shard, op), read once, and the searches and listings, read until done."""
+    gets: list[tuple[int, int, GetOp]] = []
+    tasks: _Tasks = {}
     for i, op in enumerate(ops):
         if isinstance(op, GetOp):
-            gets.append((i, keys.shard(op.namespace), op))
+            gets.append((i, cfg.keys.shard(op.namespace), op))
         elif isinstance(op, SearchOp):
             qv = query_vectors.get(op.query) if op.query and cfg.index else None
             tasks[i] = _Search(cfg, op, qv)
         elif isinstance(op, ListNamespacesOp):
             tasks[i] = _List(cfg, op)
+    return gets, tasks
+
+
+def _get_reads(
+    cfg: Config,
+    gets: list[tuple[int, int, GetOp]],
+    results: list[Result],
+    add_refresh: Callable[[tuple[str, ...], str], None],
+) -> _Reads:
+    """The gets' reads; each reply fills its result (and asks for a refresh when the read does not)."""
+    reads: _Reads = {}
+    for i, s, op in gets:
+        code = b"G" if op.refresh_ttl and cfg.refresh_in_read else b"g"
+
+        def on_get(rec: Any, i: int = i, op: GetOp = op) -> None:
+            if rec is None:
+                return
+            item, ttl = _item(cfg, op.namespace, op.key, rec)
+            results[i] = item
+            if ttl and op.refresh_ttl and not cfg.refresh_in_read:
+                add_refresh(op.namespace, op.key)
+
+        reads.setdefault(s, []).append(([code, enc_ns(op.namespace), enc(op.key)], on_get))
+    return reads
+
+
+def _read_calls(cfg: Config, reads: _Reads) -> tuple[list[Call], list[list[Callable[[Any], None]]]]:
+    """The reads as store_read calls, B.CALL_OPS each, and each call's reply handlers."""
+    calls: list[Call] = []
+    handlers: list[list[Callable[[Any], None]]] = []
+    for s, rs in reads.items():
+        for j in range(0, len(rs), B.CALL_OPS):
+            chunk = rs[j : j + B.CALL_OPS]
+            rw = any(r[0] == b"G" for r, _ in chunk)
+            rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
+            rargs += [a for r, _ in chunk for a in r]
+            calls.append(Call("store_read+rw" if rw else "store_read", [cfg.keys.index(s)], rargs))
+            handlers.append([h for _, h in chunk])
+    return calls, handlers
+
+
+def _handle(handlers: list[list[Callable[[Any], None]]], replies: list[Any]) -> None:
+    for hs, reply in zip(handlers, replies, strict=False):
+        if not isinstance(reply, list) or len(reply) != len(hs):
+            raise MalformedReplyError(f"store_read replied {reply!r:.80}")
+        for h, r in zip(hs, reply, strict=True):
+            h(r)
+
+
+def _task_results(
+    tasks: _Tasks,
+    results: list[Result],
+    writes: dict[int, list[list[bytes]]],
+    add_refresh: Callable[[tuple[str, ...], str], None],
+) -> None:
+    """The searches' and listings' results; a search's returned items to refresh, and a write
+    call for a shard it found without a version token."""
+    for i, task in tasks.items():
+        if not isinstance(task, _Search):
+            results[i] = task.result()
+            continue
+        found, returned = task.result()
+        results[i] = found
+        if task.unversioned is not None:  # a shard written by an earlier release: its token
+            writes.setdefault(task.unversioned, [])
+        if task.op.refresh_ttl:
+            for ns, key, ttl in returned:
+                if ttl:
+                    add_refresh(ns, key)
+
+
+def batch_plan(
+    cfg: Config, prep: Prepared, doc_vectors: list[list[float]], query_vectors: dict[str, list[float]]
+) -> Plan[list[Result]]:
+    """Run a prepared batch: ``doc_vectors`` are the embeddings of ``prep.embed.texts`` (one per
+    distinct text, in its order), ``query_vectors`` those of its queries."""
+    results: list[Result] = [None] * len(prep.ops)
+    writes = _writes(cfg, prep, doc_vectors)
+    gets, tasks = _read_tasks(cfg, prep.ops, query_vectors)
     refreshes: dict[int, list[list[bytes]]] = {}  # shard -> "r" writes (reads that restart an expiry)
 
     def add_refresh(ns: tuple[str, ...], key: str) -> None:
-        refreshes.setdefault(keys.shard(ns), []).append([b"r", enc_ns(ns), enc(key)])
-
-    def write_calls(per_shard: dict[int, list[list[bytes]]]) -> list[Call]:
-        base = _base_sequence(cfg, len(prep.puts))
-        fmt = write_format(cfg)
-        calls = []
-        for s, ws in per_shard.items():
-            for j in range(0, max(1, len(ws)), B.CALL_OPS):  # no writes: a call that makes the version token
-                chunk = ws[j : j + B.CALL_OPS]
-                wargs: list[bytes | str | int]
-                if chunk and all(w[0] == b"d" for w in chunk):  # deletes only: a script that runs out of memory
-                    wargs = [fmt, str(len(chunk)).encode(), *[a for w in chunk for a in w[1:]]]
-                    calls.append(Call("store_delete", [keys.index(s)], wargs))
-                    continue
-                wargs = [fmt, base, str(len(chunk)).encode()]
-                wargs += [a for w in chunk for a in w]
-                calls.append(Call("store_write", [keys.index(s)], wargs))
-        return calls
+        refreshes.setdefault(cfg.keys.shard(ns), []).append([b"r", enc_ns(ns), enc(key)])
 
     first = True
     while True:
-        # shard -> each read's (arguments, reply handler)
-        reads: dict[int, list[tuple[list[bytes], Callable[[Any], None]]]] = {}
         for task in tasks.values():  # searches from vector sets: their VSIM calls (_vset.py)
             if isinstance(task, _Search) and (pipe := task.vsim_pipe()) is not None:
                 task.vsim_feed((yield pipe))
-        if first:
-            for i, s, op in gets:
-                code = b"G" if op.refresh_ttl and cfg.refresh_in_read else b"g"
-
-                def on_get(rec: Any, i: int = i, op: GetOp = op) -> None:
-                    if rec is None:
-                        return
-                    item, ttl = _item(cfg, op.namespace, op.key, rec)
-                    results[i] = item
-                    if ttl and op.refresh_ttl and not cfg.refresh_in_read:
-                        add_refresh(op.namespace, op.key)
-
-                reads.setdefault(s, []).append(([code, enc_ns(op.namespace), enc(op.key)], on_get))
+        reads = _get_reads(cfg, gets, results, add_refresh) if first else {}
         for task in tasks.values():
             for s, args in task.requests():
                 reads.setdefault(s, []).append((args, functools.partial(task.feed, s)))
-        calls: list[Call] = []
-        handlers: list[list[Callable[[Any], None]]] = []
-        for s, rs in reads.items():
-            for j in range(0, len(rs), B.CALL_OPS):
-                chunk = rs[j : j + B.CALL_OPS]
-                rw = any(r[0] == b"G" for r, _ in chunk)
-                rargs: list[bytes | str | int] = [STORE_FORMAT, b"1" if rw else b"0", str(len(chunk)).encode()]
-                rargs += [a for r, _ in chunk for a in r]
-                calls.append(Call("store_read+rw" if rw else "store_read", [keys.index(s)], rargs))
-                handlers.append([h for _, h in chunk])
+        calls, handlers = _read_calls(cfg, reads)
         # writes ride with the first reads when no read needs a second page (they see the
         # store before the batch either way: per shard, the reads run first)
         with_writes = first and not tasks and bool(writes)
         if with_writes:
-            calls += write_calls(writes)
+            calls += _write_calls(cfg, len(prep.puts), writes)
             writes = {}
         first = False
         if not calls:
             break
         replies = yield (calls[0] if len(calls) == 1 else calls)
-        if len(calls) == 1:
-            replies = [replies]
-        for hs, reply in zip(handlers, replies, strict=False):
-            if not isinstance(reply, list) or len(reply) != len(hs):
-                raise MalformedReplyError(f"store_read replied {reply!r:.80}")
-            for h, r in zip(hs, reply, strict=True):
-                h(r)
+        _handle(handlers, [replies] if len(calls) == 1 else replies)
         if with_writes and not refreshes:
             break
-    for i, task in tasks.items():
-        if isinstance(task, _Search):
-            found, returned = task.result()
-            results[i] = found
-            if task.unversioned is not None:  # a shard written by an earlier release: its token
-                writes.setdefault(task.unversioned, [])
-            if task.op.refresh_ttl:
-                for ns, key, ttl in returned:
-                    if ttl:
-                        add_refresh(ns, key)
-        else:
-            results[i] = task.result()
+    _task_results(tasks, results, writes, add_refresh)
     # the writes (after reads that took pages), and the expiries reads restart
     for s, r in refreshes.items():
         writes.setdefault(s, []).extend(r)
     if writes:
-        calls = write_calls(writes)
+        calls = _write_calls(cfg, len(prep.puts), writes)
         yield (calls[0] if len(calls) == 1 else calls)
     return results

@@ -30,7 +30,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
     async def setup(self) -> None:
         """Async :meth:`RedisStore.setup`."""
         self._bind()
-        await self._driver._run(self._setup(self._driver.engine))
+        await self._driver.run(self._setup())
         await self._avsets()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:

@@ -29,7 +29,7 @@ class RedisStore(SyncShell, RedisStoreBase):
         """Optional, idempotent: load the scripts; record the store's layout (shards) under its
         prefix, or raise ``SchemaMismatchError`` if another layout is recorded there; ask the
         server whether it keeps vector sets (else the first call asks)."""
-        self._driver._run(self._setup(self._driver.engine))
+        self._driver.run(self._setup())
         self._vsets()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:

@@ -209,34 +209,7 @@ class Lane:
             expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
                 if self.queue and not sent:  # one write in flight: calls queued meanwhile go together
-                    batch, self.queue = self.queue, []
-                    commands = []
-                    packs: list[bytes] | None = []
-                    deadline = None if timeout is None else loop.time() + timeout
-                    for command, packed, fut in batch:
-                        if not fut.done():  # a caller cancelled before the write: not sent at all
-                            commands.append(command)
-                            if packed is None:
-                                packs = None
-                            elif packs is not None:
-                                packs.append(packed)
-                            sent.append((command[0], fut, deadline))
-                    if commands:
-                        data = packs if packs is not None else wire.packed(conn, commands)
-                        # a health-check PING (redis-py, after health_check_interval idle) reads its own
-                        # reply: only when no reply of ours is still on the way
-                        alone = len(sent) == len(commands)
-                        if direct and conn.is_connected and not (
-                            alone and conn.health_check_interval and loop.time() > conn.next_health_check
-                        ):
-                            # send_packed_command's work when it has none to do but write
-                            writer = conn._writer
-                            writer.writelines(data)
-                            if writer.transport.get_write_buffer_size() > wire.DRAIN_OVER:
-                                await wire.drain(conn, writer)
-                        else:
-                            await conn.send_packed_command(data, check_health=alone)
-                            direct = wire.direct(conn)  # (re)connected: the parser is new
+                    direct = await self._write_queued(conn, direct, timeout)
                 if not sent:
                     if not self.hold and not self.queue:  # a small pool: the connection goes back now
                         self.conn = None
@@ -256,32 +229,13 @@ class Lane:
                 except ResponseError as exc:  # an error reply: the call's own error
                     reply = exc
                 except (asyncio.TimeoutError, RedisTimeoutError):
-                    now = loop.time() + 0.001  # a timer may fire up to the clock's resolution early
-                    while expired < len(sent) and (sent[expired][2] or math.inf) <= now:
-                        fut = sent[expired][1]
-                        if not fut.done():
-                            fut.set_exception(RedisTimeoutError(f"Timeout reading from {wire.peer(conn)}"))
-                        expired += 1
-                    if expired == len(sent):  # no call is waiting on this connection: start afresh
-                        sent.clear()
-                        expired = 0
-                        await conn.disconnect(nowait=True)
+                    expired = await self._expire(conn, expired)
                     continue
                 name, fut, _ = sent.popleft()
                 if expired:
                     expired -= 1
-                if fut.done():  # its caller was cancelled or timed out: the reply is read and dropped
-                    continue
-                callback = self.callbacks.get(name)
-                if callback is not None and not isinstance(reply, ResponseError):
-                    try:
-                        reply = callback(reply)
-                    except Exception as exc:  # the call's own error, as with redis-py
-                        reply = exc
-                if isinstance(reply, Exception):
-                    fut.set_exception(reply)
-                else:
-                    fut.set_result(reply)
+                if not fut.done():  # else its caller was cancelled or timed out: the reply is dropped
+                    self._deliver(name, fut, reply)
         except BaseException as exc:
             # the connection failed: the replies of the calls written on it are lost with it; calls
             # queued since go out on a new connection (the next worker)
@@ -306,6 +260,71 @@ class Lane:
                     self.idle = loop.call_later(self.hold, self._on_idle)
                 else:
                     self._on_idle()
+
+    async def _write_queued(self, conn: Any, direct: bool, timeout: float | None) -> bool:
+        """The queued calls (less those cancelled meanwhile, never sent) in one write, each added
+        to ``sent`` with the deadline of its reply; returns whether the connection is still
+        written directly (not after send_packed_command connected it again: its parser is new)."""
+        batch, self.queue = self.queue, []
+        sent, loop = self.sent, self.loop
+        commands = []
+        packs: list[bytes] | None = []
+        deadline = None if timeout is None else loop.time() + timeout
+        for command, packed, fut in batch:
+            if not fut.done():  # a caller cancelled before the write: not sent at all
+                commands.append(command)
+                if packed is None:
+                    packs = None
+                elif packs is not None:
+                    packs.append(packed)
+                sent.append((command[0], fut, deadline))
+        if not commands:
+            return direct
+        data = packs if packs is not None else wire.packed(conn, commands)
+        # a health-check PING (redis-py, after health_check_interval idle) reads its own
+        # reply: only when no reply of ours is still on the way
+        alone = len(sent) == len(commands)
+        if direct and conn.is_connected and not (
+            alone and conn.health_check_interval and loop.time() > conn.next_health_check
+        ):
+            # send_packed_command's work when it has none to do but write
+            writer = conn._writer
+            writer.writelines(data)
+            if writer.transport.get_write_buffer_size() > wire.DRAIN_OVER:
+                await wire.drain(conn, writer)
+            return True
+        await conn.send_packed_command(data, check_health=alone)
+        return wire.direct(conn)
+
+    async def _expire(self, conn: Any, expired: int) -> int:
+        """After a read timed out: the calls at the head of ``sent`` past their deadline fail (their
+        replies, should they come, are read and dropped); returns how many such calls lead
+        ``sent``. When no call is left waiting, the connection starts afresh."""
+        sent = self.sent
+        now = self.loop.time() + 0.001  # a timer may fire up to the clock's resolution early
+        while expired < len(sent) and (sent[expired][2] or math.inf) <= now:
+            fut = sent[expired][1]
+            if not fut.done():
+                fut.set_exception(RedisTimeoutError(f"Timeout reading from {wire.peer(conn)}"))
+            expired += 1
+        if expired == len(sent):  # no call is waiting on this connection: start afresh
+            sent.clear()
+            expired = 0
+            await conn.disconnect(nowait=True)
+        return expired
+
+    def _deliver(self, name: Any, fut: asyncio.Future[Any], reply: Any) -> None:
+        """A call's reply to its caller, through the client's response callback as redis-py applies it."""
+        callback = self.callbacks.get(name)
+        if callback is not None and not isinstance(reply, ResponseError):
+            try:
+                reply = callback(reply)
+            except Exception as exc:  # the call's own error, as with redis-py
+                reply = exc
+        if isinstance(reply, Exception):
+            fut.set_exception(reply)
+        else:
+            fut.set_result(reply)
 
     def _fail_queued(self, exc: BaseException) -> None:
         queued, self.queue = self.queue, []

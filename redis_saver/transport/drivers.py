@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from ..core import policy as _policy
+from ..core import setup as _setup
 from ..core.engine import (
     SCRIPT_COMMANDS,
     SLOT_MOVE_TIMEOUT,
@@ -33,7 +34,8 @@ from ..core.engine import (
     Sleep,
     Targets,
 )
-from ..core.plans import Call, Plan
+from ..core.plans import Call
+from ..core.scripts import Registry
 from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
@@ -81,20 +83,19 @@ class _Driver:
     def __init__(
         self,
         client: Any,
-        keys: KeySchema,
+        keys: KeySchema | None,
+        registry: Registry,
         retries: int = 0,
         telemetry: Telemetry | None = None,
-        functions: bool = True,
         slot_move_timeout: float = SLOT_MOVE_TIMEOUT,
     ) -> None:
         self.client = client
         self.engine = Engine(
             keys,
+            registry.plain() if type(client).__module__.startswith("fakeredis") else registry,  # it refuses #!lua
             retries,
             cluster=hasattr(client, "get_node_from_key"),
-            plain_scripts=type(client).__module__.startswith("fakeredis"),  # it refuses #!lua lines
             telemetry=telemetry,
-            functions=functions,
             slot_move_timeout=slot_move_timeout,
         )
         self.scripts = self.engine.scripts
@@ -230,10 +231,10 @@ class SyncDriver(_Driver):
             pass  # items nobody asked for (run, not iterate)
         return end[0]  # type: ignore[no-any-return]
 
-    def run(self, plan: Plan[T], op: str | None = None) -> T:
+    def run(self, plan: Generator[Any, Any, T], op: str | None = None) -> T:
         return self._run(self.engine.drive(plan, op))
 
-    def iterate(self, plan: Plan[Any], op: str | None = None) -> Iterator[Any]:
+    def iterate(self, plan: Generator[Any, Any, Any], op: str | None = None) -> Iterator[Any]:
         gen = self.engine.drive(plan, op)
         end: list[Any] = []  # the plan's value: unused by iterate
         while (items := self._advance(gen, end)) is not None:
@@ -246,7 +247,7 @@ class SyncDriver(_Driver):
         return self._run(self.engine.batch(calls))
 
     def setup(self) -> None:
-        self._run(self.engine.setup())
+        self._run(_setup.setup(self.engine))
 
 
 class AsyncDriver(_Driver):
@@ -350,10 +351,10 @@ class AsyncDriver(_Driver):
             pass
         return end[0]  # type: ignore[no-any-return]
 
-    async def run(self, plan: Plan[T], op: str | None = None) -> T:
+    async def run(self, plan: Generator[Any, Any, T], op: str | None = None) -> T:
         return await self._run(self.engine.drive(plan, op))
 
-    async def iterate(self, plan: Plan[Any], op: str | None = None) -> AsyncIterator[Any]:
+    async def iterate(self, plan: Generator[Any, Any, Any], op: str | None = None) -> AsyncIterator[Any]:
         gen = self.engine.drive(plan, op)
         end: list[Any] = []  # the plan's value: unused by iterate
         while (items := await self._advance(gen, end)) is not None:
@@ -367,4 +368,4 @@ class AsyncDriver(_Driver):
         return await self._run(self.engine.batch(calls))
 
     async def setup(self) -> None:
-        await self._run(self.engine.setup())
+        await self._run(_setup.setup(self.engine))

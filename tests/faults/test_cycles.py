@@ -57,7 +57,7 @@ def test_self_parent_record_is_refused_by_the_script(sync_client, prefix, framed
 
     saver = RedisSaver(sync_client, prefix=prefix)
     cp = empty_checkpoint()
-    plan = saver._plan_put(_cfg("t"), cp, {}, {})
+    plan = saver._plans._plan_put(_cfg("t"), cp, {}, {})
     c = next(plan)
     args = list(c.args)
     args[6] = cp["id"]  # ARGV[7] parent id

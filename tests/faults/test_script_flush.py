@@ -20,6 +20,7 @@ answered NOSCRIPT (or "Function not found") are sent again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import subprocess
 import threading
@@ -283,7 +284,8 @@ async def test_only_the_commands_answered_so_are_sent_again(kind, functions):
 
         try:
             confs = [await call(saver, "put", cfg(t), generate_checkpoint(), generate_metadata(), {}) for t in "ab"]
-            calls = [next(saver._plan_get_tuple(cfg(t))) for t in "ab"] + [next(saver._plan_list(cfg(t))) for t in "ab"]
+            plans = saver._plans
+            calls = [next(plans._plan_get_tuple(cfg(t))) for t in "ab"] + [next(plans._plan_list(cfg(t))) for t in "ab"]
             getattr(admin, flush)()
             if not functions:
                 admin.script_load(saver._driver.scripts["get_tuple"].source)  # get_tuple cached, list not
@@ -303,12 +305,12 @@ async def test_only_the_commands_answered_so_are_sent_again(kind, functions):
             assert (await call(saver, "get_tuple", confs[0])).config == confs[0]
             assert ops() == single
             getattr(admin, flush)()
-            saver._wait = (1, 1)
+            saver._context = dataclasses.replace(saver._context, wait=(1, 1))
             wire.reset()
             with pytest.raises(ReplicationTimeoutError):
                 await call(saver, "put_writes", confs[1], [("x", 1)], "task")
             assert ops() == waited
-            saver._wait = None
+            saver._context = dataclasses.replace(saver._context, wait=None)
             assert (await call(saver, "get_tuple", confs[1])).pending_writes == [("task", "x", 1)]
         finally:
             admin.close()

@@ -177,7 +177,7 @@ def _copy_by_pages(saver: RedisSaver, action: Any) -> int:
             n[0] += 1
             action(n[0])
 
-    _hooked(saver, saver._plan_copy_thread("T", "U"), hook)
+    _hooked(saver, saver._plans._plan_copy_thread("T", "U"), hook)
     return n[0]
 
 
@@ -297,7 +297,7 @@ def test_retried_import_calls_count_nothing_twice(sync_client, prefix, pages, mo
         monkeypatch.setattr(plans, "COPY_FIELDS", 4)
     s = RedisSaver(sync_client, prefix=prefix)
     _fill(s, "T", 12)
-    _hooked(s, s._plan_copy_thread("T", "U"), lambda step: "twice" if step.script == "import" else None)
+    _hooked(s, s._plans._plan_copy_thread("T", "U"), lambda step: "twice" if step.script == "import" else None)
     assert _history(s, "U") == _history(s, "T")
     assert check_stream_hash(_blobs(sync_client, s, "U")) == check_stream_hash(_blobs(sync_client, s, "T"))
 

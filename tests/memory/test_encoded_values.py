@@ -74,7 +74,6 @@ def _same(a: Any, b: Any) -> None:
 async def test_a_chat_reads_back_exactly_and_costs_a_fraction(make_saver, sync_client: Any) -> None:
     for kind in ("sync", "async"):
         on, off, ref = make_saver(kind), make_saver(kind, compress=False), InMemorySaver()
-        on.keys = on.keys  # same prefix for both: separate threads
         await _chat([on, ref], 30, thread=f"on-{kind}")
         await _chat([off], 30, thread=f"off-{kind}")
         cfg = {"configurable": {"thread_id": f"on-{kind}"}}

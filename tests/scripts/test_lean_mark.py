@@ -34,7 +34,7 @@ def _state(client, saver, tid):
 
 def _scripts_sent(saver, cfg, writes, task, sent=None):
     """Run put_writes' plan by hand; the script names it sent (also into ``sent``)."""
-    plan, reply = saver._plan_put_writes(cfg, writes, task, "p"), None
+    plan, reply = saver._plans._plan_put_writes(cfg, writes, task, "p"), None
     sent = [] if sent is None else sent
     try:
         while True:
@@ -122,7 +122,7 @@ def test_regular_writes_repeated_within_one_call_keep_the_first(sync_client, pre
     for lean in (True, False):
         saver.delete_thread("t")
         cfg = _put(saver, "t")
-        call = next(saver._plan_put_writes(cfg, [("a", "first"), ("b", "second")], "task", "p"))
+        call = next(saver._plans._plan_put_writes(cfg, [("a", "first"), ("b", "second")], "task", "p"))
         assert call.script == "put_writes+lean"
         args = list(call.args)
         args[-2] = args[-4]  # the second write gets the first's tag, so the same idx

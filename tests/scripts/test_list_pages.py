@@ -125,7 +125,7 @@ def _list_replies(saver, config, **kw):
     """Run list()'s plan by hand: the tuples, and each raw script reply."""
     from redis_saver.core.plans import Call, Out
 
-    plan, replies, out, reply = saver._plan_list(config, **kw), [], [], None
+    plan, replies, out, reply = saver._plans._plan_list(config, **kw), [], [], None
     try:
         while True:
             step = plan.send(reply)

@@ -69,10 +69,10 @@ def _mp_part(record: bytes, i: int, value: object) -> bytes:
 def test_the_uncorrupted_calls_are_accepted(setup):
     # the control: the calls the other tests corrupt do go through as built
     saver, cfg, client = setup
-    call = _call(saver._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
+    call = _call(saver._plans._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
     assert saver._driver.call(call) == 3
     cp = generate_checkpoint(channel_values={"a": 2}, channel_versions={"a": "2"})
-    call = _call(saver._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
+    call = _call(saver._plans._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
     assert saver._driver.call(call) == 1
 
 
@@ -92,7 +92,7 @@ def test_the_uncorrupted_calls_are_accepted(setup):
 )
 def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
     saver, cfg, client = setup
-    call = _call(saver._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
+    call = _call(saver._plans._plan_put_writes(cfg, [("a", 1), ("b", 2), ("__interrupt__", 3)], "task-1", "p"))
     _send_bad(saver, client, call, corrupt(list(call.args)), match)
 
 
@@ -124,7 +124,7 @@ def test_put_writes_refuses_a_bad_call_before_writing(setup, corrupt, match):
 def test_put_refuses_a_bad_call_before_writing(setup, corrupt, match):
     saver, cfg, client = setup
     cp = generate_checkpoint(channel_values={"a": 2, "b": 3}, channel_versions={"a": "2", "b": "1"})
-    call = _call(saver._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
+    call = _call(saver._plans._plan_put(cfg, cp, generate_metadata(), {"a": "2", "b": "1"}))
     _send_bad(saver, client, call, corrupt(list(call.args)), match)
 
 
@@ -169,7 +169,7 @@ def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync
     saver = RedisSaver(sync_client, prefix=prefix)
     saver.setup()
     cfg = {"configurable": {"thread_id": "fresh", "checkpoint_ns": "", "checkpoint_id": "1"}}
-    lean = _call(saver._plan_put_writes(cfg, [("a", "x")], "task", "p"))
+    lean = _call(saver._plans._plan_put_writes(cfg, [("a", "x")], "task", "p"))
     assert lean.script == "put_writes+lean"
     before = _snapshot(sync_client, saver)  # only setup()'s schema key
     assert saver._driver.call(lean) is None  # a thread never written: not indexed yet
@@ -181,7 +181,7 @@ def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync
     assert sync_client.hget(wr, "") == FORMAT_VERSION.encode()
     assert sync_client.hget(saver.keys.thread_keys("fresh")[0], "ix") == b"inf"  # indexed
     # now indexed without expiry: the lean call does the work alone
-    lean = _call(saver._plan_put_writes(cfg, [("b", "y")], "task-2", "p"))
+    lean = _call(saver._plans._plan_put_writes(cfg, [("b", "y")], "task-2", "p"))
     assert saver._driver.call(lean) == 1
     # a ttl to apply: refused, nothing written
     header = list(lean.args)

@@ -125,7 +125,7 @@ def test_lua_reads_the_formats_python_says_it_reads():
 
 def test_put_sends_what_put_lua_reads(offline_saver):
     cp = generate_checkpoint(channel_values={"a": 1, "b": 2}, channel_versions={"a": "1", "b": "2"})
-    plan = offline_saver._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"})
+    plan = offline_saver._plans._plan_put(generate_config("t"), cp, generate_metadata(), {"a": "1", "b": "2", "c": "3"})
     call = first_call(plan)
     _thread_call_checks(call, "put")
     n = call.args[11]
@@ -137,7 +137,7 @@ def test_put_sends_what_put_lua_reads(offline_saver):
 
 def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
     cfg = generate_config("t", checkpoint_id=str(uuid.uuid4()))
-    plan = offline_saver._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task")
+    plan = offline_saver._plans._plan_put_writes(cfg, [("a", 1), ("__error__", "x")], "task")
     lean = first_call(plan)  # no ttl: the 2-key form first (lua/_keys_lean.lua)
     assert lean.script == "put_writes+lean"
     assert [k.rsplit(b":", 1)[1] for k in lean.keys] == [b"wr", b"wr_ord"]
@@ -146,7 +146,7 @@ def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
     _thread_call_checks(call, "put_writes")
     with pytest.raises(StopIteration):
         plan.send(2)
-    plan = offline_saver._plan_put_writes(cfg, [("a", 1)], "task")
+    plan = offline_saver._plans._plan_put_writes(cfg, [("a", 1)], "task")
     next(plan)
     with pytest.raises(StopIteration):  # a count reply: done in one call
         plan.send(1)
@@ -159,28 +159,28 @@ def test_put_writes_sends_what_put_writes_lua_reads(offline_saver):
 def test_reads_and_lifecycle_send_what_their_scripts_read(offline_saver):
     s = offline_saver
     cfg = generate_config("t")
-    c = first_call(s._plan_get_tuple(cfg))
+    c = first_call(s._plans._plan_get_tuple(cfg))
     _thread_call_checks(c, "get_tuple")
     assert len(c.args) == fixed_argv("get_tuple")
-    c = first_call(s._plan_list(cfg, filter={"a": 1, "b": None}))
+    c = first_call(s._plans._plan_list(cfg, filter={"a": 1, "b": None}))
     _thread_call_checks(c, "list")
     assert len(c.args) == fixed_argv("list") + 2 * int(c.args[9])
-    c = first_call(s._plan_delta_history(cfg, ["x", "y"]))
+    c = first_call(s._plans._plan_delta_history(cfg, ["x", "y"]))
     _thread_call_checks(c, "delta_history")
     assert len(c.args) == fixed_argv("delta_history") - 1 + 2  # ARGV[9..] = the 2 channels
     for plan, name, extra in [
-        (s._plan_delete_thread("t"), "delete_thread", 0),
-        (s._plan_prune(["t"], "keep_latest"), "prune", 3),
-        (s._plan_pin("t", True), "pin", 1),
+        (s._plans._plan_delete_thread("t"), "delete_thread", 0),
+        (s._plans._plan_prune(["t"], "keep_latest"), "prune", 3),
+        (s._plans._plan_pin("t", True), "pin", 1),
     ]:
         c = first_call(plan)
         _thread_call_checks(c, name)
         assert len(c.args) == 4 + extra
-    c = first_call(s._plan_copy_thread("a", "b"))
+    c = first_call(s._plans._plan_copy_thread("a", "b"))
     assert c.script == "export" and len(c.keys) == 11
     assert c.args[4] == "all" and len(c.args) == 8  # ARGV[5] step, ARGV[6..8] its budgets
     assert fixed_argv("export") == 12  # the "page" step's ARGV[12..]
-    c = first_call(s._plan_delete_for_runs(["r1", "r2"]))
+    c = first_call(s._plans._plan_delete_for_runs(["r1", "r2"]))
     assert c.script == "ix_query" and len(c.keys) == 2 and c.args == ["runs", "r1", "r2"]
 
 

@@ -6,6 +6,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
+from redis_saver.core.plans import Plans
 from tests.sessions._util import call, cfg, new_tid
 
 
@@ -94,7 +95,9 @@ async def test_subgraph_of_older_root_checkpoint_dropped(kind, make_saver):
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_latest_on_a_large_full_history_thread_cleans_in_bounded_calls(kind, make_saver, sync_client, prefix):
+async def test_latest_on_a_large_full_history_thread_cleans_in_bounded_calls(
+    kind, make_saver, sync_client, prefix, monkeypatch
+):
     """A thread written with history="full" (300 checkpoints, over put.lua's 256) and then
     continued with history="latest": the put stores the new checkpoint, leaves the old ones to
     a paged prune (each call bounded) instead of dropping 300 in one script, and the thread
@@ -108,13 +111,13 @@ async def test_latest_on_a_large_full_history_thread_cleans_in_bounded_calls(kin
         full.put_writes(c, [("w", i)], f"t{i}")
     s = make_saver(kind, history="latest")
     paged: list[str] = []
-    prune_paged = s._plan_prune_paged
+    prune_paged = Plans._plan_prune_paged
 
-    def spy(thread_id):  # the plan the put's reply 2 leads to: bounded steps, not one script
+    def spy(plans, thread_id):  # the plan the put's reply 2 leads to: bounded steps, not one script
         paged.append(thread_id)
-        return prune_paged(thread_id)
+        return prune_paged(plans, thread_id)
 
-    s._plan_prune_paged = spy
+    monkeypatch.setattr(Plans, "_plan_prune_paged", spy)
     last = await call(s, "put", c, _cp(), {"step": 300}, {"x": "1"})
     assert paged == [tid]
     got = await call(s, "get_tuple", cfg(tid))

@@ -52,3 +52,24 @@ def test_store_modules_read_their_budgets_from_one_module(monkeypatch):
         assert not any(n in vars(mod) for n in names), f"{mod.__name__} holds its own copy of a budget"
     monkeypatch.setattr(_budgets, "VECTOR_PAGE", 3)
     assert _search.B.VECTOR_PAGE == 3 and _plans.B is _budgets and _transfer.B is _budgets
+
+
+def test_the_savers_plans_are_reached_through_their_context():
+    """A saver holds its plans in a frozen context (``saver._plans``), not as its own methods:
+    a call of ``saver._plan_x(...)`` would fail only when it runs (savers are often typed Any),
+    so every module outside the plans package reaches a plan through ``_plans``."""
+    import re
+    from pathlib import Path
+
+    import redis_saver
+
+    root = Path(redis_saver.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.parent.name == "plans":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            calls = re.finditer(r"(\w+)\._plan_\w+\(", line)
+            found += [f"{path.relative_to(root)}:{n}" for m in calls if m[1] != "_plans"]
+    assert found == [], "plans called on the saver itself"
+    assert any("_plans._plan_put(" in p.read_text() for p in root.glob("_api.py"))  # the check sees the calls

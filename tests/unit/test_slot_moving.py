@@ -15,6 +15,7 @@ from redis_saver import SlotMovingError
 from redis_saver.core import engine as E
 from redis_saver.core import moving as M
 from redis_saver.core.plans import Call
+from redis_saver.core.scripts import lua_scripts
 from redis_saver.keys import KeySchema
 
 KEY = b"lg:{t1}:meta"
@@ -59,7 +60,7 @@ def run(engine: E.Engine, answers: list[Any], clock: Clock) -> tuple[Any, list[A
 
 
 def _engine(cluster: bool = True, timeout: float = 5.0) -> E.Engine:
-    return E.Engine(KeySchema("lg"), cluster=cluster, functions=False, slot_move_timeout=timeout)
+    return E.Engine(KeySchema("lg"), lua_scripts(False), cluster=cluster, slot_move_timeout=timeout)
 
 
 def test_a_refused_call_is_sent_again_with_growing_pauses_until_answered(monkeypatch):

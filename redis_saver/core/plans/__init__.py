@@ -6,7 +6,7 @@ receives the list of replies, or yields :class:`Out` to hand finished results to
 caller (``list``). Its return value is the operation's result. The sync and async drivers
 in ``transport/drivers.py`` run the same plans, so no logic is written twice.
 
-The package: ``common`` (the steps, the helpers, PlanBase), ``write`` (put, put_writes, pin),
+The package: ``common`` (the steps, the helpers, PlanBase: the plans' frozen context), ``write`` (put, put_writes, pin),
 ``read`` (get_tuple, list, delta history), ``lifecycle`` (delete, prune, copy, rewrite), and
 ``budgets`` (how much one script call may do, read by every plan at call time).
 """
@@ -18,6 +18,7 @@ from ._resign import SignPlans
 from .common import (
     Call,
     IndexSlots,
+    LoadScripts,
     Out,
     Plan,
     PlanBase,
@@ -31,13 +32,15 @@ from .write import WritePlans
 
 
 class Plans(WritePlans, ReadPlans, SignPlans):
-    """Plans for every operation; mixed into the savers (reads ``self.serde`` per call)."""
+    """Plans for every operation, over one saver's frozen context (``PlanBase``'s fields); the
+    savers hold one (``RedisSaverBase._plans``)."""
 
 
 __all__ = [
     "Call",
     "IndexSlots",
     "LifecyclePlans",
+    "LoadScripts",
     "Out",
     "Plan",
     "PlanBase",

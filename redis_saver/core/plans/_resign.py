@@ -109,11 +109,11 @@ class SignPlans(PlanBase):
         from ..engine import Cmd
         from .lifecycle import _split_blobs, _stream_dir
 
-        if self._integrity is None:
+        if self.integrity is None:
             raise ValueError("signing a thread needs integrity_key")
         tid = normalize_thread_id(thread_id)
         keys = self.keys.thread_keys(tid)
-        rs = Resign(self._integrity, tid, tid, vouch=True)
+        rs = Resign(self.integrity, tid, tid, vouch=True)
         found: dict[str, list[tuple[bytes, bytes]]] = {}
         for h, key in (("c", keys[1]), ("b", keys[4]), ("w", keys[5])):
             cursor: Any = 0

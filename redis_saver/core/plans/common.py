@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -26,11 +26,7 @@ from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
 from ..integrity import CP_TAG, Integrity, split_text, split_type
-
-if TYPE_CHECKING:
-    from ..ttl import TTLConfig
-
-
+from ..ttl import TTLConfig
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.3 us more per call to build
@@ -47,6 +43,14 @@ class IndexSlots:
 
 
 @dataclass(frozen=True)
+class LoadScripts:
+    """Load the function library, or where the engine runs EVALSHA the scripts named
+    ``prefix``* (SCRIPT LOAD): a store's setup()."""
+
+    prefix: str
+
+
+@dataclass(frozen=True)
 class Out:
     items: list[CheckpointTuple]
 
@@ -54,7 +58,7 @@ class Out:
 T = TypeVar("T")
 # a channel value to store: (channel, e(channel), version, (serde type, bytes) or None = no value)
 Serialized = tuple[str, bytes, bytes, Union[tuple[bytes, bytes], None]]  # noqa: UP007
-Step = Union[Call, list[Call], Out, IndexSlots]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
+Step = Union[Call, list[Call], Out, IndexSlots, LoadScripts]  # noqa: UP007 (a runtime alias; py3.10 needs Union)
 # a plan yields steps, is sent each step's reply, and returns the operation's result (T)
 Plan = Generator[Step, Any, T]
 
@@ -131,19 +135,26 @@ def _idx8(idx: int) -> bytes:
 
 
 
+@dataclass(frozen=True, eq=False)
 class PlanBase:
-    """What every plan uses: the saver's options, the call header, loading stored values,
-    building a checkpoint tuple; the other plan classes of this package derive from it."""
+    """The frozen context of a saver's plans, and what every plan uses (the call header, loading
+    stored values, building a checkpoint tuple); the other plan classes of this package derive
+    from it. A plan is a method of this context: a function of it and the call's arguments,
+    reading nothing else, so a test builds one without a client (``PlanBase(serde, keys)``).
+
+    ``streams``, the cache of the streams last read or written (``values.StreamCache``), is the
+    one mutable object it holds: reads and puts remember a channel's stream there, so the next
+    put of that channel sends only its new bytes."""
 
     serde: SerializerProtocol
     keys: KeySchema
-    ttl: TTLConfig
-    history: str
-    fencing: bool
-    compress: bool
-    _streams: values_.StreamCache
-    _wait: tuple[int, int] | None
-    _integrity: Integrity | None = None  # integrity_key: tags written and checked
+    ttl: TTLConfig = field(default_factory=TTLConfig)
+    history: str = "full"
+    fencing: bool = False
+    compress: bool = True
+    streams: values_.StreamCache = field(default_factory=lambda: values_.StreamCache(64 << 20))
+    wait: tuple[int, int] | None = None  # (replicas, timeout ms): WAIT after each write
+    integrity: Integrity | None = None  # integrity_key: tags written and checked
 
     # ---- helpers -------------------------------------------------------------------
     def _header(self, thread_id: str, refresh: bool = False) -> list[bytes | str | int]:
@@ -202,7 +213,7 @@ class PlanBase:
         it is decompressed."""
         type_, data = codec.unpack_blob(blob)
         type_, tag = split_text(type_)
-        integ = self._integrity
+        integ = self.integrity
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
@@ -215,31 +226,31 @@ class PlanBase:
                 integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
-                    known = known._replace(stream=st)
+                    known = values_.Known(st, known.ops, known.value)
             type_ = type_[:-2]
             if cache_key is not None:
-                self._streams.put(cache_key, known)
+                self.streams.put(cache_key, known)
         return self._typed(type_, data)
 
-    def _write(self, thread_id: str, ns: str, cid: str, w: bytes) -> tuple[bytes, bytes, bytes, bytes]:
-        """(task id, channel, type, bytes) of a stored write of checkpoint (ns, cid), its tag
-        checked with a key (and left out of the type)."""
+    def _write(self, thread_id: str, ns: str, cid: str, w: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """(task id, channel, type, bytes, write index) of a stored write of checkpoint (ns,
+        cid), its tag checked with a key (and left out of the type)."""
         tid, ch, ty, data, path, idx = codec.unpack(w)
         ty, tag = split_type(ty)
-        if self._integrity is not None:
-            self._integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
-        return tid, ch, ty, data
+        if self.integrity is not None:
+            self.integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
+        return tid, ch, ty, data, idx
 
     def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
         """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
         which are checked with a key."""
         parts = codec.checkpoint_head(raw)
         t, tags = split_type(parts[1], CP_TAG)
-        if tags is not None or self._integrity is not None:
+        if tags is not None or self.integrity is not None:
             parts = list(parts)
             parts[1] = t
-        if self._integrity is not None:
-            self._integrity.check_cp(tags, ("c", thread_id, ns, cid), parts)
+        if self.integrity is not None:
+            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts)
         return parts
 
     def _tuple(
@@ -256,14 +267,14 @@ class PlanBase:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
+        vers = codec.str_pairs(vrec) if self.integrity is not None else None
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            checkpoint["channel_versions"] = codec.str_pairs(vrec)
+            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else dict(vers)
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        vers = codec.str_pairs(vrec) if self._integrity is not None else None
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
@@ -277,10 +288,9 @@ class PlanBase:
         seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
             if w:
-                tid, ch, ty, data = self._write(thread_id, ns, cid, w)
+                tid, ch, ty, data, idx = self._write(thread_id, ns, cid, w)
                 if vers is not None:
                     # each (task id, index) is stored once: a second one is a copy planted beside it
-                    idx = codec.unpack(w)[5]
                     if (tid, idx) in seen:
                         raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
                     seen.add((tid, idx))

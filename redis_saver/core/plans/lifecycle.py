@@ -48,7 +48,7 @@ class LifecyclePlans(PlanBase):
     # ---- deletes, prune, copy ------------------------------------------------------
     def _plan_delete_thread(self, thread_id: Any) -> Plan[None]:
         tid = normalize_thread_id(thread_id)
-        self._streams.drop_thread(tid)
+        self.streams.drop_thread(tid)
         yield Call("delete_thread", self.keys.thread_keys(tid), self._header(tid))
 
     def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan[int]:
@@ -254,7 +254,7 @@ class LifecyclePlans(PlanBase):
 
     def _copy_ids(self, src: str, dst: str) -> _CopyIds:
         """A copy's ids; with a key, what checks its records against ``src`` and signs them for ``dst``."""
-        return _CopyIds(None if self._integrity is None else Resign(self._integrity, src, dst))
+        return _CopyIds(None if self.integrity is None else Resign(self.integrity, src, dst))
 
     def _plan_import(
         self,

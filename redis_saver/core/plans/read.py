@@ -54,11 +54,11 @@ class ReadPlans(PlanBase):
         if reply is None:
             return None
         cid_b, raw, values_at, writes, streams, blobs = reply
-        if cid and self._integrity is not None and cid_b.decode() != cid:
+        if cid and self.integrity is not None and cid_b.decode() != cid:
             raise IntegrityError(f"get_tuple of checkpoint {cid!r} answered with {cid_b!r}")
         return self._tuple(
             thread_id, ns, cid_b.decode(), raw, values_at, writes,
-            _ReplyBlobs(blobs, values_.decode_streams(streams, self._streams, thread_id)), remember=True,
+            _ReplyBlobs(blobs, values_.decode_streams(streams, self.streams, thread_id)), remember=True,
         )
 
     # ---- list ----------------------------------------------------------------------
@@ -124,7 +124,7 @@ class ReadPlans(PlanBase):
         """A list reply's blobs: {cursor, streams, blobs, item, ...} ({cursor} alone when empty)."""
         if len(reply) < 3:
             return _ReplyBlobs([], {})
-        return _ReplyBlobs(reply[2], values_.decode_streams(reply[1], self._streams, thread_id))
+        return _ReplyBlobs(reply[2], values_.decode_streams(reply[1], self.streams, thread_id))
 
     def _plan_list_all(self, fargs: list[bytes], before_id: str | None, limit: int | None) -> Plan[None]:
         threads = yield from self._plan_live_threads()
@@ -180,7 +180,7 @@ class ReadPlans(PlanBase):
         cid = get_checkpoint_id(config) or ""
         for ch in chans:
             _str(ch, "channel name")
-        if self._integrity is not None:
+        if self.integrity is not None:
             # the script walks the parent links itself, unchecked: with a key, the walk goes
             # through checked checkpoints, one get_tuple each (BaseCheckpointSaver's own way)
             return (yield from self._plan_delta_walk(config, chans))
@@ -199,7 +199,7 @@ class ReadPlans(PlanBase):
                 # deleted) between two calls of the walk; a history without its seed would
                 # rebuild a wrong state, so the answer is the absent thread's
                 return {c: {"writes": []} for c in chans}
-            streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self._streams, thread_id)
+            streams = values_.decode_streams(reply[4] if len(reply) > 4 else [], self.streams, thread_id)
             pages.append(ancestors)
             for ch, blob in codec.pairs(seeds):
                 result[ch.decode()] = {

@@ -51,39 +51,66 @@ class WritePlans(LifecyclePlans):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Plan[RunnableConfig]:
-        conf = _configurable(config)
-        thread_id = _thread_id(conf)
-        ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
-        parent = conf.get("checkpoint_id") or ""
-        _str(parent, "config checkpoint_id")
-        if not isinstance(checkpoint, dict) or "id" not in checkpoint:
-            raise TypeError("checkpoint must be a Checkpoint dict with an 'id'")
-        cid = _str(checkpoint["id"], "checkpoint['id']")
-        if not cid:
-            raise ValueError("checkpoint['id'] must not be empty")
-        if cid == parent:
-            raise ValueError(
-                f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)"
+        thread_id, ns, parent, cid, c, values, versions, md = _put_input(config, checkpoint, metadata, new_versions)
+        cp_type, cp_bytes, md_type, md_bytes, flt = self._encode_checkpoint(c, versions, md)
+        serialized = self._serialize_values(new_versions, values)
+        run_id = md.get("run_id")
+        delta = md.get("counters_since_delta_snapshot") or {}
+        parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
+        parts: list[Any] = [
+            parent,
+            cp_type,
+            cp_bytes,
+            md_type,
+            md_bytes,
+            [x for ch, ver in versions.items() for x in (ch, str(ver))],
+            flt,
+            "" if run_id is None else str(run_id),
+            [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
+            [str(x) for kv in parents.items() for x in kv] if parents else [],
+        ]
+        if self.integrity is not None:
+            tags = self.integrity.cp_tags(("c", thread_id, ns, cid), parts, parent)
+            parts[1] = join_type(cp_type, tags)
+        record = codec.checkpoint_record(parts)
+        head: list[Any] = self._header(thread_id) + [
+            ns,
+            cid,
+            parent,
+            record,
+            self.history,
+            "1" if self.fencing else "0",
+            # the chain entry: with compression off a new thread keeps them (delta history then
+            # reads ~300 bytes per ancestor, not its record); else none (put.lua builds one from
+            # the record for a thread that keeps them: an older format's, or one started so)
+            b"" if self.compress else _chain_entry(parent, versions),
+        ]
+        keys = self.keys.thread_keys(thread_id)
+        args, appends = self._blob_args(thread_id, ns, serialized, True)
+        cleaned = yield Call("put", keys, head + args, self.wait)
+        if cleaned == Put.STREAMS_MOVED:
+            # a stream this worker appended to changed or went since it last saw it (another
+            # worker wrote the channel): nothing was written; new streams cannot conflict
+            args, appends = self._blob_args(thread_id, ns, serialized, False)
+            cleaned = yield Call("put", keys, head + args, self.wait)
+        if cleaned == Put.THREAD_GONE:
+            self.streams.drop_thread(thread_id)
+            raise self._evicted(
+                thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
             )
-        if not isinstance(new_versions, dict):
-            raise TypeError("new_versions must be a dict")
-        if not isinstance(metadata, dict):
-            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
-        _str_keys(metadata, "metadata")
-        c: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = c.pop("channel_values", None) or {}
-        if not isinstance(values, dict):
-            raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
-        versions = c.get("channel_versions") or {}
-        if not isinstance(versions, dict):
-            raise TypeError(f"checkpoint['channel_versions'] must be a dict, got {type(versions).__name__}")
-        _str_keys(versions, "checkpoint['channel_versions']")
-        try:
-            md = get_checkpoint_metadata(config, metadata)
-        except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
-            raise TypeError(
-                f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
-            ) from None
+        for a, (ch, *_rest) in appends:
+            self.streams.put((thread_id, ns, ch), a.known)
+        if cleaned == Put.PRUNE_IN_PAGES:
+            # history="latest" on a thread too large to clean in one bounded call (written
+            # with "full" before): prune it in pages; later puts keep it latest-only
+            yield from self._plan_prune_paged(thread_id)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _encode_checkpoint(
+        self, c: dict[str, Any], versions: dict[str, Any], md: CheckpointMetadata
+    ) -> tuple[bytes, bytes, bytes, bytes, Any]:
+        """A put's checkpoint (without its values) and metadata as the record stores them:
+        (checkpoint type, bytes, metadata type, bytes, the filter part)."""
         # the record's versions part holds channel_versions and its key the id: with compression
         # on, the serialized checkpoint leaves both out (~180 bytes) and reads put them back
         # (VERSIONS_MARK). What is left is small (~250 bytes: zstd saves little there at ~4 us
@@ -102,6 +129,10 @@ class WritePlans(LifecyclePlans):
             md_type, md_bytes = codec.MD_IN_FILTER, b""
         else:
             md_type, md_bytes = values_.encode_plain(*self.serde.dumps_typed(md), self.compress)
+        return cp_type, cp_bytes, md_type, md_bytes, flt
+
+    def _serialize_values(self, new_versions: ChannelVersions, values: dict[str, Any]) -> list[Serialized]:
+        """Each new channel version with its value serialized (None: the channel holds none)."""
         dumps = self.serde.dumps_typed
         serialized: list[Serialized] = []
         for ch, ver in new_versions.items():
@@ -114,57 +145,7 @@ class WritePlans(LifecyclePlans):
                 serialized.append((ch, enc(ch), v, (ty.encode(), data)))
             else:
                 serialized.append((ch, enc(ch), v, None))
-        run_id = md.get("run_id")
-        delta = md.get("counters_since_delta_snapshot") or {}
-        parents = md.get("parents") if isinstance(md.get("parents"), dict) else {}
-        parts: list[Any] = [
-                parent,
-                cp_type,
-                cp_bytes,
-                md_type,
-                md_bytes,
-                [x for ch, ver in versions.items() for x in (ch, str(ver))],
-                flt,
-                "" if run_id is None else str(run_id),
-                [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
-                [str(x) for kv in parents.items() for x in kv] if parents else [],
-        ]
-        if self._integrity is not None:
-            tags = self._integrity.cp_tags(("c", thread_id, ns, cid), parts, parent)
-            parts[1] = join_type(cp_type, tags)
-        record = codec.checkpoint_record(parts)
-        head = self._header(thread_id) + [
-            ns,
-            cid,
-            parent,
-            record,
-            self.history,
-            "1" if self.fencing else "0",
-            # the chain entry: with compression off a new thread keeps them (delta history then
-            # reads ~300 bytes per ancestor, not its record); else none (put.lua builds one from
-            # the record for a thread that keeps them: an older format's, or one started so)
-            b"" if self.compress else _chain_entry(parent, versions),
-        ]
-        keys = self.keys.thread_keys(thread_id)
-        args, appends = self._blob_args(thread_id, ns, serialized, True)
-        cleaned = yield Call("put", keys, head + args, self._wait)
-        if cleaned == Put.STREAMS_MOVED:
-            # a stream this worker appended to changed or went since it last saw it (another
-            # worker wrote the channel): nothing was written; new streams cannot conflict
-            args, appends = self._blob_args(thread_id, ns, serialized, False)
-            cleaned = yield Call("put", keys, head + args, self._wait)
-        if cleaned == Put.THREAD_GONE:
-            self._streams.drop_thread(thread_id)
-            raise self._evicted(
-                thread_id, f"put continues from checkpoint {parent!r}, which the thread no longer holds"
-            )
-        for a, (ch, *_rest) in appends:
-            self._streams.put((thread_id, ns, ch), a.known)
-        if cleaned == Put.PRUNE_IN_PAGES:
-            # history="latest" on a thread too large to clean in one bounded call (written
-            # with "full" before): prune it in pages; later puts keep it latest-only
-            yield from self._plan_prune_paged(thread_id)
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+        return serialized
 
     def _blob_args(
         self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool
@@ -177,7 +158,7 @@ class WritePlans(LifecyclePlans):
         channels get one at every step)."""
         args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
-        integ = self._integrity
+        integ = self.integrity
         extra = len(MARK) + TEXT_TAG if integ is not None else 0
         for item in serialized:
             ch, ch_e, v, typed = item
@@ -188,7 +169,7 @@ class WritePlans(LifecyclePlans):
             if self.compress:
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
-                known = self._streams.get((thread_id, ns, ch)) if cached and big else None
+                known = self.streams.get((thread_id, ns, ch)) if cached and big else None
                 rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known, extra)
                 if app is not None:
                     appends.append((app, item))
@@ -202,7 +183,7 @@ class WritePlans(LifecyclePlans):
                 if t.endswith(values_.STREAM_MARK) and app is not None:
                     # a stream value: its ops and a running hash of its stream (its new bytes hashed)
                     covered, st = values_.stream_covered(app.known.ops, app.known.stream, known and known.stream)
-                    app.known = app.known._replace(stream=st)
+                    app.known = values_.Known(st, app.known.ops, app.known.value)
                 rec = codec.blob_record(join_text(t, integ.tag(("v", thread_id, ns, ch, v, t), covered)), stored)
             args.append(rec)
         args[0] = (len(args) - 1) // 2
@@ -241,9 +222,9 @@ class WritePlans(LifecyclePlans):
                 widx = idx
             ty_b, data = values_.encode_plain(*dumps(value), self.compress)
             ch_b, idx_b = ch.encode(), b"%d" % widx
-            if self._integrity is not None:
+            if self.integrity is not None:
                 where = ("w", thread_id, ns, cid, task_b, idx_b, ch_b, path_b, ty_b)
-                ty_b = join_type(ty_b, self._integrity.tag(where, data))
+                ty_b = join_type(ty_b, self.integrity.tag(where, data))
             record = codec.write_record(task_b, ch_b, ty_b, data, path_b, idx_b)
             argv += [tag + _idx8(widx), record]
         if len(argv) == fixed:
@@ -252,11 +233,11 @@ class WritePlans(LifecyclePlans):
         if self.ttl.ttl_ms == 0:
             # the steady state: 2 keys instead of 11; nil = nothing written, the thread's
             # index or expiry needs the full call (e.g. its first write, before any put)
-            stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self._wait)
+            stored = yield Call("put_writes+lean", self.keys.lean_keys(thread_id), argv, self.wait)
             if stored is not None:
                 return None
-        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self._wait)) == PutWrites.FORGOTTEN:
-            self._streams.drop_thread(thread_id)
+        if (yield Call("put_writes", self.keys.thread_keys(thread_id), argv, self.wait)) == PutWrites.FORGOTTEN:
+            self.streams.drop_thread(thread_id)
             raise self._evicted(thread_id, f"put_writes to checkpoint {cid!r}: the thread lost a key and was forgotten")
         return None
 
@@ -267,3 +248,45 @@ class WritePlans(LifecyclePlans):
         return bool(reply == Pin.DONE)
 
 
+
+
+def _put_input(
+    config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+) -> tuple[str, str, str, str, dict[str, Any], dict[str, Any], dict[str, Any], CheckpointMetadata]:
+    """put's arguments checked (a clear error before anything is sent): thread id, namespace,
+    parent id, checkpoint id, the checkpoint without its values (a copy), its values, its
+    channel versions, and the metadata the checkpoint stores (the config's merged in)."""
+    conf = _configurable(config)
+    thread_id = _thread_id(conf)
+    ns = _str(conf.get("checkpoint_ns", "") or "", "checkpoint_ns")
+    parent = conf.get("checkpoint_id") or ""
+    _str(parent, "config checkpoint_id")
+    if not isinstance(checkpoint, dict) or "id" not in checkpoint:
+        raise TypeError("checkpoint must be a Checkpoint dict with an 'id'")
+    cid = _str(checkpoint["id"], "checkpoint['id']")
+    if not cid:
+        raise ValueError("checkpoint['id'] must not be empty")
+    if cid == parent:
+        raise ValueError(
+            f"checkpoint {cid!r} cannot be its own parent (config checkpoint_id is the new checkpoint's id)"
+        )
+    if not isinstance(new_versions, dict):
+        raise TypeError("new_versions must be a dict")
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+    _str_keys(metadata, "metadata")
+    c: dict[str, Any] = dict(checkpoint)
+    values: dict[str, Any] = c.pop("channel_values", None) or {}
+    if not isinstance(values, dict):
+        raise TypeError(f"checkpoint['channel_values'] must be a dict, got {type(values).__name__}")
+    versions = c.get("channel_versions") or {}
+    if not isinstance(versions, dict):
+        raise TypeError(f"checkpoint['channel_versions'] must be a dict, got {type(versions).__name__}")
+    _str_keys(versions, "checkpoint['channel_versions']")
+    try:
+        md = get_checkpoint_metadata(config, metadata)
+    except AttributeError as exc:  # the config's "metadata" / "configurable" is not a dict of str keys
+        raise TypeError(
+            f"config['metadata'] and config['configurable'] must be dicts with str keys: {exc}"
+        ) from None
+    return thread_id, ns, parent, cid, c, values, versions, md
