@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import random
 import shutil
 import subprocess
@@ -71,6 +72,10 @@ class Report:
     slowest: tuple[float, str] = (0.0, "")
     moved_slots: int = 0
     half_moved: int = 0
+    started: float = field(default_factory=time.monotonic)
+    during_rounds: int = 0  # calls that ended while the rounds ran (the slow round apart)
+    rounds_s: float = 0.0  # how long the rounds took
+    window_s: float = 0.0  # from the slow round's first slot opened to its last slot moved
     seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -79,6 +84,8 @@ class Report:
             "wrong_reads": len(self.wrong_reads), "lost_writes": len(self.lost), "damaged": len(self.damaged),
             "leaks": len(self.leaks), "slowest_s": round(self.slowest[0], 3), "slowest_call": self.slowest[1],
             "moved_slots": self.moved_slots, "half_moved_slots": self.half_moved, "seconds": round(self.seconds, 1),
+            "rounds_s": round(self.rounds_s, 2), "calls_during_rounds": self.during_rounds,
+            "slow_window_s": round(self.window_s, 2),
         }  # fmt: skip
 
 
@@ -101,7 +108,8 @@ class Api:
         with self.lock:
             self.report.ops[op] += 1
             if took > self.report.slowest[0]:
-                self.report.slowest = (took, f"{op} {_thread_of(op, args)}")
+                at = f"ended {t0 + took - self.report.started:.1f} s in"
+                self.report.slowest = (took, f"{op} {_thread_of(op, args)} {at}")
         return res
 
 
@@ -214,27 +222,81 @@ async def work(api: Api, threads: list[Thread], stop: list[float], seed: int) ->
 
 
 def _cli(cluster: Any) -> str:
-    cli = shutil.which("redis-cli")
+    """The redis-cli beside the cluster's server binary when its package ships one, else the one on PATH."""
+    here = os.path.dirname(cluster.binary or "")
+    cli = shutil.which("redis-cli", path=here + os.pathsep + os.environ.get("PATH", ""))
     if cli is None:
         raise FileNotFoundError("redis-cli not found")
     return cli
 
 
-def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> None:
-    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next
-    (a primary emptied so stays one: Redis 7 would make it a replica of the node that took its
-    last slot, unless ``cluster-allow-replica-migration`` is off)."""
+def _keep_primaries(cluster: Any) -> list[int]:
+    """The primaries' ports; a primary emptied by a round stays one (Redis 7 and Valkey make it a
+    replica of the node that took its last slot, unless ``cluster-allow-replica-migration`` is off)."""
     for node in cluster.live_nodes():
         node.command("CONFIG", "SET", "cluster-allow-replica-migration", "no")
-    primaries = sorted({int(row[2][1]) for row in cluster.slots()})
+    return sorted({int(row[2][1]) for row in cluster.slots()})
+
+
+def reshard_rounds(cluster: Any, rounds: int, slots: int, report: Report) -> None:
+    """``rounds`` redis-cli reshard rounds of ``slots`` slots, each from one primary to the next."""
+    primaries = _keep_primaries(cluster)
     for i in range(rounds):
         src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
         cmd = [_cli(cluster), "--cluster", "reshard", f"{src.host}:{src.port}", "--cluster-from", node_id(src),
                "--cluster-to", node_id(dst), "--cluster-slots", str(slots), "--cluster-yes"]  # fmt: skip
+        before = len(_served(dst))
         res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise RuntimeError(f"reshard failed: {res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+        if len(_served(dst)) - before != slots:  # the redis-cli of another version did its job
+            raise RuntimeError(f"reshard moved {len(_served(dst)) - before} slots, not {slots}: {res.stdout[-2000:]}")
         report.moved_slots += slots
+
+
+def _owned(cluster: Any, port: int, count: int) -> list[tuple[int, int]]:
+    """The first ``count`` slots the primary on ``port`` serves, as (first, last) ranges."""
+    ranges = sorted((int(r[0]), int(r[1])) for r in cluster.slots() if int(r[2][1]) == port)
+    out = []
+    for first, last in ranges:
+        if count <= 0:
+            break
+        last = min(last, first + count - 1)
+        out.append((first, last))
+        count -= last - first + 1
+    return out
+
+
+def atomic_rounds(cluster: Any, rounds: int, slots: int, report: Report, timeout: float = 300.0) -> None:
+    """``rounds`` atomic slot migrations (Valkey 9's ``CLUSTER MIGRATESLOTS``) of ``slots`` slots
+    each, from one primary to the next; each round waits until the target serves them all, and
+    fails on a job the source reports failed or cancelled (``CLUSTER GETSLOTMIGRATIONS``)."""
+    primaries = _keep_primaries(cluster)
+    for i in range(rounds):
+        src, dst = cluster.node(primaries[i % 3]), cluster.node(primaries[(i + 1) % 3])
+        ranges = _owned(cluster, src.port, slots)
+        args = [x for r in ranges for x in r]
+        reply = src.command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", *args, "NODE", node_id(dst))
+        if reply not in (b"OK", "OK"):
+            raise RuntimeError(f"CLUSTER MIGRATESLOTS on {src.port}: {reply!r}")
+        wanted = {s for first, last in ranges for s in range(first, last + 1)}
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = repr(src.command("CLUSTER", "GETSLOTMIGRATIONS"))
+            if "failed" in jobs or "cancelled" in jobs:
+                raise RuntimeError(f"atomic migration failed: {jobs[-2000:]}")
+            if not wanted - _served(dst):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"atomic migration not done after {timeout} s: {jobs[-2000:]}")
+            time.sleep(0.05)
+        report.moved_slots += len(wanted)
+
+
+def _served(node: Any) -> set[int]:
+    """The slots ``node`` serves as primary, as it sees the map."""
+    rows: Any = node.command("CLUSTER", "SLOTS")
+    return {s for r in rows if int(r[2][1]) == node.port for s in range(int(r[0]), int(r[1]) + 1)}
 
 
 def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: Report) -> None:
@@ -243,6 +305,7 @@ def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: R
 
     slots = sorted({key_slot(thread_tag(t)) for t in tids})[:count]
     moves = [SlotMove(cluster, s) for s in slots]
+    t0 = time.monotonic()
     for m in moves:
         m.open()
         keys = m.keys()
@@ -251,6 +314,7 @@ def slow_round(cluster: Any, tids: list[str], count: int, hold: float, report: R
     time.sleep(hold)
     for m in moves:
         m.finish()
+    report.window_s = time.monotonic() - t0
 
 
 def check(saver: Any, client: Any, prefix: str, threads: list[Thread], report: Report) -> None:
@@ -321,6 +385,7 @@ class Plan:
     slow_slots: int = 32
     hold: float = 2.0
     settle: float = 1.0  # seconds of load before the first round and after the last
+    atomic: bool = False  # rounds by CLUSTER MIGRATESLOTS (Valkey 9) instead of redis-cli reshard
 
 
 def run(cluster: Any, plan: Plan, prefix: str = "rs") -> Report:
@@ -353,7 +418,11 @@ def run(cluster: Any, plan: Plan, prefix: str = "rs") -> Report:
         w.start()
     try:
         time.sleep(plan.settle)
-        reshard_rounds(cluster, plan.rounds, plan.round_slots, report)
+        with lock:
+            before, r0 = sum(report.ops.values()), time.monotonic()
+        (atomic_rounds if plan.atomic else reshard_rounds)(cluster, plan.rounds, plan.round_slots, report)
+        with lock:
+            report.during_rounds, report.rounds_s = sum(report.ops.values()) - before, time.monotonic() - r0
         tids = [t.tid for ts in [*sync_threads, *per_task] for t in ts if t.ids and not t.broken]
         slow_round(cluster, tids, plan.slow_slots, plan.hold, report)
         time.sleep(plan.settle)

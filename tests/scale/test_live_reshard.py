@@ -37,3 +37,35 @@ def test_a_live_reshard_fails_no_call_and_loses_nothing():
     assert not report.damaged, report.damaged[:10]
     assert not report.leaks, report.leaks[:10]
     assert report.slowest[0] < SMALL.hold + 2.0, report.slowest
+
+
+def _valkey9() -> str:
+    from devkit.matrix import CACHE, Unavailable, find
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        return find("valkey-9").binary
+    except Unavailable as e:
+        pytest.skip(f"valkey-9 not available: {e}")
+
+
+def test_valkey_atomic_slot_migrations_under_load_fail_no_call_and_lose_nothing():
+    plan = R.Plan(
+        sync_workers=2, sync_threads=6, tasks=8, async_threads=80, rounds=3, round_slots=2000, slow_slots=6,
+        hold=2.0, settle=1.0, atomic=True,
+    )  # fmt: skip
+    cluster = start_cluster(masters=3, replicas_per_master=0, binary=_valkey9())
+    try:
+        report = R.run(cluster, plan, prefix="atomic")
+    finally:
+        cluster.stop()
+    summary = report.summary()
+    print(f"\nvalkey atomic reshard: {summary}\nhalfway: {report.halfway[:5]}")
+    assert summary["calls"] > 500 and report.moved_slots == 6000 and report.half_moved == 6
+    assert report.during_rounds > 0  # calls were served while the slots moved atomically
+    assert not report.errors, report.errors[:10]
+    assert not report.wrong_reads, report.wrong_reads[:10]
+    assert not report.lost, report.lost[:10]
+    assert not report.damaged, report.damaged[:10]
+    assert not report.leaks, report.leaks[:10]
+    assert report.slowest[0] < plan.hold + 2.0, report.slowest
