@@ -12,9 +12,10 @@ key by key (the redis-cli beside the server if its package ships one, else the o
 Valkey 9's atomic ``CLUSTER MIGRATESLOTS`` (the default on ``valkey-9.1``). The slow round
 always holds slots half-moved key by key.
 
-Prints the report: calls, errors surfaced, scripts stopped halfway (apart), wrong reads, lost
+Prints the report: calls, errors surfaced, scripts stopped halfway, wrong reads, lost
 writes, damaged threads, leaks, the slowest call, and the first few of each kind. Exit status 1
-when any count but the halfway one is not 0. ``BENCH_DEBUG=1`` prints the first errors'
+when any count is not 0 or a call took longer than the slow round's measured half-moved
+window + 2 s. ``BENCH_DEBUG=1`` prints the first errors'
 tracebacks. tests/scale/test_live_reshard.py runs a small one.
 """
 
@@ -65,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {line}")
     if os.environ.get("BENCH_DEBUG"):
         print("\n".join(report.traces))
-    bad = ("errors", "wrong_reads", "lost_writes", "damaged", "leaks")
-    return 1 if any(summary[k] for k in bad) or summary["slowest_s"] > args.hold + 2 else 0
+    bad = ("errors", "halfway", "wrong_reads", "lost_writes", "damaged", "leaks")
+    # the target: no call slower than the half-moved window + 2 s; the window as measured (under
+    # load, opening and finishing the slow round's slots adds to the hold)
+    return 1 if any(summary[k] for k in bad) or summary["slowest_s"] > max(args.hold, report.window_s) + 2 else 0
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 ``compress=False`` and run ids) and an AsyncRedisSaver with many tasks keep working while
 ``redis-cli --cluster reshard`` moves slots and a slow round holds slots half-moved for 2 s.
 Every call succeeds, no read is wrong, nothing acknowledged is lost, no thread is damaged, no
-key leaks, and no call takes longer than the half-moved window + 2 s. The full version is
-``python -m bench.reshard``. Scripts stopped halfway by a migration ("non local key") are
-counted apart and printed, not asserted here: the scripts themselves must avoid them.
+key leaks, no script stops halfway ("non local key"), and no call takes longer than the
+half-moved window + 2 s (the window as measured: on a loaded machine opening and finishing the
+slow round's slots adds to its hold). The full version is ``python -m bench reshard``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def test_a_live_reshard_fails_no_call_and_loses_nothing():
     assert not report.lost, report.lost[:10]
     assert not report.damaged, report.damaged[:10]
     assert not report.leaks, report.leaks[:10]
-    assert report.slowest[0] < SMALL.hold + 2.0, report.slowest
+    assert not report.halfway, report.halfway[:10]
+    assert report.slowest[0] < max(SMALL.hold, report.window_s) + 2.0, (report.slowest, report.window_s)
 
 
 def _valkey9() -> str:
@@ -68,4 +69,5 @@ def test_valkey_atomic_slot_migrations_under_load_fail_no_call_and_lose_nothing(
     assert not report.lost, report.lost[:10]
     assert not report.damaged, report.damaged[:10]
     assert not report.leaks, report.leaks[:10]
-    assert report.slowest[0] < plan.hold + 2.0, report.slowest
+    assert not report.halfway, report.halfway[:10]
+    assert report.slowest[0] < max(plan.hold, report.window_s) + 2.0, (report.slowest, report.window_s)
