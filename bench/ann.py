@@ -147,7 +147,7 @@ def main() -> None:
                     got = [x.key for x in s.search(NS, query=q, limit=10)]
                     ts.append(time.perf_counter() - t)
                     rec.append(len(set(got) & set(want)) / 10)
-                scans = s._cfg.vset_stats["scans"]  # searches that fell back to the scan (expected: none)
+                scans = s._cfg.state.vset_stats["scans"]  # searches that fell back to the scan (expected: none)
                 print(f"| {name} | {pct(ts, 0.5) * 1e3:.2f} / {pct(ts, 0.95) * 1e3:.2f} |"
                       f" {statistics.mean(rec):.3f}{f' ({scans} scans)' if scans else ''} |")
 

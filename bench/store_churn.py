@@ -105,7 +105,7 @@ def main() -> None:
             agree = total = 0
             for s in (inc, inv):  # the caches fill (a cold scan each)
                 s.search(NS, query=text(rng), limit=10)
-            patches, fills = inc._cfg.vcache.patches, inc._cfg.vcache.fills  # type: ignore[union-attr]
+            patches, fills = inc._cfg.state.vcache.patches, inc._cfg.state.vcache.fills  # type: ignore[union-attr]
             for r in range(args.rounds):
                 key = f"m{rng.randrange(have)}" if r % 2 else f"new{size}-{r}"
                 t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 inc.search(NS, query=text(rng), limit=10)
                 times["no writes"].append(time.perf_counter() - t0)
-            vc = inc._cfg.vcache
+            vc = inc._cfg.state.vcache
             assert vc is not None
             print(f"\n{have:,} items (loaded in {load:.1f} s); put p50 / p95 {ms(puts)} ms; "
                   f"recall@10 {agree / max(1, total):.3f} (first and last rounds, against the scan)")

@@ -136,7 +136,7 @@ def main() -> None:
             load = time.perf_counter() - t
             loaded = size
             a, b, recall, same = [], [], [], 0
-            hits0 = vs._cfg.vset_stats["hits"]
+            hits0 = vs._cfg.state.vset_stats["hits"]
             for q in queries:
                 t = time.perf_counter()
                 got = vs.search(ns, query=q, limit=10)
@@ -146,7 +146,7 @@ def main() -> None:
                 b.append(time.perf_counter() - t)
                 recall.append(len({x.key for x in got} & {x.key for x in want}) / 10)
                 same += [(x.key, x.score) for x in got] == [(x.key, x.score) for x in want]
-            hits = vs._cfg.vset_stats["hits"] - hits0
+            hits = vs._cfg.state.vset_stats["hits"] - hits0
             mem = r.info("memory")["used_memory"] / 2**20
             print(
                 f"| {size:,} | {pct(a, 0.5) * 1e3:.2f} / {pct(a, 0.95) * 1e3:.2f} | {pct(b, 0.5) * 1e3:.1f} / "

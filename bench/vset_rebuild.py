@@ -85,7 +85,7 @@ def main() -> None:
             stop.set()
             th.join()
             assert status == "done", status
-            same, hits0 = 0, vs._cfg.vset_stats["hits"]
+            same, hits0 = 0, vs._cfg.state.vset_stats["hits"]
             queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(10)]
             for q in queries:
                 got, want = vs.search(ns, query=q, limit=10), old.search(ns, query=q, limit=10)
@@ -93,7 +93,7 @@ def main() -> None:
             print(
                 f"| {budget} | {len(pages)} | {total:.2f} | {statistics.median(pages) * 1e3:.1f} / "
                 f"{max(pages) * 1e3:.1f} | {worst.value * 1e3:.1f} | {same}/{len(queries)} "
-                f"({vs._cfg.vset_stats['hits'] - hits0}) |",
+                f"({vs._cfg.state.vset_stats['hits'] - hits0}) |",
                 flush=True,
             )
         for k in r.scan_iter(match=prefix + "*"):

@@ -22,7 +22,7 @@ from . import _semantics as sem
 from . import _vcache, _vset
 from ._keys import STORE_FORMAT, StoreKeys
 from ._plans import Prepared
-from ._records import Config
+from ._records import Config, StoreState
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -150,12 +150,18 @@ class RedisStoreBase(Shell, BaseStore):
         if isinstance(vector_cache_bytes, bool) or not isinstance(vector_cache_bytes, int) or vector_cache_bytes < 0:
             raise ValueError(f"vector_cache_bytes must be an int >= 0, got {vector_cache_bytes!r}")
         vcache = _vcache.VectorCache(vector_cache_bytes) if index and _vcache.usable(vector_cache_bytes) else None
-        self._cfg = Config(self.keys, self.serde, shared["compress"], default_ttl, self.index_config, vcache=vcache)
-        self._cfg.ann = ann
-        if shared["integrity_key"] is not None:
-            self._cfg.integrity = Integrity(shared["integrity_key"], shared["prefix"])
-        if not vector_sets:
-            self._cfg.vsets = False
+        integrity_key = shared["integrity_key"]
+        integrity = Integrity(integrity_key, shared["prefix"]) if integrity_key is not None else None
+        self._cfg = Config(
+            self.keys,
+            self.serde,
+            shared["compress"],
+            default_ttl,
+            self.index_config,
+            ann=ann,
+            integrity=integrity,
+            state=StoreState(vsets=None if vector_sets else False, vcache=vcache),
+        )
         self._probe_lock = threading.Lock()  # RedisStore: one thread probes, the others wait
         self._attach(client, shared, None, lua_scripts(functions))
 

@@ -126,7 +126,7 @@ class CachedSearch:
             # the shard was written since the entry's token; the log brought what changed
             if self._patch(reply[1], reply[2], reply[3:]):
                 return False
-        vcache = self.q.cfg.vcache
+        vcache = self.q.cfg.state.vcache
         assert vcache is not None
         vcache.drop(self.ckey, self.entry)
         vcache.misses += 1
@@ -134,7 +134,7 @@ class CachedSearch:
 
     def _patch(self, token: bytes, flat: list[Any], recs: list[Any]) -> bool:
         """Bring the entry up to ``token`` by the change log ``flat``; False: it cannot be."""
-        vcache, entry = self.q.cfg.vcache, self.entry
+        vcache, entry = self.q.cfg.state.vcache, self.entry
         assert vcache is not None
         self.patched += 1
         before, new = entry.nbytes, None
@@ -166,7 +166,7 @@ class CachedSearch:
         return True
 
     def result(self) -> list[tuple[float | None, Found]]:
-        vcache = self.q.cfg.vcache
+        vcache = self.q.cfg.state.vcache
         if vcache is not None:
             vcache.hits += 1
         op = self.q.op

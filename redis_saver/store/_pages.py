@@ -118,7 +118,7 @@ class Query:
         keep = op.offset + op.limit if bounded else None
         shards = cfg.keys.shards_under(op.namespace_prefix)
         eprefix = enc_ns(op.namespace_prefix)
-        cached = cfg.vcache is not None and scored and not op.filter and bool(keep) and len(shards) == 1
+        cached = cfg.state.vcache is not None and scored and not op.filter and bool(keep) and len(shards) == 1
         return cls(
             cfg=cfg,
             op=op,

@@ -176,8 +176,8 @@ def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
 def _base_sequence(cfg: Config, n: int) -> bytes:
     """Microseconds of the client's clock, above the last base this store sent plus its batch:
     sequences follow the order of the calls (and of the puts in one batch) across shards."""
-    now = max(time.time_ns() // 1000, cfg.clock[0] + 1)
-    cfg.clock[0] = now + n
+    now = max(time.time_ns() // 1000, cfg.state.clock[0] + 1)
+    cfg.state.clock[0] = now + n
     return str(now).encode()
 
 
@@ -193,7 +193,7 @@ def probe_plan(cfg: Config) -> Plan[bool]:
 def write_format(cfg: Config) -> str:
     """ARGV[1] of store_write / store_delete: the store format, "v" when the server keeps vector
     sets, "vh<M>:<EF>" when the sets it makes get those HNSW parameters (``ann_index_config``)."""
-    if not cfg.vsets:
+    if not cfg.state.vsets:
         return STORE_FORMAT
     return vset_format(cfg.ann[:2] if cfg.ann else None)
 

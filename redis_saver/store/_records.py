@@ -1,5 +1,6 @@
-"""The store's settings as the plans read them (``Config``) and its records as replies carry them:
-an item's record decoded (value, timestamps, ttl), a vector packed as the scripts store it."""
+"""The store's settings as the plans read them (``Config``, which holds its runtime state,
+``StoreState``) and its records as replies carry them: an item's record decoded (value,
+timestamps, ttl), a vector packed as the scripts store it."""
 
 from __future__ import annotations
 
@@ -24,20 +25,30 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
+class StoreState:
+    """The store's runtime state, the one mutable object its ``Config`` holds: the clock of
+    item timestamps, the probe's answer whether the server keeps vector sets, the counts of
+    searches the sets answered, and the vector cache."""
+
+    clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
+    vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
+    vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
+    vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
+
+
+@dataclass(frozen=True)
 class Config:
-    """The store's settings the plans read."""
+    """The store's settings the plans read (frozen), and its runtime state (``StoreState``), the
+    one mutable object it holds."""
 
     keys: StoreKeys
     serde: SerializerProtocol
     compress: bool
     refresh_in_read: bool  # "G" reads (the +rw variant) rather than "g" and a refresh write when needed
     index: dict[str, Any] | None  # IndexConfig with "__tokenized_fields", or None
-    clock: list[int] = field(default_factory=lambda: [0])  # the last base sequence sent
-    vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
-    vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
     ann: tuple[int, int, int] | None = None  # opt-in approximate search: (M, ef_construction, ef_search)
-    vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
     integrity: Integrity | None = None  # integrity_key: each item's type holds a tag of its namespace and key
+    state: StoreState = field(default_factory=StoreState)
 
 
 def pack_vector(v: Sequence[float]) -> bytes:

@@ -224,7 +224,7 @@ class ScoredScan(_Scan):
 
     def _cache_fill(self) -> None:
         """Keep the scan's vectors when every page saw one version token, and the vectors fit."""
-        fill, vcache, ckey = self.fill, self.q.cfg.vcache, self.q.ckey
+        fill, vcache, ckey = self.fill, self.q.cfg.state.vcache, self.q.ckey
         self.fill = None
         if fill is None or vcache is None or ckey is None or len(self.tokens) != 1 or not self.merge.finished:
             return

@@ -59,22 +59,22 @@ class VsetPath:
         # a repeated search in exact mode: a scan instead, to fill the cache (``feed``); the
         # cache remembers this search either way
         self.refill = False
-        if q.ckey is not None and cfg.vcache is not None and not cfg.ann:
-            self.refill = cfg.vcache.repeated(q.ckey) and refill
+        if q.ckey is not None and cfg.state.vcache is not None and not cfg.ann:
+            self.refill = cfg.state.vcache.repeated(q.ckey) and refill
 
     @staticmethod
     def applies(q: Query) -> bool:
         """A server with sets, cosine (VSIM ranks by it), scored, no filter, one shard, a query
         VSIM scores within the bound."""
         cfg, qv = q.cfg, q.qv
-        if qv is None or not (cfg.vsets and q.metric == "cosine" and not q.op.filter and q.keep):
+        if qv is None or not (cfg.state.vsets and q.metric == "cosine" and not q.op.filter and q.keep):
             return False
         return len(q.shards) == 1 and _vset.usable_query(qv)
 
     def failed(self) -> bool:
         """The sets cannot answer exactly: a scan instead (counted)."""
         if self.vs.failed:
-            self.q.cfg.vset_stats["scans"] += 1
+            self.q.cfg.state.vset_stats["scans"] += 1
         return self.vs.failed
 
     def requests(self) -> list[tuple[int, list[bytes]]]:
@@ -94,7 +94,7 @@ class VsetPath:
         if self.refill and vs.phase == "vsim" and not vs.failed:
             # a repeated search, its sets listed: a scan that fills the cache, if their vectors fit
             self.refill = False
-            vcache = self.q.cfg.vcache
+            vcache = self.q.cfg.state.vcache
             assert vcache is not None
             vectors = sum(_vset.set_size(count) for _, count in vs.spaces.values())
             if vectors * vs.dims * 4 <= vcache.max_bytes:
@@ -102,7 +102,7 @@ class VsetPath:
         return self.failed()
 
     def result(self) -> list[tuple[float | None, Found]]:
-        self.q.cfg.vset_stats["hits"] += 1
+        self.q.cfg.state.vset_stats["hits"] += 1
         op = self.q.op
         ranked = self.vs.ranked[op.offset : op.offset + op.limit]
         return [(sc, found(ens, ekey, rec)) for sc, _, _, ens, ekey, rec in ranked]
@@ -121,10 +121,10 @@ class _Search:
         if q.qv is None:
             return Listing(q)
         if q.ckey is not None:
-            vcache = q.cfg.vcache
+            vcache = q.cfg.state.vcache
             assert vcache is not None
             entry = vcache.get(q.ckey)
-            if entry is not None and q.cfg.ann and q.cfg.vsets and len(entry.index) > _vset.ANN_CACHE_ITEMS:
+            if entry is not None and q.cfg.ann and q.cfg.state.vsets and len(entry.index) > _vset.ANN_CACHE_ITEMS:
                 entry = None  # approximate mode: a large prefix goes to the graph (_vset.py)
             if entry is not None:
                 return CachedSearch(q, entry)

@@ -46,13 +46,13 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
     async def _avsets(self) -> None:
         """Async :meth:`RedisStore._vsets`: the first call's probe, which the calls of other
         tasks meanwhile await (shielded: a cancelled caller does not cancel it)."""
-        if self._cfg.vsets is not None:
+        if self._cfg.state.vsets is not None:
             return
         if self._probing is None or self._probing.get_loop() is not asyncio.get_running_loop():  # (a new loop)
             self._probing = asyncio.ensure_future(self._driver.run(probe_plan(self._cfg), "store.probe"))
         probing = self._probing
         try:
-            self._cfg.vsets = await asyncio.shield(probing)
+            self._cfg.state.vsets = await asyncio.shield(probing)
         finally:
             failed = probing.done() and (probing.cancelled() or probing.exception() is not None)
             if failed and self._probing is probing:
@@ -81,7 +81,7 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         """Async :meth:`RedisStore.rebuild_vector_sets`."""
         self._bind()
         await self._avsets()
-        if not self._cfg.vsets:
+        if not self._cfg.state.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
         return await self._driver.run(
             rebuild_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), budget, hnsw), "store.rebuild"

@@ -46,10 +46,10 @@ class RedisStore(SyncShell, RedisStoreBase):
         """Ask the server once whether it keeps vector sets (``probe_plan``): the first call
         asks, calls of other threads meanwhile wait for its answer (a failed probe: the next
         call asks again)."""
-        if self._cfg.vsets is None:
+        if self._cfg.state.vsets is None:
             with self._probe_lock:
-                if self._cfg.vsets is None:
-                    self._cfg.vsets = self._driver.run(probe_plan(self._cfg), "store.probe")
+                if self._cfg.state.vsets is None:
+                    self._cfg.state.vsets = self._driver.run(probe_plan(self._cfg), "store.probe")
 
     def export_items(self, namespace_prefix: Sequence[str] = ()) -> Iterator[StoredItem]:
         """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
@@ -75,7 +75,7 @@ class RedisStore(SyncShell, RedisStoreBase):
         (default: the index's ``ann_index_config``, if any): sets are made with these HNSW
         parameters, and complete sets made with others are made again."""
         self._vsets()
-        if not self._cfg.vsets:
+        if not self._cfg.state.vsets:
             raise ValueError("vector sets are off (vector_sets=False, or the server has no VADD)")
         return self._driver.run(
             rebuild_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), budget, hnsw), "store.rebuild"

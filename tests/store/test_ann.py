@@ -9,6 +9,7 @@ sent, ``vset_stats``, the sets' HNSW M as ``VINFO`` reports it).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import random
@@ -115,7 +116,7 @@ def test_bad_config_is_refused_before_anything_is_written(r8, prefix, bad):
     # the scripts check too, before writing (a client of another build could send them)
     ok = store(r8, prefix)
     ok.put(("ns",), "d0", {"t": "d0"})
-    ok._cfg.ann = (4, 64, 100)
+    ok._cfg = dataclasses.replace(ok._cfg, ann=(4, 64, 100))
     with pytest.raises(ValueError, match="bad HNSW parameters"):
         ok.put(("ns",), "d1", {"t": "d1"})
     assert ok.get(("ns",), "d1") is None
@@ -136,7 +137,7 @@ def test_recall_and_exact_scores_at_defaults(r8, prefix, vsim_calls):
         assert [x.score for x in got] == exact_scores(got, qv)
         assert [x.score for x in got] == sorted((x.score for x in got), reverse=True)
     assert found / (10 * len(QUERIES)) >= 0.9
-    assert s._cfg.vset_stats == {"hits": len(QUERIES), "scans": 0}
+    assert s._cfg.state.vset_stats == {"hits": len(QUERIES), "scans": 0}
     assert vsim_calls and all(c[-2] == "EF" and c[-1] == 100 and "TRUTH" not in c for c in vsim_calls)
 
 
@@ -163,7 +164,7 @@ def test_sets_of_another_m_are_searched_exactly(r8, prefix, vsim_calls):
         got = plain.search(("y",), query=q, limit=10)
         assert [(x.key, x.score) for x in got] == [(x.key, x.score) for x in exact.search(("y",), query=q, limit=10)]
         assert vsim_calls and all("TRUTH" in c for c in vsim_calls)
-    assert ann._cfg.vset_stats["scans"] == plain._cfg.vset_stats["scans"] == 0
+    assert ann._cfg.state.vset_stats["scans"] == plain._cfg.state.vset_stats["scans"] == 0
 
 
 def test_cache_first_when_small(r8, prefix, vsim_calls, monkeypatch):
@@ -172,16 +173,16 @@ def test_cache_first_when_small(r8, prefix, vsim_calls, monkeypatch):
     s, exact = store(r8, prefix, vector_cache_bytes=64 << 20), scan(r8, prefix)
     load(s, ("c",), list(VECS)[:500])
     s.search(("c",), query="q0", limit=2100)  # beyond the sets' window: a scan, which fills the cache
-    assert s._cfg.vset_stats["scans"] == 1 and s._cfg.vcache.fills == 1
+    assert s._cfg.state.vset_stats["scans"] == 1 and s._cfg.state.vcache.fills == 1
     vsim_calls.clear()
     for q in list(QUERIES)[:5]:
         got = s.search(("c",), query=q, limit=10, offset=3)
         want = exact.search(("c",), query=q, limit=10, offset=3)
         assert [(x.key, x.score) for x in got] == [(x.key, x.score) for x in want]
-    assert s._cfg.vcache.hits == 5 and not vsim_calls
+    assert s._cfg.state.vcache.hits == 5 and not vsim_calls
     monkeypatch.setattr(_vset, "ANN_CACHE_ITEMS", 499)
     s.search(("c",), query="q1", limit=10)
-    assert s._cfg.vcache.hits == 5 and s._cfg.vset_stats["hits"] == 1 and vsim_calls
+    assert s._cfg.state.vcache.hits == 5 and s._cfg.state.vset_stats["hits"] == 1 and vsim_calls
 
 
 def test_rebuild_remakes_sets_with_the_m_asked(r8, prefix, vsim_calls):
@@ -199,7 +200,7 @@ def test_rebuild_remakes_sets_with_the_m_asked(r8, prefix, vsim_calls):
         plain.rebuild_vector_sets(("r",), hnsw=(2, 32))
     ann2 = store(r8, prefix, {"m": 24, "ef_construction": 32})
     ann2.search(("r",), query="q0", limit=10)
-    assert "EF" in vsim_calls[-1] and ann2._cfg.vset_stats == {"hits": 1, "scans": 0}
+    assert "EF" in vsim_calls[-1] and ann2._cfg.state.vset_stats == {"hits": 1, "scans": 0}
 
 
 def test_previous_release_writer_takes_the_namespace_out(r8, redis8, prefix, tmp_path):
@@ -233,11 +234,11 @@ def test_previous_release_writer_takes_the_namespace_out(r8, redis8, prefix, tmp
     assert r8.hget(base + b"c", ens) is None and not r8.exists(ann.keys.vset(0, ens))
     got = ann.search(("p",), query="q3", limit=10)
     assert [(x.key, x.score) for x in got] == [(x.key, x.score) for x in exact.search(("p",), query="q3", limit=10)]
-    assert ann._cfg.vset_stats == {"hits": 0, "scans": 1}
+    assert ann._cfg.state.vset_stats == {"hits": 0, "scans": 1}
     assert ann.rebuild_vector_sets(("p",)) == {("p",): "done"}
     assert r8.hget(base + b"c", ens) == b"h16:64:301"
     ann.search(("p",), query="q3", limit=10)
-    assert ann._cfg.vset_stats == {"hits": 1, "scans": 1}
+    assert ann._cfg.state.vset_stats == {"hits": 1, "scans": 1}
 
 
 async def test_async_approximate(redis8, prefix, vsim_calls):
@@ -252,7 +253,7 @@ async def test_async_approximate(redis8, prefix, vsim_calls):
     await s.abatch([PutOp(("a",), k, {"t": k}) for k in keys])
     got = await s.asearch(("a",), query="q2", limit=5)
     assert len(got) == 5 and [x.score for x in got] == exact_scores(got, QUERIES["q2"])
-    assert s._cfg.vset_stats == {"hits": 1, "scans": 0} and "EF" in vsim_calls[-1]
+    assert s._cfg.state.vset_stats == {"hits": 1, "scans": 0} and "EF" in vsim_calls[-1]
     assert await s.arebuild_vector_sets(("a",)) == {("a",): "done"}
     await client.aclose()
 
@@ -276,7 +277,7 @@ def test_cluster_approximate(redis8_cluster):
                 got = s.search(ns, query=q, limit=10)
                 assert [x.score for x in got] == exact_scores(got, qv)
                 found += len({x.key for x in got} & {x.key for x in exact.search(ns, query=q, limit=10)})
-        assert found / 200 >= 0.9 and s._cfg.vset_stats == {"hits": 20, "scans": 0}
+        assert found / 200 >= 0.9 and s._cfg.state.vset_stats == {"hits": 20, "scans": 0}
     finally:
         delete_prefix(client, prefix)
         client.close()

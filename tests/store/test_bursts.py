@@ -51,7 +51,7 @@ async def test_a_burst_of_tasks_on_a_new_async_store(request, where, prefix, pro
         calls += [store.aget(ns, str(i)) for i in range(BURST // 2)]
         results = await asyncio.gather(*calls)
         assert len(results) == BURST and probes == [1]
-        assert store._cfg.vsets is (where == "redis8")
+        assert store._cfg.state.vsets is (where == "redis8")
         items = await store.abatch([*_gets(ns, [0, BURST // 2 - 1])])
         assert [it.value["v"] for it in items] == [0, BURST // 2 - 1]
         assert len(await store.asearch(ns, limit=BURST)) == BURST // 2
@@ -64,7 +64,7 @@ def test_a_burst_of_threads_on_a_new_sync_store(request, where, prefix, probes):
         with ThreadPoolExecutor(32) as pool:
             done = list(pool.map(lambda i: store.put(ns, str(i), {"v": i}), range(BURST)))
         assert len(done) == BURST and probes == [1]
-        assert store._cfg.vsets is (where == "redis8")
+        assert store._cfg.state.vsets is (where == "redis8")
         assert len(store.search(ns, limit=BURST)) == BURST
 
 
@@ -83,7 +83,7 @@ async def test_a_failed_probe_is_asked_again_by_the_next_call(redis_url, prefix,
         results = await asyncio.gather(*[store.aput(("a",), str(i), {}) for i in range(50)], return_exceptions=True)
         assert all(isinstance(r, ConnectionError) for r in results) and probes == [1]
         await store.aput(("a",), "k", {"v": 1})
-        assert probes == [1, 1] and store._cfg.vsets is False
+        assert probes == [1, 1] and store._cfg.state.vsets is False
         assert (await store.aget(("a",), "k")).value == {"v": 1}
 
 

@@ -248,7 +248,7 @@ def test_cache_filled_from_the_scan_answers_as_the_scan(redis_url, prefix, monke
     client = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
     cached, _ = store_with(client, prefix, 150, seed=11)
     scan = RedisStore(client, prefix=prefix, index=cached.index_config, vector_cache_bytes=0)  # type: ignore[arg-type]
-    vc = cached._cfg.vcache
+    vc = cached._cfg.state.vcache
     assert vc is not None
     for q in ("t0", "t2", "t7"):
         for kw in SEARCHES:

@@ -230,7 +230,7 @@ def test_sync_standalone(redis_url, prefix, seed, indexed, scoring, vcache):
     store = RedisStore(client, prefix=prefix, vector_cache_bytes=vcache, **options(indexed))
     assert check(sequence(seed, N, indexed), reference(indexed), store.batch) == 0
     if vcache:
-        assert store._cfg.vcache is not None and store._cfg.vcache.fills > 0  # it was used
+        assert store._cfg.state.vcache is not None and store._cfg.state.vcache.fills > 0  # it was used
     client.close()
 
 
@@ -331,5 +331,5 @@ def test_semantic_pages_keep_the_exact_top(redis_url, prefix, shards, monkeypatc
     assert check(searches, ref, store.batch) == 0
     if vcache and shards == 1 and scoring == "numpy":
         # the searches were answered from the cache (from vector sets on a server with them)
-        assert store._cfg.vcache.hits + store._cfg.vset_stats["hits"] >= 30
+        assert store._cfg.state.vcache.hits + store._cfg.state.vset_stats["hits"] >= 30
     client.close()

@@ -134,7 +134,7 @@ def test_each_distance_scores_as_postgres_on_redis7(client, prefix, distance, pa
         assert len({store.keys.shard(("d", f"n{n}")) for n in range(3)}) > 1
     assert _check_prefix(store, items, distance, path) == QUERIES * 15
     if path == "cache":
-        assert store._cfg.vcache is not None and store._cfg.vcache.hits > 0
+        assert store._cfg.state.vcache is not None and store._cfg.state.vcache.hits > 0
 
 
 def _check_prefix(store: RedisStore, items: dict[str, list[str]], distance: str, path: str) -> int:
@@ -160,7 +160,7 @@ def test_each_distance_scores_as_postgres_on_redis8(client8, prefix, distance, p
     store = _store(client8, prefix, distance, vector_cache_bytes=0 if path == "sets" else 2**24)
     _fill(store, ("d", "n0"))
     assert _check_prefix(store, _items(), distance, path) == QUERIES * 15
-    stats, vcache = store._cfg.vset_stats, store._cfg.vcache
+    stats, vcache = store._cfg.state.vset_stats, store._cfg.state.vcache
     if path == "sets":  # VSIM ranks by cosine: the others scan
         assert (stats["hits"] == 2 * QUERIES) if distance == "cosine" else (stats["hits"] == 0)
     else:
@@ -180,7 +180,7 @@ def test_approximate_search_scores_as_postgres(client8, prefix):
         for r in got:
             assert r.score == pytest.approx(ref[r.key], rel=1e-9, abs=1e-12)
         assert [r.score for r in got] == sorted((r.score for r in got), reverse=True)
-    assert store._cfg.vset_stats["hits"] == QUERIES
+    assert store._cfg.state.vset_stats["hits"] == QUERIES
 
 
 @pytest.mark.parametrize(

@@ -69,10 +69,10 @@ def stores(client: Any, prefix: str) -> tuple[RedisStore, RedisStore, RedisStore
     a = RedisStore(client, prefix=prefix, index=INDEX)
     b = RedisStore(client, prefix=prefix, index=INDEX)
     c = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
-    assert a._cfg.vcache is not None and c._cfg.vcache is None
+    assert a._cfg.state.vcache is not None and c._cfg.state.vcache is None
     a._vsets()
-    if a._cfg.vsets:
-        assert a.search(NS, query="apple") == [] and a._cfg.vcache.fills == 0
+    if a._cfg.state.vsets:
+        assert a.search(NS, query="apple") == [] and a._cfg.state.vcache.fills == 0
     return a, b, c
 
 
@@ -116,7 +116,7 @@ def test_repeated_search_hits_the_cache_in_one_call(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 40)
     b.put(NS, "plain", {"n": 1}, index=False)  # no vectors: after the scored ones
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     check_all(a, c)
     assert vc.fills == 1 and vc.hits == len(QUERIES) - 1
     ops = count_round_trips(a)
@@ -133,7 +133,7 @@ def test_writes_by_another_worker(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 30)
     check_all(a, c)
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     b.put(NS, "new", {"text": "apple melon apple melon"})  # the best match, new
     ops = count_round_trips(a)
     assert "new" in [r[1] for r in check(a, c, "apple melon", limit=10)]
@@ -162,7 +162,7 @@ def test_expiry_and_eviction_without_a_bump(client, prefix):
     fill(b, 5, start=100, ttl=0.002)  # 120 ms
     check_all(a, c)
     base = b.keys.base(0)
-    misses = a._cfg.vcache.misses
+    misses = a._cfg.state.vcache.misses
     time.sleep(0.3)
     check_all(a, c)  # the expired ones are dropped from the cached ranking
     # items gone behind the store's back (maxmemory eviction deletes keys so)
@@ -172,7 +172,7 @@ def test_expiry_and_eviction_without_a_bump(client, prefix):
     got = check(a, c, "apple melon", limit=5)
     assert not set(best[:3]) & {r[1] for r in got}
     check_all(a, c)
-    assert a._cfg.vcache.misses == misses  # none of these bumps the version: the cache answered
+    assert a._cfg.state.vcache.misses == misses  # none of these bumps the version: the cache answered
     # an item's record evicted, its vectors not (and the other way round)
     client.delete(base + b"i:" + enc_ns(NS) + enc(best[3]))
     check_all(a, c)
@@ -220,7 +220,7 @@ def test_two_caches_fed_by_each_other(client, prefix):
             client.delete(b.keys.base(0) + b"i:" + enc_ns(NS) + enc(key))
         q = " ".join(rng.sample(WORDS, 2))
         check(r, c, q, limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 0, 2]))
-    assert a._cfg.vcache.hits and b._cfg.vcache.hits
+    assert a._cfg.state.vcache.hits and b._cfg.state.vcache.hits
 
 
 def test_the_bound(client, prefix):
@@ -228,7 +228,7 @@ def test_the_bound(client, prefix):
     small = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=1000)
     fill(b, 40)
     check(small, c, "apple")
-    assert small._cfg.vcache.fills == 0 and not small._cfg.vcache.entries  # 40 x 8 x 4 > 1000
+    assert small._cfg.state.vcache.fills == 0 and not small._cfg.state.vcache.entries  # 40 x 8 x 4 > 1000
     with pytest.raises(ValueError):
         RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=-1)
 
@@ -245,7 +245,7 @@ def test_a_cached_search_is_one_command_on_the_wire(wire, wire_client, prefix, r
     cmds = [c for c, n in zip(wire.commands, wire.names(), strict=True) if n not in SETUP_COMMANDS]
     assert len(cmds) == 1 and cmds[0][0] in (b"FCALL", b"EVALSHA")
     assert b"c" in cmds[0] and b"s" not in cmds[0]  # the cached read, no scan
-    assert len(got) == 5 and a._cfg.vcache.hits == 1
+    assert len(got) == 5 and a._cfg.state.vcache.hits == 1
 
 
 def test_many_of_the_best_gone(client, prefix):
@@ -256,10 +256,10 @@ def test_many_of_the_best_gone(client, prefix):
     order = [r[1] for r in check(a, c, "apple melon", limit=60)]
     for key in order[:40]:
         client.delete(base + b"i:" + enc_ns(NS) + enc(key))
-    hits = a._cfg.vcache.hits
+    hits = a._cfg.state.vcache.hits
     ops = count_round_trips(a)
     got = check(a, c, "apple melon", limit=3, offset=1)
-    assert a._cfg.vcache.hits == hits + 1 and len(ops) >= 3  # several calls, from the cache
+    assert a._cfg.state.vcache.hits == hits + 1 and len(ops) >= 3  # several calls, from the cache
     assert not set(order[:40]) & {r[1] for r in got}
     check_all(a, c)
 
@@ -329,7 +329,7 @@ def test_maxmemory_eviction():
             check(a, c, q, ref=False, limit=rng.choice([3, 10]), offset=rng.choice([0, 2]))
         evicted = cl.info("stats")["evicted_keys"] - before
         assert evicted > 100, evicted
-        vc = a._cfg.vcache
+        vc = a._cfg.state.vcache
         # misses: only when the token or a candidate's vectors alone were evicted (random)
         assert vc.hits > 0 and vc.patches > 0, (vc.hits, vc.misses, vc.patches)
         cl.close()
@@ -349,20 +349,20 @@ def test_index_keys_evicted(client, prefix, lost):
         client.zrem(base + b"k:" + e, enc(top))
     else:
         client.delete(base + (b"k:" + e if lost == "k" else lost.encode()))
-    hits = a._cfg.vcache.hits
+    hits = a._cfg.state.vcache.hits
     got = check(a, c, "apple melon", ref=False, limit=3)
-    assert top not in [r[1] for r in got] and a._cfg.vcache.hits == hits + 1
+    assert top not in [r[1] for r in got] and a._cfg.state.vcache.hits == hits + 1
     check_all(a, c, ref=False)
     # a new item in the namespace: with q lost, the namespace is listed again and the items its
     # k: kept are found again, though the log names only the new one (the write raises the
     # log's floor: the cache scans)
-    misses = a._cfg.vcache.misses
+    misses = a._cfg.state.vcache.misses
     b.put(NS, "fresh", {"text": "lemon"})
     check_all(a, c, ref=False)
-    assert a._cfg.vcache.misses == misses + (lost == "q")
+    assert a._cfg.state.vcache.misses == misses + (lost == "q")
     b.put(NS, "fresh2", {"text": "lemon kiwi"})
     check_all(a, c, ref=False)
-    assert a._cfg.vcache.misses == misses + (lost == "q")  # patched
+    assert a._cfg.state.vcache.misses == misses + (lost == "q")  # patched
 
 
 def test_data_of_the_previous_release(client, prefix):
@@ -372,7 +372,7 @@ def test_data_of_the_previous_release(client, prefix):
     fill(c, 30)
     w = c.keys.base(0) + b"w"
     client.delete(w)  # the same keys as the previous release's
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     check(a, c, "apple melon", limit=5)
     assert client.get(w) and vc.fills == 0
     check(a, c, "kiwi", limit=5)
@@ -390,19 +390,19 @@ async def test_async_store_uses_the_cache(prefix, client):
     ac = aredis.Redis(host=server["host"], port=server["port"], socket_timeout=5.0)
     a = AsyncRedisStore(ac, prefix=prefix, index=INDEX)
     await a._avsets()
-    if a._cfg.vsets:  # Redis 8: the prefix searched once (from the sets), as in stores()
-        assert await a.asearch(NS, query="apple") == [] and a._cfg.vcache.fills == 0
+    if a._cfg.state.vsets:  # Redis 8: the prefix searched once (from the sets), as in stores()
+        assert await a.asearch(NS, query="apple") == [] and a._cfg.state.vcache.fills == 0
     b = RedisStore(client, prefix=prefix, index=INDEX)
     c = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0)
     fill(b, 40)
     for q, kw in QUERIES * 2:
         got = norm(await a.asearch(NS, query=q, **kw))
         assert got == norm(c.search(NS, query=q, **kw))
-    assert a._cfg.vcache.fills == 1 and a._cfg.vcache.hits == 2 * len(QUERIES) - 1
+    assert a._cfg.state.vcache.fills == 1 and a._cfg.state.vcache.hits == 2 * len(QUERIES) - 1
     b.delete(NS, "k1")
     for q, kw in QUERIES:
         assert norm(await a.asearch(NS, query=q, **kw)) == norm(c.search(NS, query=q, **kw))
-    assert a._cfg.vcache.misses == 0 and a._cfg.vcache.fills == 1 and a._cfg.vcache.patches == 1
+    assert a._cfg.state.vcache.misses == 0 and a._cfg.state.vcache.fills == 1 and a._cfg.state.vcache.patches == 1
     await ac.aclose()
 
 
@@ -415,7 +415,7 @@ def test_redis8_exact_mode_fills_the_cache_from_the_second_search(redis8, prefix
     a = RedisStore(client, prefix=prefix, index=INDEX)
     scan = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=0, vector_sets=False)
     fill(a, 40)
-    vc, sets = a._cfg.vcache, a._cfg.vset_stats
+    vc, sets = a._cfg.state.vcache, a._cfg.state.vset_stats
     check(a, scan, "apple melon")
     assert sets["hits"] == 1 and vc.fills == 0
     check(a, scan, "banana", limit=3)
@@ -432,5 +432,5 @@ def test_redis8_exact_mode_fills_the_cache_from_the_second_search(redis8, prefix
     small = RedisStore(client, prefix=prefix, index=INDEX, vector_cache_bytes=40 * 8 * 4 - 1)
     check_all(small, scan)
     check_all(small, scan)
-    assert small._cfg.vset_stats == {"hits": 2 * len(QUERIES), "scans": 0} and small._cfg.vcache.fills == 0
+    assert small._cfg.state.vset_stats == {"hits": 2 * len(QUERIES), "scans": 0} and small._cfg.state.vcache.fills == 0
     client.close()

@@ -66,7 +66,7 @@ def test_three_caches_and_a_writer(client, prefix):
         r = (a, b, d)[step % 3]
         check(r, c, " ".join(rng.sample(WORDS, 2)), ref=False, limit=rng.choice([1, 3, 10]), offset=rng.choice([0, 2]))
     for s in (a, b, d):
-        vc = s._cfg.vcache
+        vc = s._cfg.state.vcache
         assert vc.fills == 1 and vc.misses == 0 and vc.patches >= 20, (vc.fills, vc.misses, vc.patches)
 
 
@@ -76,7 +76,7 @@ def test_change_log_lost_is_never_taken_for_no_change(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 30)
     check_all(a, c)
-    vc, base = a._cfg.vcache, b.keys.base(0)
+    vc, base = a._cfg.state.vcache, b.keys.base(0)
     log = base + b"l"
     assert client.exists(log)
     client.delete(log)
@@ -87,8 +87,8 @@ def test_change_log_lost_is_never_taken_for_no_change(client, prefix):
     b.put(NS, "k2", {"text": "fig"})  # a new log, floor at the counter before it
     assert "best" in [r[1] for r in check(a, c, "apple melon", limit=3)]
     assert vc.misses == 1
-    if a._cfg.vsets:  # Redis 8: the sets answered that search (no scan), the next one refills
-        assert vc.fills == 1 and a._cfg.vset_stats["hits"] == 1
+    if a._cfg.state.vsets:  # Redis 8: the sets answered that search (no scan), the next one refills
+        assert vc.fills == 1 and a._cfg.state.vset_stats["hits"] == 1
         check(a, c, "kiwi", limit=3)
     assert vc.fills == 2
     b.put(NS, "k3", {"text": "kiwi"})
@@ -107,7 +107,7 @@ def test_change_log_trimmed(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 20)
     check_all(a, c)
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     b.put(NS, "k1", {"text": "apple apple melon"})
     other = RedisStore(client, prefix=prefix)  # no index: fast puts
     other.batch([PutOp(("other",), f"o{i}", {"i": i}) for i in range(CHANGE_LOG - 2)])
@@ -129,7 +129,7 @@ def test_change_budget(client, prefix, monkeypatch):
     a, b, c = stores(client, prefix)
     fill(b, 20)
     check_all(a, c)
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     fill(b, 3, start=50)
     check_all(a, c)
     assert vc.misses == 0 and vc.patches == 1
@@ -145,7 +145,7 @@ def test_changes_under_the_prefix_only(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 20)
     check_all(a, c)
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     text = {"text": "apple melon apple melon"}
     b.put(("mem",), "u1", text)
     b.put(("mem", "u10"), "x", text)
@@ -168,7 +168,7 @@ def test_many_overwrites_compact_the_entry(client, prefix):
     a, b, c = stores(client, prefix)
     fill(b, 40)
     check_all(a, c)
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     first = next(iter(vc.entries.values()))
     for r in range(30):
         b.batch([PutOp(NS, f"k{i}", {"text": f"{WORDS[(i + r) % 10]} {WORDS[r % 10]}"}) for i in range(40)])
@@ -199,7 +199,7 @@ def test_threads_share_one_entry(client, prefix):
             queries = [(" ".join(rng.sample(WORDS, 2)), rng.choice([1, 3, 10])) for _ in range(4)]
             got = list(pool.map(lambda qk: norm(a.search(NS, query=qk[0], limit=qk[1])), queries))
             assert got == [norm(c.search(NS, query=q, limit=k)) for q, k in queries]
-    vc = a._cfg.vcache
+    vc = a._cfg.state.vcache
     assert vc.misses == 0 and vc.fills == 1 and vc.patches >= 25
 
 

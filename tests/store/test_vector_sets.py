@@ -70,7 +70,7 @@ def test_differential_redis8(redis8, prefix, seed, scoring, vcache):  # noqa: F8
     store = RedisStore(client, prefix=prefix, vector_cache_bytes=vcache, **diff.options(True))
     assert check_seq(store, diff.sequence(seed, diff.N, True), diff.reference(True)) == 0
     # tried: small namespaces (fewer scored items than offset + limit) and filters scan
-    assert store._cfg.vsets is True and sum(store._cfg.vset_stats.values()) > 0
+    assert store._cfg.state.vsets is True and sum(store._cfg.state.vset_stats.values()) > 0
     client.close()
 
 
@@ -106,12 +106,12 @@ def test_windows_grow_until_exact(r8, prefix, monkeypatch):
     for q, limit, offset in queries():
         got = vs.search(("d",), query=q, limit=limit, offset=offset)
         assert same(got, ref.search(("d",), query=q, limit=limit, offset=offset))
-    assert vs._cfg.vset_stats["hits"] >= 15
+    assert vs._cfg.state.vset_stats["hits"] >= 15
     monkeypatch.setattr(_vset, "WINDOW_MAX", 2)
-    before = vs._cfg.vset_stats["scans"]
+    before = vs._cfg.state.vset_stats["scans"]
     got = vs.search(("d",), query="apple fig", limit=10)
     assert same(got, ref.search(("d",), query="apple fig", limit=10))
-    assert vs._cfg.vset_stats["scans"] == before + 1
+    assert vs._cfg.state.vset_stats["scans"] == before + 1
 
 
 def _small_first(init):
@@ -134,19 +134,19 @@ def test_deleted_set_falls_back_to_the_scan(r8, prefix, what, functions):
     assert r8.hget(base + b"c", enc_ns(ns)) == b"120"
     assert r8.execute_command("VCARD", vs.keys.vset(0, enc_ns(ns))) == 120
     assert same(vs.search(("u",), query="apple kiwi", limit=5), ref.search(("u",), query="apple kiwi", limit=5))
-    assert vs._cfg.vset_stats == {"hits": 1, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 1, "scans": 0}
     # deleted (or evicted: the same state) behind the store's back
     r8.delete(vs.keys.vset(0, enc_ns(ns)) if what == "set" else base + b"c")
     for q, limit, offset in queries(n=5):
         got = vs.search(("u",), query=q, limit=limit, offset=offset)
         assert same(got, ref.search(("u",), query=q, limit=limit, offset=offset))
-    assert vs._cfg.vset_stats == {"hits": 1, "scans": 5}
+    assert vs._cfg.state.vset_stats == {"hits": 1, "scans": 5}
     # the next write to the namespace takes it out of sets (the set is dropped, not rebuilt)
     vs.put(ns, "new", {"text": "apple"})
     ref.put(ns, "new", {"text": "apple"})
     assert r8.hget(base + b"c", enc_ns(ns)) is None and not r8.exists(vs.keys.vset(0, enc_ns(ns)))
     assert same(vs.search(("u",), query="apple", limit=5), ref.search(("u",), query="apple", limit=5))
-    assert vs._cfg.vset_stats["scans"] == 6
+    assert vs._cfg.state.vset_stats["scans"] == 6
 
 
 def test_set_changed_between_vsim_and_read(r8, prefix, monkeypatch):
@@ -162,7 +162,7 @@ def test_set_changed_between_vsim_and_read(r8, prefix, monkeypatch):
 
     monkeypatch.setattr(_vset.VsetSearch, "feed_pipe", emptied)
     assert same(vs.search(("a",), query="fig", limit=4), ref.search(("a",), query="fig", limit=4))
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 1}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 1}
 
 
 def test_namespaces_made_before_sets_scan(r8, prefix):
@@ -172,19 +172,19 @@ def test_namespaces_made_before_sets_scan(r8, prefix):
     ref = diff.reference(True)
     fill(old, ref, 80, [("p", "old")])
     assert same(vs.search(("p",), query="lemon", limit=3), ref.search(("p",), query="lemon", limit=3))
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 1}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 1}
     vs.put(("p", "old"), "x", {"text": "lemon lemon"})  # an existing namespace: no set made now
     ref.put(("p", "old"), "x", {"text": "lemon lemon"})
     assert not r8.exists(vs.keys.vset(0, enc_ns(("p", "old"))))
     fill(vs, ref, 80, [("q", "new")], seed=5)
     assert same(vs.search(("q",), query="lemon", limit=3), ref.search(("q",), query="lemon", limit=3))
-    assert vs._cfg.vset_stats == {"hits": 1, "scans": 1}
+    assert vs._cfg.state.vset_stats == {"hits": 1, "scans": 1}
     # a writer that does not keep sets takes the namespace out when it puts vectors
     old.put(("q", "new"), "y", {"text": "melon"})
     ref.put(("q", "new"), "y", {"text": "melon"})
     assert r8.hget(vs.keys.base(0) + b"c", enc_ns(("q", "new"))) is None
     assert same(vs.search(("q",), query="melon", limit=3), ref.search(("q",), query="melon", limit=3))
-    assert vs._cfg.vset_stats == {"hits": 1, "scans": 2}
+    assert vs._cfg.state.vset_stats == {"hits": 1, "scans": 2}
 
 
 def test_expired_items_are_skipped(r8, prefix):
@@ -203,7 +203,7 @@ def test_expired_items_are_skipped(r8, prefix):
         got = vs.search(ns, query=q, limit=limit, offset=offset)
         assert same(got, scan.search(ns, query=q, limit=limit, offset=offset))
         assert not any(x.key.startswith("gone") for x in got)
-    assert vs._cfg.vset_stats == {"hits": 4, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 4, "scans": 0}
     assert r8.execute_command("VCARD", sk) == 140
     vs.put(ns, "k0", {"text": "date"})  # a write to the namespace sweeps 16 expired items
     assert r8.execute_command("VCARD", sk) == 124
@@ -225,10 +225,10 @@ def test_index_false_fields_and_filter(r8, prefix):
     for q, limit, offset in queries(7):
         for kw in ({"offset": offset}, {"filter": {"n": 1}}):
             assert same(vs.search(("f",), query=q, limit=limit, **kw), ref.search(("f",), query=q, limit=limit, **kw))
-    assert vs._cfg.vset_stats == {"hits": 20, "scans": 0}  # filters take the scan path without trying sets
+    assert vs._cfg.state.vset_stats == {"hits": 20, "scans": 0}  # filters take the scan path without trying sets
     got = vs.search(("f",), query="apple", limit=80)  # 67 items have vectors: 13 unscored fill the page
     assert same(got, ref.search(("f",), query="apple", limit=80)) and got[-1].score is None
-    assert vs._cfg.vset_stats == {"hits": 20, "scans": 1}
+    assert vs._cfg.state.vset_stats == {"hits": 20, "scans": 1}
     vs.put(("f",), "k1", {"text": "apple"}, index=False)  # keeps its vectors (as InMemoryStore)
     ref.put(("f",), "k1", {"text": "apple"}, index=False)
     vs.delete(("f",), "k2")
@@ -251,7 +251,7 @@ def test_vectors_sets_cannot_score_leave_them(r8, prefix):
     assert r8.hget(c, enc_ns(("h",))) is None
     scale["v"] = 1.0
     assert same(vs.search(("h",), query="apple", limit=4), scan.search(("h",), query="apple", limit=4))
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 1}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 1}
 
 
 def test_element_names_are_injective(r8, prefix):
@@ -266,7 +266,7 @@ def test_element_names_are_injective(r8, prefix):
     assert r8.execute_command("VCARD", vs.keys.vset(0, enc_ns(("n", "{")))) == 14
     got = vs.batch([SearchOp(("n",), query="apple", limit=3)])[0]
     assert same(got, ref.batch([SearchOp(("n",), query="apple", limit=3)])[0])
-    assert vs._cfg.vset_stats["hits"] == 1
+    assert vs._cfg.state.vset_stats["hits"] == 1
 
 
 async def test_async_redis8(redis8, prefix):
@@ -286,7 +286,7 @@ async def test_async_redis8(redis8, prefix):
     for q, limit, offset in queries(3):
         assert same(await store.asearch(("a",), query=q, limit=limit, offset=offset),
                     ref.search(("a",), query=q, limit=limit, offset=offset))  # fmt: skip
-    assert store._cfg.vset_stats["hits"] >= 15
+    assert store._cfg.state.vset_stats["hits"] >= 15
     await client.aclose()
 
 
@@ -302,14 +302,14 @@ def test_cluster_redis8(redis8_cluster, shard_depth):
     try:
         store = RedisStore(client, prefix=prefix, shard_depth=shard_depth, vector_cache_bytes=0, **diff.options(True))
         assert diff.check(diff.sequence(21, diff.N, True), diff.reference(True), store.batch) == 0
-        assert store._cfg.vsets is True
+        assert store._cfg.state.vsets is True
         ref = diff.reference(True)
         fill(store, ref, 90, [("c", "x"), ("c", "y")])
         for q, limit, offset in queries(5, 10):
             assert same(store.search(("c", "x"), query=q, limit=limit, offset=offset),
                         ref.search(("c", "x"), query=q, limit=limit, offset=offset))  # fmt: skip
         # a prefix fixes the shard only with shard_depth (else the search asks all 16: the scan)
-        assert store._cfg.vset_stats["hits"] >= 10 if shard_depth else store._cfg.vset_stats["hits"] == 0
+        assert store._cfg.state.vset_stats["hits"] >= 10 if shard_depth else store._cfg.state.vset_stats["hits"] == 0
     finally:
         delete_prefix(client, prefix)
         client.close()
@@ -343,7 +343,7 @@ def test_import_keeps_sets(r8, prefix):
     for q, limit, offset in queries(11, 5):
         assert same(other.search(("m",), query=q, limit=limit, offset=offset),
                     ref.search(("m",), query=q, limit=limit, offset=offset))  # fmt: skip
-    assert other._cfg.vset_stats["hits"] == 5
+    assert other._cfg.state.vset_stats["hits"] == 5
     for k in r8.scan_iter(match=prefix + "2*"):
         r8.delete(k)
 
@@ -383,7 +383,7 @@ def test_maxmemory_eviction_redis8(redis8_binary):
                 assert same(got, want)
                 compared += 1
         assert cl.info("stats")["evicted_keys"] - before > 50
-        assert compared >= 20 and vs._cfg.vset_stats["hits"] > 0
+        assert compared >= 20 and vs._cfg.state.vset_stats["hits"] > 0
         cl.close()
     finally:
         server.stop()
@@ -411,7 +411,7 @@ def test_restricted_acl_user_gets_vector_sets(r8, redis8, prefix):
         for q, limit, offset in queries(n=6):
             assert same(vs.search(("acl",), query=q, limit=limit, offset=offset),
                         ref.search(("acl",), query=q, limit=limit, offset=offset))
-        assert vs._cfg.vsets is True and vs._cfg.vset_stats["hits"] >= 1
+        assert vs._cfg.state.vsets is True and vs._cfg.state.vset_stats["hits"] >= 1
         vs.delete(("acl", "a"), "k0")
         ref.delete(("acl", "a"), "k0")
         assert same(vs.search(("acl",), query="apple", limit=10), ref.search(("acl",), query="apple", limit=10))

@@ -88,13 +88,13 @@ def test_namespace_written_without_sets_is_rebuilt(r8, prefix):
     fill(old, ref, 150, [("u", "a"), ("u", "b")])
     fill(vs, ref, 40, [("u", "c")], seed=3)  # a namespace made with a set: left alone
     searches_equal(vs, ref, ("u",), n=3)
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 3}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 3}
     assert vs.rebuild_vector_sets(("u",), budget=7) == {("u", "a"): "done", ("u", "b"): "done", ("u", "c"): "done"}
     for ns in [("u", "a"), ("u", "b"), ("u", "c")]:
         assert_exact_set(r8, vs, ns)
     searches_equal(vs, ref, ("u",), n=10)
     searches_equal(vs, scan, ("u", "a"), n=5, seed=2)
-    assert vs._cfg.vset_stats == {"hits": 15, "scans": 3}
+    assert vs._cfg.state.vset_stats == {"hits": 15, "scans": 3}
     assert vs.rebuild_vector_sets(()) == {("u", "a"): "done", ("u", "b"): "done", ("u", "c"): "done"}
 
 
@@ -108,7 +108,7 @@ def test_interrupted_rebuild_resumes(r8, prefix):
     assert page(vs, ns, "aaa", False, 10) == ("more", "aaa", 20)
     assert count(r8, vs, ns).split(b" ")[:2] == [b"20", b"aaa"]
     searches_equal(vs, scan, ns, n=3)
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 3}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 3}
     other = RedisStore(r8, prefix=prefix, index=INDEX, vector_cache_bytes=0)
     calls = []
     run = other._driver.run
@@ -134,7 +134,7 @@ def test_interrupted_rebuild_resumes(r8, prefix):
     assert len(calls) == 9  # 80 vectors left: 8 pages, and the one that finds k: done
     assert_exact_set(r8, vs, ns)
     searches_equal(vs, scan, ns)
-    assert vs._cfg.vset_stats["hits"] == 6
+    assert vs._cfg.state.vset_stats["hits"] == 6
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -180,7 +180,7 @@ def test_writers_between_pages_keep_the_set_exact(r8, prefix, seed):
     assert_exact_set(r8, vs, ns)
     searches_equal(vs, ref, ("w",), n=8, seed=seed)
     searches_equal(vs, scan, ns, n=4, seed=seed + 10)
-    assert vs._cfg.vset_stats == {"hits": 12, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 12, "scans": 0}
     put(vs, "k0", ["text"])  # after the rebuild: a plain count again, kept as before
     assert_exact_set(r8, vs, ns)
 
@@ -214,11 +214,11 @@ def test_set_made_incomplete_mid_rebuild_ends_it(r8, prefix, what):
     assert page(vs, ns, token, False, 10)[0] == "ended"
     assert count(r8, vs, ns) is None
     searches_equal(vs, scan, ns, n=4)
-    assert vs._cfg.vset_stats == {"hits": 0, "scans": 4}
+    assert vs._cfg.state.vset_stats == {"hits": 0, "scans": 4}
     assert vs.rebuild_vector_sets(ns, budget=10) == {ns: "done"}
     assert_exact_set(r8, vs, ns)
     searches_equal(vs, scan, ns, n=4)
-    assert vs._cfg.vset_stats == {"hits": 4, "scans": 4}
+    assert vs._cfg.state.vset_stats == {"hits": 4, "scans": 4}
 
 
 def test_set_deleted_between_pages_without_writes(r8, prefix):
@@ -252,7 +252,7 @@ def test_two_rebuilders(r8, prefix):
     assert sa == sb == "done"
     assert_exact_set(r8, vs, ns)
     searches_equal(vs, scan, ns, n=4)
-    assert vs._cfg.vset_stats == {"hits": 4, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 4, "scans": 0}
     # A's rebuild ends (an old writer), B starts another: A's next page is "ended", not B's page
     ns2 = ("two2",)
     fill(old, None, 40, [ns2])
@@ -306,7 +306,7 @@ async def test_async_rebuild(redis8, prefix):
     assert await store.arebuild_vector_sets(("as",), budget=4) == {("as",): "done"}
     got = await store.asearch(("as",), query="apple", limit=3)
     assert same(got, await old.asearch(("as",), query="apple", limit=3))
-    assert store._cfg.vset_stats == {"hits": 1, "scans": 0}
+    assert store._cfg.state.vset_stats == {"hits": 1, "scans": 0}
     await client.aclose()
 
 
@@ -352,8 +352,8 @@ def test_rebuilds_under_eviction(redis8_binary):
                 assert same(got, want), (step, q, kw)
                 compared += 1
         assert cl.info("stats")["evicted_keys"] - before > 50
-        assert compared >= 20 and "done" in outcomes and vs._cfg.vset_stats["hits"] > 0, (compared, outcomes)
-        print("outcomes", {s: outcomes.count(s) for s in set(outcomes)}, "compared", compared, vs._cfg.vset_stats)
+        assert compared >= 20 and "done" in outcomes and vs._cfg.state.vset_stats["hits"] > 0, (compared, outcomes)
+        print("outcomes", {s: outcomes.count(s) for s in set(outcomes)}, "compared", compared, vs._cfg.state.vset_stats)
         cl.close()
     finally:
         server.stop()
@@ -377,7 +377,7 @@ def test_cli_reindex(redis8, r8, prefix):
                                       {"namespace": ["c", "2"], "status": "done"}]  # fmt: skip
     assert count(r8, vs, ("other",)) is None  # not under the prefix: untouched
     searches_equal(vs, scan, ("c",), n=3)
-    assert vs._cfg.vset_stats == {"hits": 3, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 3, "scans": 0}
     res = runner.invoke(app, ["--url", redis8.url, "--prefix", prefix, "store", "reindex"], catch_exceptions=False)
     assert res.exit_code == 0 and "3 of 3 namespace(s) in vector sets" in res.stderr
     assert res.stdout.splitlines() == ["c.1  done", "c.2  done", "other  done"]
@@ -399,7 +399,7 @@ def test_rebuild_on_a_cluster(redis8_cluster):
         assert vs.rebuild_vector_sets(("c",), budget=6) == {ns: "done" for ns in sorted(nss)}
         for ns in nss:
             searches_equal(vs, old, ns, n=2)
-        assert vs._cfg.vset_stats == {"hits": 12, "scans": 0}
+        assert vs._cfg.state.vset_stats == {"hits": 12, "scans": 0}
     finally:
         delete_prefix(client, prefix)
         client.close()
@@ -427,7 +427,7 @@ def test_expiring_items_during_a_rebuild(r8, prefix):
         got = vs.search(ns, query=q, limit=limit, offset=offset)
         assert same(got, scan.search(ns, query=q, limit=limit, offset=offset))
         assert not any(x.key.startswith("gone") for x in got)
-    assert vs._cfg.vset_stats == {"hits": 3, "scans": 0}
+    assert vs._cfg.state.vset_stats == {"hits": 3, "scans": 0}
     for _ in range(2):
         vs.put(ns, "k1", {"text": "fig"})  # the rest swept
     assert_exact_set(r8, vs, ns)

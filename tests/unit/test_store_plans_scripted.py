@@ -12,13 +12,13 @@ from redis_saver.core.plans import Call
 from redis_saver.errors import MalformedReplyError
 from redis_saver.store._keys import STORE_FORMAT, StoreKeys
 from redis_saver.store._plans import batch_plan, prepare
-from redis_saver.store._records import Config
+from redis_saver.store._records import Config, StoreState
 
 from .scripted import asserting, converse
 
 
 def _cfg() -> Config:
-    return Config(StoreKeys("s", 1, None), JsonPlusSerializer(), False, False, None, vsets=False)
+    return Config(StoreKeys("s", 1, None), JsonPlusSerializer(), False, False, None, state=StoreState(vsets=False))
 
 
 def _batch(cfg: Config, ops: list) -> object:
