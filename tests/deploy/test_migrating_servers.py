@@ -15,10 +15,9 @@ import pytest
 import redis.exceptions
 
 from devkit.servers import client_kwargs, start_cluster
-from tests.deploy.helpers import new_prefix
-from tests.deploy.slotmove import TIMEOUT, key_slot, thread_in_slot
-from tests.deploy.test_migrating_slots import OPS, STAGES, _saver, run_case
-from tests.deploy.threadstate import History, apply, thread_state
+from tests.deploy.slotmove import TIMEOUT
+from tests.deploy.test_migrating_slots import OPS, STAGES, run_case, two_threads
+from tests.deploy.threadstate import thread_state
 
 pytestmark = pytest.mark.cluster
 
@@ -92,16 +91,7 @@ def _migration_done(src: Any) -> bool:
 @pytest.mark.parametrize("kind", ["raw", "compressed"])
 def test_calls_during_an_atomic_slot_migration_never_stop_halfway(valkey9, kind):
     cluster, rc = valkey9
-    prefix = new_prefix("atm")
-    saver = _saver(rc, prefix, kind)
-    saver.setup()
-    h = History()
-    ref = f"ref-{prefix[-10:]}"
-    slot = (key_slot(saver.keys.thread_keys(ref)[0]) + 8192) % 16384
-    tid = thread_in_slot(saver.keys, slot)
-    for o in h.ops:
-        apply(saver, ref, o)
-        apply(saver, tid, o)
+    saver, _, h, ref, tid, slot = two_threads(rc, "atm", kind)
     # the calls, in this order, run on both threads; on the moving one while the slot moves
     ops = ["put_writes", "get_tuple", "list", "put", "prune_keep_latest", "delta_history", "pin", "unpin"]
     errors: list[BaseException] = []
