@@ -32,15 +32,20 @@ def _binary(name: str) -> str:
         pytest.skip(f"{name} not available: {e}")
 
 
-@pytest.fixture(scope="module", params=["redis-8.2", "valkey-9"])
-def other_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
-    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary(request.param))
+def _cluster_and_client(name: str) -> Iterator[tuple[Any, Any]]:
+    """A 3-primary cluster of server ``name`` and a cluster client on it."""
+    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary(name))
     rc = c.client(**client_kwargs(5.0, 5.0))
     try:
         yield c, rc
     finally:
         rc.close()
         c.stop()
+
+
+@pytest.fixture(scope="module", params=["redis-8.2", "valkey-9"])
+def other_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    yield from _cluster_and_client(request.param)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -56,13 +61,7 @@ def test_call_is_refused_or_completes_while_the_slot_moves_key_by_key(other_clus
 
 @pytest.fixture(scope="module")
 def valkey9() -> Iterator[tuple[Any, Any]]:
-    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary("valkey-9"))
-    rc = c.client(**client_kwargs(5.0, 5.0))
-    try:
-        yield c, rc
-    finally:
-        rc.close()
-        c.stop()
+    yield from _cluster_and_client("valkey-9")
 
 
 def _migrate_atomically(cluster: Any, slot: int) -> Any:
