@@ -77,7 +77,7 @@ if step == 'stage' then
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
     -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
   end
   init_meta()
@@ -154,7 +154,7 @@ if first then
     end
     -- an expiry under way: finished first, the copy starts the thread afresh; not while the
     -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
     check_format()
   end

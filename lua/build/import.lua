@@ -243,13 +243,16 @@ local function live_keys(keys)
   return out
 end
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
-local function slot_moving()
-  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
+local function refuse_if_slot_moving()
+  if type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number' then
+    fail('TRYAGAIN', 'the thread\'s slot is moving between nodes')
+  end
 end
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
@@ -344,7 +347,7 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
-  -- moving: slot_moving()) writes them afresh
+  -- moving: refuse_if_slot_moving()) writes them afresh
   GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
@@ -772,7 +775,7 @@ if step == 'stage' then
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
     -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
   end
   init_meta()
@@ -849,7 +852,7 @@ if first then
     end
     -- an expiry under way: finished first, the copy starts the thread afresh; not while the
     -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
     check_format()
   end
