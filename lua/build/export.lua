@@ -238,6 +238,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 
 -- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
 
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
 -- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
 -- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)

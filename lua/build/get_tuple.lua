@@ -327,6 +327,11 @@ local function forget_thread()
   META_NC, META_N, META_XP = nil, nil, nil
 end
 
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+local function shown_thread_id()
+  return (string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?'))
+end
+
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
 -- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
 -- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
@@ -336,7 +341,7 @@ local function damaged(what)
     forget_thread()
     return true
   end
-  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  local tid = shown_thread_id()
   fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
     .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
 end

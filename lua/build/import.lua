@@ -353,6 +353,11 @@ local function forget_thread()
   META_NC, META_N, META_XP = nil, nil, nil
 end
 
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+local function shown_thread_id()
+  return (string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?'))
+end
+
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
 -- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
 -- RS_DAMAGED naming the thread and what is missing (the client then sends the forgetting variant)
@@ -770,7 +775,7 @@ if step == 'stage' then
     if META_XP then
       redone = 2
     elseif not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
@@ -844,7 +849,7 @@ check_format()
 if first then
   if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 and redis.call('HGET', K_META, 'xk') ~= token then
     if not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       local why = redis.call('HEXISTS', K_META, 'xp') == 1 and ' (it holds an unfinished copy: an earlier'
         .. ' copy_thread into it stopped midway)' or ''
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
