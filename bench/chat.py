@@ -24,7 +24,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from bench.workload import Call, RecordingSaver, call_for_thread
+from bench.workload import Call, RecordingSaver, bookkeeping, call_for_thread
 
 SERDE = JsonPlusSerializer()
 
@@ -119,10 +119,6 @@ def build_chat(turns: int, seed: int = 7, keep: tuple[str, ...] = ("put", "put_w
                             "total_tokens": 40 * len(state["messages"]) + toks},
         )
         return {"messages": [msg]}
-
-    def bookkeeping(state: dict) -> dict:
-        t = state.get("turn", 0) + 1
-        return {"turn": t, "summary": f"turn {t}: {len(state['messages'])} messages"}
 
     g = StateGraph(ChatState)
     g.add_node("assistant", assistant)

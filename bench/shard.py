@@ -61,8 +61,8 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.types import Send  # noqa: E402
 
-from bench.chat import corpus_paragraphs, lengths  # noqa: E402
-from bench.workload import Call, RecordingSaver, call_for_thread  # noqa: E402
+from bench.chat import ChatState, corpus_paragraphs, lengths  # noqa: E402
+from bench.workload import Call, RecordingSaver, bookkeeping, call_for_thread  # noqa: E402
 from devkit.servers import client_kwargs, start_standalone  # noqa: E402
 
 SAVERS = ("redis_saver", "minimal floor", "plainredis")
@@ -121,20 +121,10 @@ def _ai(key: str, n_msgs: int, median: int, **kw: Any) -> AIMessage:
                                      "total_tokens": 40 * n_msgs + toks}, **kw)
 
 
-class ChatState(TypedDict):
-    messages: Annotated[list, add_messages]
-    turn: int
-    summary: str
-
-
 def chat_graph(saver: Any) -> Any:
     def assistant(state: dict, config: RunnableConfig) -> dict:
         n = len(state["messages"])
         return {"messages": [_ai(f"{config['configurable']['thread_id']}:a{n}", n, 900)]}
-
-    def bookkeeping(state: dict) -> dict:
-        t = state.get("turn", 0) + 1
-        return {"turn": t, "summary": f"turn {t}: {len(state['messages'])} messages"}
 
     g = StateGraph(ChatState)
     g.add_node("assistant", assistant)

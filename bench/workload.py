@@ -51,7 +51,8 @@ def _assistant(state: dict) -> dict:
     return {"messages": [reply], "tokens": 1600 // 4}  # 2 writes
 
 
-def _bookkeeping(state: dict) -> dict:
+def bookkeeping(state: dict) -> dict:
+    """The chat graphs' second node: a turn counter and a summary line."""
     t = state.get("turn", 0) + 1
     return {"turn": t, "summary": f"turn {t}: {len(state['messages'])} messages"}  # 2 writes
 
@@ -60,7 +61,7 @@ def build_chat_graph(checkpointer, delta: bool = False):
     state = DeltaChatState if delta else ChatState
     g = StateGraph(state)
     g.add_node("assistant", _assistant)
-    g.add_node("bookkeeping", _bookkeeping)
+    g.add_node("bookkeeping", bookkeeping)
     g.add_edge(START, "assistant")
     g.add_edge("assistant", "bookkeeping")
     g.add_edge("bookkeeping", END)

@@ -72,12 +72,12 @@ if step == 'stage' then
     if META_XP then
       redone = 2
     elseif not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
     -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
   end
   init_meta()
@@ -146,7 +146,7 @@ check_format()
 if first then
   if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 and redis.call('HGET', K_META, 'xk') ~= token then
     if not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       local why = redis.call('HEXISTS', K_META, 'xp') == 1 and ' (it holds an unfinished copy: an earlier'
         .. ' copy_thread into it stopped midway)' or ''
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
@@ -154,7 +154,7 @@ if first then
     end
     -- an expiry under way: finished first, the copy starts the thread afresh; not while the
     -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
     check_format()
   end

@@ -65,7 +65,7 @@ if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
-  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+  refuse_if_slot_moving()
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then

@@ -222,11 +222,12 @@ local function live_keys(keys)
   return out
 end
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
@@ -320,10 +321,15 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
-  -- moving: slot_moving()) writes them afresh
+  -- moving: refuse_if_slot_moving()) writes them afresh
   GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
+end
+
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+local function shown_thread_id()
+  return (string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?'))
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -335,7 +341,7 @@ local function damaged(what)
     forget_thread()
     return true
   end
-  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  local tid = shown_thread_id()
   fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
     .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
 end

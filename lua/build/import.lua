@@ -243,13 +243,16 @@ local function live_keys(keys)
   return out
 end
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
-local function slot_moving()
-  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
+local function refuse_if_slot_moving()
+  if type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number' then
+    fail('TRYAGAIN', 'the thread\'s slot is moving between nodes')
+  end
 end
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
@@ -344,10 +347,15 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
-  -- moving: slot_moving()) writes them afresh
+  -- moving: refuse_if_slot_moving()) writes them afresh
   GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
+end
+
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+local function shown_thread_id()
+  return (string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?'))
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -767,12 +775,12 @@ if step == 'stage' then
     if META_XP then
       redone = 2
     elseif not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
     -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
   end
   init_meta()
@@ -841,7 +849,7 @@ check_format()
 if first then
   if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 and redis.call('HGET', K_META, 'xk') ~= token then
     if not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       local why = redis.call('HEXISTS', K_META, 'xp') == 1 and ' (it holds an unfinished copy: an earlier'
         .. ' copy_thread into it stopped midway)' or ''
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
@@ -849,7 +857,7 @@ if first then
     end
     -- an expiry under way: finished first, the copy starts the thread afresh; not while the
     -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
     check_format()
   end

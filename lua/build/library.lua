@@ -1,4 +1,4 @@
-#!lua name=redis_saver_441a93f5c161312d
+#!lua name=redis_saver_3037e6efccfd9a63
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -249,13 +249,16 @@ local function live_keys(keys)
   return out
 end
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
-local function slot_moving()
-  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
+local function refuse_if_slot_moving()
+  if type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number' then
+    fail('TRYAGAIN', 'the thread\'s slot is moving between nodes')
+  end
 end
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
@@ -350,10 +353,15 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
-  -- moving: slot_moving()) writes them afresh
+  -- moving: refuse_if_slot_moving()) writes them afresh
   GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
+end
+
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
+local function shown_thread_id()
+  return (string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?'))
 end
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
@@ -365,7 +373,7 @@ local function damaged(what)
     forget_thread()
     return true
   end
-  local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+  local tid = shown_thread_id()
   fail('RS_DAMAGED', 'thread ' .. tid .. ': ' .. what .. ' (a key of the thread was lost, e.g. evicted'
     .. ' under an allkeys-* or volatile-* maxmemory-policy; the read is sent again to forget the thread)')
 end
@@ -2192,12 +2200,12 @@ if step == 'stage' then
     if META_XP then
       redone = 2
     elseif not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists')
     end
     -- while the slot moves, the thread cannot be written afresh here (see "Slots that move"
     -- in _lib_thread.lua): refused before any write, as Redis refuses such a call
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
   end
   init_meta()
@@ -2266,7 +2274,7 @@ check_format()
 if first then
   if redis.call('EXISTS', unpack(THREAD_KEYS)) > 0 and redis.call('HGET', K_META, 'xk') ~= token then
     if not thread_expiring() then
-      local tid = string.gsub(string.sub(THREAD_ID, 1, 200), '%c', '?')
+      local tid = shown_thread_id()
       local why = redis.call('HEXISTS', K_META, 'xp') == 1 and ' (it holds an unfinished copy: an earlier'
         .. ' copy_thread into it stopped midway)' or ''
       fail('RS_EXISTS', 'thread ' .. tid .. ' already exists' .. why .. ': copy_thread copies into a new thread'
@@ -2274,7 +2282,7 @@ if first then
     end
     -- an expiry under way: finished first, the copy starts the thread afresh; not while the
     -- slot moves (see "Slots that move" in _lib_thread.lua): refused before any write
-    if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+    refuse_if_slot_moving()
     forget_thread()
     check_format()
   end
@@ -2965,7 +2973,7 @@ if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
-  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+  refuse_if_slot_moving()
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
@@ -4024,30 +4032,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_441a93f5c161312d_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_441a93f5c161312d_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_441a93f5c161312d_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_3037e6efccfd9a63_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

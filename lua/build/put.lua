@@ -255,13 +255,16 @@ local function live_keys(keys)
   return out
 end
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
-local function slot_moving()
-  return type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number'
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
+local function refuse_if_slot_moving()
+  if type(redis.pcall('EXISTS', K_META .. '\0', K_META .. '\0\0')) ~= 'number' then
+    fail('TRYAGAIN', 'the thread\'s slot is moving between nodes')
+  end
 end
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
@@ -348,11 +351,13 @@ local function forget_thread()
   drop_thread()
   fix_index_expiry()
   -- its keys are now absent, no longer "gone": a call that goes on (only where the slot is not
-  -- moving: slot_moving()) writes them afresh
+  -- moving: refuse_if_slot_moving()) writes them afresh
   GONE, LEFT = {}, {}
   META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_WM = nil, nil, nil, nil, nil, nil, nil, nil
   META_NC, META_N, META_XP = nil, nil, nil
 end
+
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
 -- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise
@@ -993,7 +998,7 @@ if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
     or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
-  if slot_moving() then fail('TRYAGAIN', 'the thread\'s slot is moving between nodes') end
+  refuse_if_slot_moving()
   record_loss()
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then

@@ -152,11 +152,12 @@ local WR_MARK = ''
 
 -- the keys of `keys` this call has not emptied
 
--- Whether the thread's slot is moving (MIGRATING here, or IMPORTING for a client that sent
--- ASKING): EXISTS of two keys that are never written fails exactly then (see above). A call
--- that would forget the thread and write it afresh asks first, before its first write: a node
--- may not create the thread's keys while the slot moves, so the call ends there, writing
--- nothing, and the client sends it again (to the node that serves the slot once it moved).
+-- Refuses the call (TRYAGAIN) while the thread's slot is moving (MIGRATING here, or IMPORTING
+-- for a client that sent ASKING): EXISTS of two keys that are never written fails exactly then
+-- (see above). A call that would forget the thread and write it afresh asks first, before its
+-- first write: a node may not create the thread's keys while the slot moves, so the call ends
+-- there, writing nothing, and the client sends it again (to the node that serves the slot once
+-- it moved).
 
 -- the storage formats this version reads besides FORMAT, in place (redis_saver/keys.py
 -- READ_FORMATS): a write upgrades the thread's meta.v to FORMAT (init_meta), so a release
@@ -202,6 +203,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 
 
 -- the thread lost a key (or is expiring): forget it whole, its slot-index entries included
+
+-- the thread id as an error message shows it: its first 200 bytes, control characters as '?'
 
 -- a read found a key of the thread lost: true when the caller should answer as if the thread
 -- were absent (it is expiring, or this is the forgetting variant, which forgot it); else raise

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import _ops as ops
 from . import _stream as stream
+from ._urls import redact
 
 PAGE = 50  # rows per table while streaming threads
 # piped output (scripts, files) gets wide lines rather than truncated ids
@@ -134,13 +135,7 @@ class Group(click.Group):
 
 def _safe_url(ctx: click.Context) -> str:
     st = ctx.find_object(State)
-    url = (st.url if st else None) or "?"
-    from urllib.parse import urlsplit
-
-    p = urlsplit(url)
-    if p.password:
-        url = url.replace(":" + p.password + "@", ":***@")
-    return url
+    return redact((st.url if st else None) or "?")
 
 
 pass_state = click.make_pass_decorator(State)

@@ -25,7 +25,7 @@ from ._common import (
     yes_option,
 )
 from ._sources import one_transaction
-from ._urls import option_check
+from ._urls import option_check, redact
 from ._whole import interruptible, resumed_text, staged, stopped
 
 
@@ -218,7 +218,7 @@ def migrate(
                     ids = list(ops.iter_thread_ids(saver))
                 src = saver
                 dst = writer = stack.enter_context(open_target(target, dry_run))
-                err.print(f"Redis {_redact(st.require_url())} -> {_redact(target)}: {len(ids)} thread(s)")
+                err.print(f"Redis {redact(st.require_url())} -> {redact(target)}: {len(ids)} thread(s)")
             else:
                 assert source is not None
                 src, ids = stack.enter_context(open_source(source))
@@ -228,7 +228,7 @@ def migrate(
                     if unknown:
                         raise click.UsageError(f"not in the source: {', '.join(unknown)}")
                     ids = wanted
-                err.print(f"source {_redact(source)}: {len(ids)} thread(s)")
+                err.print(f"source {redact(source)}: {len(ids)} thread(s)")
             _copy_threads(src, dst, writer, ids, other_saver=out_of_redis, verify=verify, dry_run=dry_run)
     except KeyboardInterrupt:  # before or after the copy (the copy says where it stopped itself)
         raise stopped(None, None, None, "migrate") from None
@@ -318,13 +318,6 @@ def _whole_thread(dst: Any, writer: Any, tid: str, other_saver: bool, present: b
     if other_saver:
         return one_transaction(dst)
     return contextlib.nullcontext(False) if present else staged(writer, tid)
-
-
-def _redact(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    p = urlsplit(url)
-    return url.replace(":" + p.password + "@", ":***@") if p.password else url
 
 
 COMMANDS = (export_cmd, import_cmd, migrate)

@@ -80,9 +80,14 @@ def option_check(*kinds: str) -> Any:
     return callback
 
 
+def redact(url: str) -> str:
+    """``url`` with its password, if any, shown as ``***``."""
+    p = urlsplit(url)
+    return url.replace(":" + p.password + "@", ":***@") if p.password else url
+
+
 def _redacted(url: str) -> str:
     try:
-        p = urlsplit(url)
-        return url.replace(":" + p.password + "@", ":***@") if p.password else url
-    except ValueError:
+        return redact(url)
+    except ValueError:  # a URL urlsplit refuses: shown as it is (the error says what is wrong)
         return url

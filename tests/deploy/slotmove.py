@@ -7,11 +7,11 @@ before each command (what a cluster client does after an ``ASK``)."""
 
 from __future__ import annotations
 
-import binascii
 import uuid
 from typing import Any
 
 import redis
+from redis.crc import key_slot  # the slot of a key, by its hash tag when it has one
 from redis.exceptions import AskError, MovedError, TryAgainError
 
 from devkit.servers import client_kwargs
@@ -21,16 +21,6 @@ TIMEOUT = 10.0
 
 # a node's answers that refuse a call before it runs: the slot is (partly) served elsewhere
 REFUSALS = (AskError, MovedError, TryAgainError)
-
-
-def key_slot(key: bytes) -> int:
-    """The cluster slot of a key (its hash tag when it has one, as Redis computes it)."""
-    s = key.find(b"{")
-    if s != -1:
-        e = key.find(b"}", s + 1)
-        if e > s + 1:
-            key = key[s + 1 : e]
-    return binascii.crc_hqx(key, 0) % 16384
 
 
 def thread_in_slot(keys: Any, slot: int, stem: str = "t") -> str:

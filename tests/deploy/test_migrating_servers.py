@@ -15,10 +15,9 @@ import pytest
 import redis.exceptions
 
 from devkit.servers import client_kwargs, start_cluster
-from tests.deploy.helpers import new_prefix
-from tests.deploy.slotmove import TIMEOUT, key_slot, thread_in_slot
-from tests.deploy.test_migrating_slots import OPS, STAGES, _saver, run_case
-from tests.deploy.threadstate import History, apply, thread_state
+from tests.deploy.slotmove import TIMEOUT
+from tests.deploy.test_migrating_slots import OPS, STAGES, run_case, two_threads
+from tests.deploy.threadstate import thread_state
 
 pytestmark = pytest.mark.cluster
 
@@ -33,15 +32,20 @@ def _binary(name: str) -> str:
         pytest.skip(f"{name} not available: {e}")
 
 
-@pytest.fixture(scope="module", params=["redis-8.2", "valkey-9"])
-def other_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
-    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary(request.param))
+def _cluster_and_client(name: str) -> Iterator[tuple[Any, Any]]:
+    """A 3-primary cluster of server ``name`` and a cluster client on it."""
+    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary(name))
     rc = c.client(**client_kwargs(5.0, 5.0))
     try:
         yield c, rc
     finally:
         rc.close()
         c.stop()
+
+
+@pytest.fixture(scope="module", params=["redis-8.2", "valkey-9"])
+def other_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    yield from _cluster_and_client(request.param)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -57,13 +61,7 @@ def test_call_is_refused_or_completes_while_the_slot_moves_key_by_key(other_clus
 
 @pytest.fixture(scope="module")
 def valkey9() -> Iterator[tuple[Any, Any]]:
-    c = start_cluster(masters=3, replicas_per_master=0, binary=_binary("valkey-9"))
-    rc = c.client(**client_kwargs(5.0, 5.0))
-    try:
-        yield c, rc
-    finally:
-        rc.close()
-        c.stop()
+    yield from _cluster_and_client("valkey-9")
 
 
 def _migrate_atomically(cluster: Any, slot: int) -> Any:
@@ -92,16 +90,7 @@ def _migration_done(src: Any) -> bool:
 @pytest.mark.parametrize("kind", ["raw", "compressed"])
 def test_calls_during_an_atomic_slot_migration_never_stop_halfway(valkey9, kind):
     cluster, rc = valkey9
-    prefix = new_prefix("atm")
-    saver = _saver(rc, prefix, kind)
-    saver.setup()
-    h = History()
-    ref = f"ref-{prefix[-10:]}"
-    slot = (key_slot(saver.keys.thread_keys(ref)[0]) + 8192) % 16384
-    tid = thread_in_slot(saver.keys, slot)
-    for o in h.ops:
-        apply(saver, ref, o)
-        apply(saver, tid, o)
+    saver, _, h, ref, tid, slot = two_threads(rc, "atm", kind)
     # the calls, in this order, run on both threads; on the moving one while the slot moves
     ops = ["put_writes", "get_tuple", "list", "put", "prune_keep_latest", "delta_history", "pin", "unpin"]
     errors: list[BaseException] = []

@@ -115,17 +115,24 @@ def _call_at(
         client.close()
 
 
-def run_case(cluster: Any, rc: Any, kind: str, op: str, stage: str) -> dict[str, str]:
-    prefix = new_prefix("mig")
-    stable = _saver(rc, prefix, kind)
-    stable.setup()
+def two_threads(rc: Any, tag: str, kind: str) -> tuple[Any, str, History, str, str, int]:
+    """A saver on a new prefix and one history built on two threads: ``ref`` and ``tid``, whose
+    slot is half the slot space away. Returns (saver, prefix, history, ref, tid, tid's slot)."""
+    prefix = new_prefix(tag)
+    saver = _saver(rc, prefix, kind)
+    saver.setup()
     h = History()
     ref = f"ref-{prefix[-10:]}"
-    slot = (key_slot(stable.keys.thread_keys(ref)[0]) + 8192) % 16384
-    tid = thread_in_slot(stable.keys, slot)
+    slot = (key_slot(saver.keys.thread_keys(ref)[0]) + 8192) % 16384
+    tid = thread_in_slot(saver.keys, slot)
     for o in h.ops:
-        apply(stable, ref, o)
-        apply(stable, tid, o)
+        apply(saver, ref, o)
+        apply(saver, tid, o)
+    return saver, prefix, h, ref, tid, slot
+
+
+def run_case(cluster: Any, rc: Any, kind: str, op: str, stage: str) -> dict[str, str]:
+    stable, prefix, h, ref, tid, slot = two_threads(rc, "mig", kind)
     move = SlotMove(cluster, slot)
     move.open()
     keys = stable.keys.thread_keys(tid)

@@ -235,6 +235,20 @@ def test_bench_where_cuts_put_writes_at_existing_lines():
     assert at == sorted(at) and source.index(BODY_START) < at[0]
 
 
+def _call_each_variant(client, variants, args) -> list:
+    """Load each cut library (all of distinct names; the last one is the saver's own) and call its
+    function with ``args``; the replies, in order. The cut libraries are deleted again."""
+    names = [src.split("\n", 1)[0].split("name=", 1)[1] for _, src, _ in variants]
+    assert len(set(names)) == len(names)
+    try:
+        for _, src, _ in variants:
+            client.function_load(src, replace=True)
+        return [client.fcall(fname, *args) for _, _, fname in variants]
+    finally:
+        for name in names[:-1]:  # the last one is the saver's own library
+            client.function_delete(name)
+
+
 def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     # bench/where.py times the library's put cut before each of these lines: keep them in step
     from devkit.script_cuts import PUT_BODY, PUT_STAGES, put_libraries, script_calls
@@ -252,15 +266,7 @@ def test_bench_where_cuts_put_at_existing_lines(sync_client, prefix):
     assert str(args[0]).endswith("_put")
     variants = put_libraries()
     assert len(variants) == len(PUT_STAGES) + 3
-    names = [src.split("\n", 1)[0].split("name=", 1)[1] for _, src, _ in variants]
-    assert len(set(names)) == len(names)
-    try:
-        for _, src, _ in variants:
-            sync_client.function_load(src, replace=True)
-        got = [sync_client.fcall(fname, *args[1:]) for _, _, fname in variants]
-    finally:
-        for name in names[:-1]:  # the last one is the saver's own library
-            sync_client.function_delete(name)
+    got = _call_each_variant(sync_client, variants, args[1:])
     assert got == [1] + [0] * (len(PUT_STAGES) + 1) + [1]
 
 
@@ -292,15 +298,7 @@ def test_bench_shard_cuts_get_tuple_at_existing_lines(sync_client, prefix):
     assert str(args[0]).endswith("_get_tuple")
     variants = get_libraries()
     assert len(variants) == len(GET_STAGES) + len(TUPLE_STAGES) + 4
-    names = [src.split("\n", 1)[0].split("name=", 1)[1] for _, src, _ in variants]
-    assert len(set(names)) == len(names)
-    try:
-        for _, src, _ in variants:
-            sync_client.function_load(src, replace=True)
-        got = [sync_client.fcall(fname, *args[1:]) for _, _, fname in variants]
-    finally:
-        for name in names[:-1]:  # the last one is the saver's own library
-            sync_client.function_delete(name)
+    got = _call_each_variant(sync_client, variants, args[1:])
     # the empty function answers 1, the ones cut in get_tuple 0, in tuple_replies nil, the one
     # without touch_read() what the whole one does
     whole = sync_client.fcall(*args)

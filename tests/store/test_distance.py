@@ -16,10 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import redis
 from langgraph.store.base import SearchOp
 
-from devkit.servers import client_kwargs
 from redis_saver import RedisStore
 from redis_saver.store import _semantics
 from tests.store.test_store import prefix_keys
@@ -101,30 +99,16 @@ def _store(client: Any, prefix: str, distance: str, **options: Any) -> RedisStor
 DISTANCES = ["cosine", "inner_product", "l2"]
 
 
-@pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url, **client_kwargs(5.0, 5.0))
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def client8(redis8):
-    c = redis.Redis.from_url(redis8.url, **client_kwargs(5.0, 5.0))
-    yield c
-    c.close()
-
-
 @pytest.mark.parametrize("distance", DISTANCES)
 @pytest.mark.parametrize("path", ["scan", "merge", "python", "cache"])
-def test_each_distance_scores_as_postgres_on_redis7(client, prefix, distance, path, monkeypatch):
+def test_each_distance_scores_as_postgres_on_redis7(sync_client, prefix, distance, path, monkeypatch):
     if path == "python":
         monkeypatch.setattr(_semantics, "_np", None)
     options: dict[str, Any] = {"vector_cache_bytes": 0 if path != "cache" else 2**24}
     if path == "merge":
         options["shards"] = 4
         options["shard_depth"] = 2  # the prefix ("d",) spans the shards
-    store = _store(client, prefix, distance, **options)
+    store = _store(sync_client, prefix, distance, **options)
     several = path == "merge"  # three namespaces under the prefix, on different shards
     items: dict[str, list[str]] = {}
     for n in range(3 if several else 1):
@@ -156,8 +140,8 @@ def _check_prefix(store: RedisStore, items: dict[str, list[str]], distance: str,
 
 @pytest.mark.parametrize("distance", DISTANCES)
 @pytest.mark.parametrize("path", ["sets", "cache"])
-def test_each_distance_scores_as_postgres_on_redis8(client8, prefix, distance, path):
-    store = _store(client8, prefix, distance, vector_cache_bytes=0 if path == "sets" else 2**24)
+def test_each_distance_scores_as_postgres_on_redis8(r8, prefix, distance, path):
+    store = _store(r8, prefix, distance, vector_cache_bytes=0 if path == "sets" else 2**24)
     _fill(store, ("d", "n0"))
     assert _check_prefix(store, _items(), distance, path) == QUERIES * 15
     stats, vcache = store._cfg.state.vset_stats, store._cfg.state.vcache
@@ -167,10 +151,10 @@ def test_each_distance_scores_as_postgres_on_redis8(client8, prefix, distance, p
         assert vcache is not None and vcache.hits > 0
 
 
-def test_approximate_search_scores_as_postgres(client8, prefix):
+def test_approximate_search_scores_as_postgres(r8, prefix):
     """HNSW candidates, scored exactly: every score the reference's, in order (the items found
     may differ from the exact ones: recall, not checked here)."""
-    store = _store(client8, prefix, "cosine", vector_cache_bytes=0, index={"ann_index_config": {"kind": "hnsw"}})
+    store = _store(r8, prefix, "cosine", vector_cache_bytes=0, index={"ann_index_config": {"kind": "hnsw"}})
     items = _items()
     _fill(store, ("d", "n0"))
     for i in range(QUERIES):
@@ -196,12 +180,12 @@ def test_approximate_search_scores_as_postgres(client8, prefix):
         ({"metric": "l2"}, "unknown index option"),
     ],
 )
-def test_settings_it_cannot_honour_are_refused_before_anything_is_written(client, prefix, index, message):
+def test_settings_it_cannot_honour_are_refused_before_anything_is_written(sync_client, prefix, index, message):
     with pytest.raises(ValueError, match=message):
-        _store(client, prefix, index.pop("distance_type", "cosine"), index=index)
-    assert prefix_keys(client, prefix) == []
+        _store(sync_client, prefix, index.pop("distance_type", "cosine"), index=index)
+    assert prefix_keys(sync_client, prefix) == []
 
 
-def test_flat_is_the_exact_search(client8, prefix):
-    store = _store(client8, prefix, "l2", index={"ann_index_config": {"kind": "flat", "vector_type": "vector"}})
+def test_flat_is_the_exact_search(r8, prefix):
+    store = _store(r8, prefix, "l2", index={"ann_index_config": {"kind": "flat", "vector_type": "vector"}})
     assert store._cfg.ann is None and store.index_config["distance_type"] == "l2"
