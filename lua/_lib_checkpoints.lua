@@ -140,8 +140,9 @@ end
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
--- Second result: the streams the items' blobs name (fetch_streams()).
-local function tuple_replies(items, span)
+-- Second result: the streams the items' blobs name (fetch_streams(), with held: the streams the
+-- client holds).
+local function tuple_replies(items, span, held)
   -- each distinct blob field once (consecutive checkpoints share the versions of the channels
   -- that did not change)
   -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
@@ -175,7 +176,7 @@ local function tuple_replies(items, span)
     bidx[i], bchans[i] = at, chans
   end
   local blobs = hmget(K_BLOB, bfields)
-  local streams = fetch_streams(bfields, blobs)
+  local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
   local ns_e = items[1][1]
