@@ -539,6 +539,15 @@ end
 
 -- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
 -- order (put validated the even number of parts)
+local function blob_fields(ns_e, v)
+  local fields, chans, n = {}, {}, 0
+  for i = 1, #v - 1, 2 do
+    n = n + 1
+    chans[n] = v[i]
+    fields[n] = blob_field(ns_e, v[i], v[i + 1])
+  end
+  return fields, chans
+end
 
 -- channel -> blob field, from a versions part
 
@@ -733,7 +742,11 @@ local function tuple_replies(items, span, held)
   -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
   -- checkpoints share most of their versions: the field is built once)
   local bfields, memo, bidx, bchans = {}, {}, {}, {}
-  for i, it in ipairs(items) do
+  -- one checkpoint (get_tuple): its channels are distinct, so its fields are too, each blob k
+  -- that of its k-th channel (bidx[1] = nil)
+  if #items == 1 then bfields, bchans[1] = blob_fields(items[1][1], cp_field(items[1][3], CP_VERSIONS)) end
+  for i = #items == 1 and 2 or 1, #items do
+    local it = items[i]
     local v, ns_e = cp_field(it[3], CP_VERSIONS), it[1]
     local by_ch = memo[ns_e]
     if not by_ch then
@@ -794,7 +807,7 @@ local function tuple_replies(items, span, held)
   for i, it in ipairs(items) do
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
-      local k = at[c]
+      local k = at and at[c] or c
       local b = blobs[k]
       if b and b ~= EMPTY_BLOB then
         local s = sent_at[k]
@@ -805,7 +818,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end
