@@ -21,6 +21,7 @@ from devkit.script_cuts import script_calls
 from redis_saver import FORMAT_VERSION
 from redis_saver.core import values
 from redis_saver.core.codec import unpack_blob
+from redis_saver.errors import MalformedReplyError
 from tests.lifecycle._util import alist, call, check_stream_hash, is_async
 
 TEXT = " ".join(pydoc_data.topics.topics.values())
@@ -258,6 +259,27 @@ def test_held_streams_are_bounded_and_follow_the_cache() -> None:
     assert b"s11" not in cache.held("t") and cache.held("other") == {}
     cache.drop_thread("t")
     assert cache.held("t") == {} and cache._threads == {}
+
+
+def test_a_reply_that_leaves_out_frames_is_decoded_only_against_a_held_prefix() -> None:
+    """decode_streams: an entry with fewer frames than its directory lists extends the held stream
+    named in the call whose length is where the first frame sent starts; anything else is refused."""
+    from redis_saver.core.codec import pack
+
+    a, b = b"x" * 300, b"y" * 200
+    fa, fb = values.compress(a), values.compress(b)
+    d = pack([b"500", b"1", b"2", b"0", b"300", b"1", b"500"])  # 2 frames: raw ends 300, 500
+    held = {b"s": values.Stream(b"s", a, 1)}
+    st = values.decode_streams([[b"s", d, fb]], None, "t", held)[b"s"]
+    assert st.raw == a + b and st.frames == 2
+    whole = {b"s": values.Stream(b"s", a + b, 5)}
+    assert values.decode_streams([[b"s", d]], None, "t", whole)[b"s"].frames == 2  # the stored count
+    assert values.decode_streams([[b"s", d, fa, fb]], None, "t", held)[b"s"].raw == a + b  # all sent
+    for bad in ({}, {b"s": values.Stream(b"s", a[:-1], 1)}, {b"s": values.Stream(b"s", a + b, 2)}):
+        with pytest.raises(MalformedReplyError):
+            values.decode_streams([[b"s", d, fb]], None, "t", bad)
+    with pytest.raises(MalformedReplyError):
+        values.decode_streams([[b"s", d]], None, "t", held)  # none sent: the held stream must be whole
 
 
 def test_one_call_per_put_when_the_writer_read_the_thread(wire_saver, wire) -> None:
