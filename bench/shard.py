@@ -397,8 +397,9 @@ def report(res: dict[str, Any], threads: int, turns: int) -> list[str]:
 
 def get_stages(rounds: int, threads: int = 20, turns: int = 12) -> list[tuple[str, float]]:
     """Server µs per get_tuple of the latest (``INFO commandstats`` of FCALL), the library's get_tuple
-    cut before each stage (devkit/script_cuts.py). The get_tuple calls RedisSaver sent while the chat
-    graph ran ``threads`` x ``turns`` invokes are replayed on the threads as they ended, per variant;
+    cut before each stage (devkit/script_cuts.py). After the chat graph ran ``threads`` x ``turns``
+    invokes, the get_tuple RedisSaver then sends for each thread (as the next invoke would) is
+    replayed ``turns`` times per variant;
     variants alternate order by round; median over rounds of the mean per call."""
     from devkit.script_cuts import get_libraries, script_calls
     from redis_saver import RedisSaver
@@ -408,11 +409,15 @@ def get_stages(rounds: int, threads: int = 20, turns: int = 12) -> list[tuple[st
         r = redis.Redis(host=srv.host, port=srv.port, **client_kwargs())
         saver = RedisSaver(r, prefix="lg")
         g = chat_graph(saver)
+        for t in range(turns):
+            for k in range(threads):
+                g.invoke(user_input("chat", str(k), t), {"configurable": {"thread_id": f"get:{k}"}})
+        # the get_tuple the next invoke of each thread sends (naming the streams the saver's
+        # cache holds, as the worker that wrote the thread does), each replayed `turns` times
         with script_calls(saver) as sent:
-            for t in range(turns):
-                for k in range(threads):
-                    g.invoke(user_input("chat", str(k), t), {"configurable": {"thread_id": f"get:{k}"}})
-        gets = [args for args in sent if str(args[0]).endswith("_get_tuple")]
+            for k in range(threads):
+                saver.get_tuple({"configurable": {"thread_id": f"get:{k}"}})
+        gets = [args for args in sent if str(args[0]).endswith("_get_tuple")] * turns
         for _, src, _ in variants:
             r.function_load(src, replace=True)
         res: dict[str, list[float]] = {label: [] for label, _, _ in variants}

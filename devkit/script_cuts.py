@@ -57,10 +57,10 @@ GET_STAGES = [
 ]
 # then tuple_replies() (the helper get_tuple and list answer with), cut before each of these lines
 # with "do return nil end" (get_tuple then answers nil)
-TUPLE_REPLIES = "local function tuple_replies(items, span)\n"
+TUPLE_REPLIES = "local function tuple_replies(items, span, held)\n"
 TUPLE_STAGES = [
     ("the versions decoded from the record (cmsgpack), the blob fields", "  local blobs = hmget(K_BLOB, bfields)"),
-    ("the blobs (one HMGET)", "  local streams = fetch_streams(bfields, blobs)"),
+    ("the blobs (one HMGET)", "  local streams = fetch_streams(bfields, blobs, held)"),
     ("the stream directories and frames (2 HMGET)", "  local wfields, owner = {}, {}"),
     ("the writes (ZRANGE BYLEX, HMGET)", "  local out, checked, sent, sent_at = {}, false, {}, {}"),
 ]

@@ -140,14 +140,19 @@ end
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
--- Second result: the streams the items' blobs name (fetch_streams()).
-local function tuple_replies(items, span)
+-- Second result: the streams the items' blobs name (fetch_streams(), with held: the streams the
+-- client holds).
+local function tuple_replies(items, span, held)
   -- each distinct blob field once (consecutive checkpoints share the versions of the channels
   -- that did not change)
   -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
   -- checkpoints share most of their versions: the field is built once)
   local bfields, memo, bidx, bchans = {}, {}, {}, {}
-  for i, it in ipairs(items) do
+  -- one checkpoint (get_tuple): its channels are distinct, so its fields are too, each blob k
+  -- that of its k-th channel (bidx[1] = nil)
+  if #items == 1 then bfields, bchans[1] = blob_fields(items[1][1], cp_field(items[1][3], CP_VERSIONS)) end
+  for i = #items == 1 and 2 or 1, #items do
+    local it = items[i]
     local v, ns_e = cp_field(it[3], CP_VERSIONS), it[1]
     local by_ch = memo[ns_e]
     if not by_ch then
@@ -175,7 +180,7 @@ local function tuple_replies(items, span)
     bidx[i], bchans[i] = at, chans
   end
   local blobs = hmget(K_BLOB, bfields)
-  local streams = fetch_streams(bfields, blobs)
+  local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
   local ns_e = items[1][1]
@@ -208,7 +213,7 @@ local function tuple_replies(items, span)
   for i, it in ipairs(items) do
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
-      local k = at[c]
+      local k = at and at[c] or c
       local b = blobs[k]
       if b and b ~= EMPTY_BLOB then
         local s = sent_at[k]
@@ -219,7 +224,7 @@ local function tuple_replies(items, span)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end

@@ -75,9 +75,28 @@ local function stored_stream(f, n)
   return nil
 end
 
+-- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
+-- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
+-- when none (an absent count is none)
+local MAX_HELD = 8
+local function read_held(at)
+  if #ARGV < at then return nil end
+  local n = tonumber(ARGV[at])
+  if n == nil or n < 0 or n > MAX_HELD or #ARGV ~= at + 2 * n then fail('RS_BADARG', 'bad held streams') end
+  if n == 0 then return nil end
+  local held = {}
+  for i = at + 1, at + 2 * n, 2 do held[ARGV[i]] = ARGV[i + 1] end
+  return held
+end
+
 -- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
--- fields[i], nil = none) name, once; nil when the thread is expiring
-local function fetch_streams(fields, blobs)
+-- fields[i], nil = none) name, once; nil when the thread is expiring. held (or nil): the raw
+-- length (a string) of each stream the client holds, by stream id (read_held()). A stream is
+-- append-only and a (thread, stream id) never comes back with other bytes, so the client's
+-- copy is a prefix of what is stored: its entry then carries only the frames after that
+-- prefix when the prefix ends where a frame ends (none when it is the whole stream, found
+-- from the directory's first part without unpacking it), else every frame.
+local function fetch_streams(fields, blobs, held)
   local dfields, sids, seen = {}, {}, {}
   for i = 1, #fields do
     local b = blobs[i]
@@ -99,10 +118,25 @@ local function fetch_streams(fields, blobs)
       if damaged('the stream of a stored value is missing') then return nil end
     end
     out[j] = {sids[j], d}
-    local dir = unpack_rec(d)
-    for k = 4, #dir - 1, 2 do
-      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
-      owner[#ffields] = j
+    local have = held and held[sids[j]]
+    local whole = false
+    if have then
+      -- the directory's first part, its raw length: "<#have>,...;" then these digits
+      local semi, n = string.find(d, ';', 1, true), #have
+      whole = semi ~= nil and string.find(d, n .. ',', 1, true) == 1 and string.sub(d, semi + 1, semi + n) == have
+    end
+    if not whole then
+      local dir = unpack_rec(d)
+      local from = 4
+      if have then
+        for k = 5, #dir, 2 do
+          if dir[k] == have then from = k + 1 break end
+        end
+      end
+      for k = from, #dir - 1, 2 do
+        ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+        owner[#ffields] = j
+      end
     end
   end
   local frames = hmget(K_BLOB, ffields)

@@ -7,15 +7,19 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread's expiry;
             the driver then runs the writable variant of this script, without no-writes)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
+ARGV[7] n <= 8 (absent = 0), then n pairs stream id, raw length: the streams of the thread the
+        client holds (read_held() in _lib_values.lua)
 Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
          the position of its blob in blobs}, {write records in writes_sort_key order},
          {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
-         values" in _lib.lua)}, blobs}
+         values" in _lib_values.lua; a stream the client holds at a frame's end carries only
+         the frames after it: none when it holds it whole)}, blobs}
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
         and answers as if it did not exist), RS_SCHEMA, RS_BADARG
 ]]
 local ns, cid = ARGV[5], ARGV[6]
+local held = read_held(7)
 check_format()
 if check_counts() then return nil end
 local ns_e = enc(ns)
@@ -36,7 +40,7 @@ if not raw then
   check_cp_keys()
   return nil
 end
-local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false)
+local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
 touch_read()

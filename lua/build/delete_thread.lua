@@ -299,8 +299,17 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- the directory field of the stream the record stored at blob field f names, or nil (no record,
 -- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
 
+-- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
+-- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
+-- when none (an absent count is none)
+
 -- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
--- fields[i], nil = none) name, once; nil when the thread is expiring
+-- fields[i], nil = none) name, once; nil when the thread is expiring. held (or nil): the raw
+-- length (a string) of each stream the client holds, by stream id (read_held()). A stream is
+-- append-only and a (thread, stream id) never comes back with other bytes, so the client's
+-- copy is a prefix of what is stored: its entry then carries only the frames after that
+-- prefix when the prefix ends where a frame ends (none when it is the whole stream, found
+-- from the directory's first part without unpacking it), else every frame.
 
 -- add n to the references of the stream directory dfield; at 0 the stream goes
 
@@ -370,7 +379,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
--- Second result: the streams the items' blobs name (fetch_streams()).
+-- Second result: the streams the items' blobs name (fetch_streams(), with held: the streams the
+-- client holds).
 
 --[[ delete_thread: remove every key of the thread (all namespaces) and its slot-index entries.
 KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] chain

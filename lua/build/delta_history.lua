@@ -563,9 +563,18 @@ end
 -- the directory field of the stream the record stored at blob field f names, or nil (no record,
 -- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
 
+-- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
+-- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
+-- when none (an absent count is none)
+
 -- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
--- fields[i], nil = none) name, once; nil when the thread is expiring
-local function fetch_streams(fields, blobs)
+-- fields[i], nil = none) name, once; nil when the thread is expiring. held (or nil): the raw
+-- length (a string) of each stream the client holds, by stream id (read_held()). A stream is
+-- append-only and a (thread, stream id) never comes back with other bytes, so the client's
+-- copy is a prefix of what is stored: its entry then carries only the frames after that
+-- prefix when the prefix ends where a frame ends (none when it is the whole stream, found
+-- from the directory's first part without unpacking it), else every frame.
+local function fetch_streams(fields, blobs, held)
   local dfields, sids, seen = {}, {}, {}
   for i = 1, #fields do
     local b = blobs[i]
@@ -587,10 +596,25 @@ local function fetch_streams(fields, blobs)
       if damaged('the stream of a stored value is missing') then return nil end
     end
     out[j] = {sids[j], d}
-    local dir = unpack_rec(d)
-    for k = 4, #dir - 1, 2 do
-      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
-      owner[#ffields] = j
+    local have = held and held[sids[j]]
+    local whole = false
+    if have then
+      -- the directory's first part, its raw length: "<#have>,...;" then these digits
+      local semi, n = string.find(d, ';', 1, true), #have
+      whole = semi ~= nil and string.find(d, n .. ',', 1, true) == 1 and string.sub(d, semi + 1, semi + n) == have
+    end
+    if not whole then
+      local dir = unpack_rec(d)
+      local from = 4
+      if have then
+        for k = 5, #dir, 2 do
+          if dir[k] == have then from = k + 1 break end
+        end
+      end
+      for k = from, #dir - 1, 2 do
+        ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+        owner[#ffields] = j
+      end
     end
   end
   local frames = hmget(K_BLOB, ffields)
@@ -676,7 +700,8 @@ end
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
--- Second result: the streams the items' blobs name (fetch_streams()).
+-- Second result: the streams the items' blobs name (fetch_streams(), with held: the streams the
+-- client holds).
 
 --- @forget-variant
 --[[ delta_history: walk a checkpoint's parent chain for DeltaChannel reconstruction

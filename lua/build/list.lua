@@ -528,6 +528,15 @@ end
 
 -- versions part (channel, version, ...) -> the blob fields of its versions and the channels, in
 -- order (put validated the even number of parts)
+local function blob_fields(ns_e, v)
+  local fields, chans, n = {}, {}, 0
+  for i = 1, #v - 1, 2 do
+    n = n + 1
+    chans[n] = v[i]
+    fields[n] = blob_field(ns_e, v[i], v[i + 1])
+  end
+  return fields, chans
+end
 
 -- channel -> blob field, from a versions part
 
@@ -567,9 +576,18 @@ end
 -- the directory field of the stream the record stored at blob field f names, or nil (no record,
 -- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
 
+-- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
+-- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
+-- when none (an absent count is none)
+
 -- {{sid, directory, frame, ...}, ...}: each stream the records blobs[i] (blob fields
--- fields[i], nil = none) name, once; nil when the thread is expiring
-local function fetch_streams(fields, blobs)
+-- fields[i], nil = none) name, once; nil when the thread is expiring. held (or nil): the raw
+-- length (a string) of each stream the client holds, by stream id (read_held()). A stream is
+-- append-only and a (thread, stream id) never comes back with other bytes, so the client's
+-- copy is a prefix of what is stored: its entry then carries only the frames after that
+-- prefix when the prefix ends where a frame ends (none when it is the whole stream, found
+-- from the directory's first part without unpacking it), else every frame.
+local function fetch_streams(fields, blobs, held)
   local dfields, sids, seen = {}, {}, {}
   for i = 1, #fields do
     local b = blobs[i]
@@ -591,10 +609,25 @@ local function fetch_streams(fields, blobs)
       if damaged('the stream of a stored value is missing') then return nil end
     end
     out[j] = {sids[j], d}
-    local dir = unpack_rec(d)
-    for k = 4, #dir - 1, 2 do
-      ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
-      owner[#ffields] = j
+    local have = held and held[sids[j]]
+    local whole = false
+    if have then
+      -- the directory's first part, its raw length: "<#have>,...;" then these digits
+      local semi, n = string.find(d, ';', 1, true), #have
+      whole = semi ~= nil and string.find(d, n .. ',', 1, true) == 1 and string.sub(d, semi + 1, semi + n) == have
+    end
+    if not whole then
+      local dir = unpack_rec(d)
+      local from = 4
+      if have then
+        for k = 5, #dir, 2 do
+          if dir[k] == have then from = k + 1 break end
+        end
+      end
+      for k = from, #dir - 1, 2 do
+        ffields[#ffields + 1] = dfields[j] .. '\0' .. dir[k]
+        owner[#ffields] = j
+      end
     end
   end
   local frames = hmget(K_BLOB, ffields)
@@ -680,14 +713,19 @@ end
 -- namespace, newest first (a list page without a filter; any writes in that range of
 -- checkpoints not in the page, e.g. early writes of a checkpoint not stored yet, are left out).
 -- A blob or write that a lost key took raises RS_DAMAGED; nil = the thread is expiring.
--- Second result: the streams the items' blobs name (fetch_streams()).
-local function tuple_replies(items, span)
+-- Second result: the streams the items' blobs name (fetch_streams(), with held: the streams the
+-- client holds).
+local function tuple_replies(items, span, held)
   -- each distinct blob field once (consecutive checkpoints share the versions of the channels
   -- that did not change)
   -- memo[e(ns)][channel][version]: the position of that blob field in bfields (a page's
   -- checkpoints share most of their versions: the field is built once)
   local bfields, memo, bidx, bchans = {}, {}, {}, {}
-  for i, it in ipairs(items) do
+  -- one checkpoint (get_tuple): its channels are distinct, so its fields are too, each blob k
+  -- that of its k-th channel (bidx[1] = nil)
+  if #items == 1 then bfields, bchans[1] = blob_fields(items[1][1], cp_field(items[1][3], CP_VERSIONS)) end
+  for i = #items == 1 and 2 or 1, #items do
+    local it = items[i]
     local v, ns_e = cp_field(it[3], CP_VERSIONS), it[1]
     local by_ch = memo[ns_e]
     if not by_ch then
@@ -715,7 +753,7 @@ local function tuple_replies(items, span)
     bidx[i], bchans[i] = at, chans
   end
   local blobs = hmget(K_BLOB, bfields)
-  local streams = fetch_streams(bfields, blobs)
+  local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
   local ns_e = items[1][1]
@@ -748,7 +786,7 @@ local function tuple_replies(items, span)
   for i, it in ipairs(items) do
     local values, at, chans = {}, bidx[i], bchans[i]
     for c = 1, #chans do
-      local k = at[c]
+      local k = at and at[c] or c
       local b = blobs[k]
       if b and b ~= EMPTY_BLOB then
         local s = sent_at[k]
@@ -759,7 +797,7 @@ local function tuple_replies(items, span)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[at[c]]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end

@@ -57,6 +57,7 @@ MAX_FRAMES = 32  # lua/_lib_values.lua MAX_FRAMES: what put.lua accepts
 MAX_OPS = 8  # ops per stream record
 MAX_LITERAL = 16  # bytes of one literal op (a msgpack array header is 1, 3 or 5)
 STREAM_REC_MAX = 512  # lua/_lib_values.lua STREAM_REC_MAX
+MAX_HELD = 8  # lua/_lib_values.lua MAX_HELD: the held streams a get_tuple names
 MAX_SHIFT = 5  # header growth / shrink tried when resynchronising after the first difference
 
 Op = Union[tuple[int, int], bytes]  # noqa: UP007 (runtime alias): a range [a, b) of the stream, or a literal
@@ -322,11 +323,24 @@ class StreamCache:
         # the cached streams by (thread, id), for reads: a (thread, id) never comes back with
         # other bytes (copy_thread gives the streams it copies fresh ids: docs/lifecycle.md)
         self._sids: dict[tuple[str, bytes], Stream] = {}
+        # the same streams by thread, for held(): what a read tells the script it holds
+        self._threads: dict[str, dict[bytes, Stream]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
     def stream(self, thread_id: str, sid: bytes) -> Stream | None:
         return self._sids.get((thread_id, sid))
+
+    def held(self, thread_id: str) -> dict[bytes, Stream]:
+        """The streams of the thread it holds (the latest ``MAX_HELD``): a get_tuple sends their
+        ids and raw lengths, and the script leaves out the frames they already hold."""
+        with self._lock:
+            d = self._threads.get(thread_id)
+            if not d:
+                return {}
+            if len(d) <= MAX_HELD:
+                return dict(d)
+            return dict(list(d.items())[-MAX_HELD:])
 
     def get(self, key: tuple[str, str, str]) -> Known | None:
         with self._lock:
@@ -349,6 +363,9 @@ class StreamCache:
                 self._forget(key, old)
             self._d[key] = known
             self._sids[key[0], known.stream.sid] = known.stream
+            by_sid = self._threads.setdefault(key[0], {})
+            by_sid.pop(known.stream.sid, None)  # the latest last
+            by_sid[known.stream.sid] = known.stream
             self._bytes += size
             while self._bytes > self.max_bytes and self._d:
                 k, gone = self._d.popitem(last=False)
@@ -358,6 +375,10 @@ class StreamCache:
         self._bytes -= known.nbytes
         if self._sids.get((key[0], known.stream.sid)) is known.stream:
             del self._sids[key[0], known.stream.sid]
+            by_sid = self._threads[key[0]]
+            del by_sid[known.stream.sid]
+            if not by_sid:
+                del self._threads[key[0]]
 
     def drop(self, key: tuple[str, str, str]) -> None:
         with self._lock:
@@ -428,22 +449,40 @@ def encode_channel(
 
 
 def decode_streams(
-    streams: Sequence[Any], cache: StreamCache | None = None, thread_id: str = ""
+    streams: Sequence[Any], cache: StreamCache | None = None, thread_id: str = "",
+    held: dict[bytes, Stream] | None = None,
 ) -> dict[bytes, Stream]:
     """A reply's streams ({sid, directory, frame, ...} each) decoded; a stream the cache holds
-    at the stored length is not decompressed again (its bytes never change)."""
+    at the stored length is not decompressed again (its bytes never change). ``held``: the
+    streams the call named as held (``StreamCache.held``, as sent): an entry with fewer frames
+    than its directory lists carries only those after the held prefix, which ends where the
+    first of them starts (none: the held stream is the whole stream)."""
     out: dict[bytes, Stream] = {}
     for s in streams:
         sid, d, frames = s[0], s[1], s[2:]
         dir_ = unpack(d)
-        if not dir_ or not dir_[0].isdigit():
+        if not dir_ or not dir_[0].isdigit() or len(dir_) % 2 == 0:
             raise MalformedReplyError(f"stream {sid!r}: malformed directory")
-        held = cache.stream(thread_id, sid) if cache is not None else None
-        if held is not None and len(held.raw) == int(dir_[0]) and held.frames == len(frames):
-            out[sid] = held
+        n = (len(dir_) - 3) // 2
+        if len(frames) < n:
+            base = held.get(sid) if held else None
+            skipped = n - len(frames)
+            if base is None or len(base.raw) != int(dir_[2 + 2 * skipped]):
+                raise MalformedReplyError(f"stream {sid!r}: {skipped} frames left out of the reply, none held")
+            if not frames:
+                out[sid] = base if base.frames == n else Stream(sid, base.raw, n, base.hashed)
+                continue
+            raw = base.raw + b"".join([decompress(f) for f in frames])
+            if len(raw) != int(dir_[0]):
+                raise MalformedReplyError(f"stream {sid!r}: {len(raw)} bytes, directory says otherwise")
+            out[sid] = Stream(sid, raw, n)
+            continue
+        known = cache.stream(thread_id, sid) if cache is not None else None
+        if known is not None and len(known.raw) == int(dir_[0]) and known.frames == len(frames):
+            out[sid] = known
             continue
         raw = b"".join([decompress(f) for f in frames]) if len(frames) != 1 else decompress(frames[0])
-        if len(raw) != int(dir_[0]) or len(frames) != (len(dir_) - 3) // 2:
+        if len(raw) != int(dir_[0]) or len(frames) != n:
             raise MalformedReplyError(
                 f"stream {sid!r}: {len(raw)} bytes in {len(frames)} frames, directory says otherwise"
             )

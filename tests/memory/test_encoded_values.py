@@ -17,9 +17,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+from devkit.script_cuts import script_calls
 from redis_saver import FORMAT_VERSION
 from redis_saver.core import values
 from redis_saver.core.codec import unpack_blob
+from redis_saver.errors import MalformedReplyError
 from tests.lifecycle._util import alist, call, check_stream_hash, is_async
 
 TEXT = " ".join(pydoc_data.topics.topics.values())
@@ -193,6 +195,91 @@ def test_another_writer_in_between_costs_one_more_call_never_a_wrong_value(wire_
     got = a.get_tuple({"configurable": {"thread_id": "race"}})
     assert got.checkpoint["channel_values"]["messages"] == _messages(6)
     check_streams(sync_client, a, "race")
+
+
+def test_a_read_carries_only_the_frames_the_reader_does_not_hold(make_saver, sync_client, monkeypatch) -> None:
+    """get_tuple names the streams its cache holds (id, raw length): the reply leaves out the frames of
+    that prefix when it ends where a frame ends (all of them when it is the whole stream), and every
+    frame otherwise; what is read back is exactly InMemorySaver's, whoever appended in between."""
+    seen: list[list[int]] = []
+    decode = values.decode_streams
+
+    def spy(streams, *args):
+        seen.append([len(s) - 2 for s in streams])  # the frames each stream entry carries
+        return decode(streams, *args)
+
+    monkeypatch.setattr(values, "decode_streams", spy)
+    a, b, ref = make_saver("sync"), make_saver("sync"), InMemorySaver()
+    cfg = ref_cfg = {"configurable": {"thread_id": "held", "checkpoint_ns": ""}}
+    versions: dict[str, Any] = {"messages": None}
+
+    def put(s: Any, t: int) -> None:
+        nonlocal cfg, ref_cfg
+        cp = _next(s, versions, t)
+        cfg, ref_cfg = s.put(cfg, cp, {"step": t}, dict(versions)), ref.put(ref_cfg, cp, {"step": t}, dict(versions))
+
+    def read(s: Any) -> list[int]:
+        seen.clear()
+        _same(s.get_tuple(cfg), ref.get_tuple(ref_cfg))
+        return seen[-1]
+
+    for t in (1, 2, 3):
+        put(a, t)
+    assert read(a) == [0]  # a wrote it: it holds the whole stream
+    assert read(b) == [3]  # b holds nothing: every frame
+    put(b, 4)  # b appends one frame to the stream as it read it
+    assert read(a) == [1]  # a holds the first 3 frames
+    assert read(a) == [0] and read(b) == [0]
+    # a held length that is no frame's end: every frame (the script, called as the saver calls it)
+    st = next(iter(a._plans.streams.held("held").values()))
+    with script_calls(a) as sent:
+        a.get_tuple(cfg)
+    (fn, *args), = sent
+    assert args[-3:] == [1, st.sid, len(st.raw)]
+    full = sync_client.fcall(fn, *args[:-1], 7)
+    assert [len(s) - 2 for s in full[4]] == [4]
+    # the thread deleted and written again elsewhere: a's held stream id is gone, the new one read whole
+    b.delete_thread("held")
+    cfg = ref_cfg = {"configurable": {"thread_id": "held", "checkpoint_ns": ""}}
+    ref.delete_thread("held")
+    versions["messages"] = None
+    put(b, 5)
+    assert st.sid in a._plans.streams.held("held") and read(a) == [1]
+    check_streams(sync_client, a, "held")
+
+
+def test_held_streams_are_bounded_and_follow_the_cache() -> None:
+    cache = values.StreamCache(1 << 20)
+    for i in range(12):
+        st = values.Stream(b"s%d" % i, b"x" * 10, 1)
+        cache.put(("t", "", f"c{i}"), values.Known(st, ((0, 10),), st.raw))
+    held = cache.held("t")
+    assert list(held) == [b"s%d" % i for i in range(12 - values.MAX_HELD, 12)]
+    cache.drop(("t", "", "c11"))
+    assert b"s11" not in cache.held("t") and cache.held("other") == {}
+    cache.drop_thread("t")
+    assert cache.held("t") == {} and cache._threads == {}
+
+
+def test_a_reply_that_leaves_out_frames_is_decoded_only_against_a_held_prefix() -> None:
+    """decode_streams: an entry with fewer frames than its directory lists extends the held stream
+    named in the call whose length is where the first frame sent starts; anything else is refused."""
+    from redis_saver.core.codec import pack
+
+    a, b = b"x" * 300, b"y" * 200
+    fa, fb = values.compress(a), values.compress(b)
+    d = pack([b"500", b"1", b"2", b"0", b"300", b"1", b"500"])  # 2 frames: raw ends 300, 500
+    held = {b"s": values.Stream(b"s", a, 1)}
+    st = values.decode_streams([[b"s", d, fb]], None, "t", held)[b"s"]
+    assert st.raw == a + b and st.frames == 2
+    whole = {b"s": values.Stream(b"s", a + b, 5)}
+    assert values.decode_streams([[b"s", d]], None, "t", whole)[b"s"].frames == 2  # the stored count
+    assert values.decode_streams([[b"s", d, fa, fb]], None, "t", held)[b"s"].raw == a + b  # all sent
+    for bad in ({}, {b"s": values.Stream(b"s", a[:-1], 1)}, {b"s": values.Stream(b"s", a + b, 2)}):
+        with pytest.raises(MalformedReplyError):
+            values.decode_streams([[b"s", d, fb]], None, "t", bad)
+    with pytest.raises(MalformedReplyError):
+        values.decode_streams([[b"s", d]], None, "t", held)  # none sent: the held stream must be whole
 
 
 def test_one_call_per_put_when_the_writer_read_the_thread(wire_saver, wire) -> None:

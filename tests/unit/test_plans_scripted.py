@@ -250,15 +250,15 @@ def test_copy_thread_changed_during_every_attempt_raises_and_aborts_nothing_it_d
 # ---- reads -----------------------------------------------------------------------------------
 def test_a_damaged_thread_is_read_again_by_the_forgetting_variant():
     turns = [
-        (Call("get_tuple", KEYS, [*HEAD, "", ""]), DamagedThreadError("lost a key")),
-        (Call("get_tuple+forget", KEYS, [FORMAT_VERSION, "th", 0, "f", "", ""]), None),
+        (Call("get_tuple", KEYS, [*HEAD, "", "", 0]), DamagedThreadError("lost a key")),
+        (Call("get_tuple+forget", KEYS, [FORMAT_VERSION, "th", 0, "f", "", "", 0]), None),
     ]
     assert converse(plans()._plan_get_tuple(cfg()), turns) is None
 
 
 def test_refresh_on_read_uses_the_writable_variant():
     p = plans(ttl=TTLConfig(default_ttl=2, refresh_on_read=True))
-    turns = [(Call("get_tuple+rw", KEYS, [FORMAT_VERSION, "th", 120_000, "1", "", "c1"]), None)]
+    turns = [(Call("get_tuple+rw", KEYS, [FORMAT_VERSION, "th", 120_000, "1", "", "c1", 0]), None)]
     assert converse(p._plan_get_tuple(cfg("c1")), turns) is None
 
 
@@ -280,7 +280,7 @@ def test_get_tuple_reads_back_exactly_what_put_sent():
     blobs = [put.args[13 + 2 * i] for i in range(n)]
     assert [put.args[12 + 2 * i] for i in range(n)] == [b"x\x001", b"y\x001"]
     reply = [cp["id"].encode(), record, [b"x", 1, b"y", 2], writes.args[-3::2], [], blobs]
-    got = converse(p._plan_get_tuple(cfg()), [(Call("get_tuple", KEYS, [*HEAD, "", ""]), reply)])
+    got = converse(p._plan_get_tuple(cfg()), [(Call("get_tuple", KEYS, [*HEAD, "", "", 0]), reply)])
     assert got.config == cfg(cp["id"]) and got.parent_config is None
     assert got.checkpoint == cp
     assert got.metadata == get_checkpoint_metadata(cfg(), {"step": 4, "source": "loop"})

@@ -48,9 +48,13 @@ class ReadPlans(PlanBase):
         cid = get_checkpoint_id(config) or ""
         _str(cid, "checkpoint_id")
         name, refresh = self._read_script("get_tuple")
-        reply = yield from self._read(
-            Call(name, self.keys.thread_keys(thread_id), self._header(thread_id, refresh) + [ns, cid])
-        )
+        args = self._header(thread_id, refresh) + [ns, cid]
+        # the streams held: the script leaves out the frames the cache has (lua/_lib_values.lua)
+        held = self.streams.held(thread_id)
+        args.append(len(held))
+        for sid, st in held.items():
+            args += (sid, len(st.raw))
+        reply = yield from self._read(Call(name, self.keys.thread_keys(thread_id), args))
         if reply is None:
             return None
         cid_b, raw, values_at, writes, streams, blobs = reply
@@ -58,7 +62,7 @@ class ReadPlans(PlanBase):
             raise IntegrityError(f"get_tuple of checkpoint {cid!r} answered with {cid_b!r}")
         return self._tuple(
             thread_id, ns, cid_b.decode(), raw, values_at, writes,
-            _ReplyBlobs(blobs, values_.decode_streams(streams, self.streams, thread_id)), remember=True,
+            _ReplyBlobs(blobs, values_.decode_streams(streams, self.streams, thread_id, held)), remember=True,
         )
 
     # ---- list ----------------------------------------------------------------------
