@@ -411,8 +411,8 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
-  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, '0', run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, '0', 'r' .. run_e .. THREAD_E, '0', 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)

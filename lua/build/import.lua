@@ -498,8 +498,8 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
-  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, '0', run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, '0', 'r' .. run_e .. THREAD_E, '0', 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)
@@ -578,6 +578,17 @@ end
 
 -- the stream appends' arguments (see plan_blobs()), checked before anything is read
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+
+-- the directory record of a view, with `more` references
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -639,7 +650,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
   local old_run = ''
-  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
+  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', '1') end
   if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
@@ -650,8 +661,9 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     redis.call('HSET', K_CP, field, raw)
   end
   if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
-  redis.call('ZADD', K_CPNS, 0, field)
-  redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
+  -- (scores as strings: a Lua number is formatted for every call)
+  redis.call('ZADD', K_CPNS, '0', field)
+  redis.call('ZADD', K_CPID, '0', cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
   -- a re-put under another run id: the old run's link goes after the new one is added (see
   -- "Slots that move" in _lib_thread.lua: the run keys may hold only the old link)
@@ -663,7 +675,10 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
 end
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -672,12 +687,13 @@ local function validate_record(raw)
       local p = rec[i]
       if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
         if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
-        local n = 0
-        for _, x in pairs(p) do
-          n = n + 1
-          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        local n = #p
+        for j = 1, n do
+          if type(p[j]) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
         end
-        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        if next(p, n > 0 and n or nil) ~= nil then
+          fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array')
+        end
       elseif type(p) ~= 'string' then
         fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
       end

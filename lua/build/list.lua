@@ -614,6 +614,17 @@ end
 
 -- the stream appends' arguments (see plan_blobs()), checked before anything is read
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+
+-- the directory record of a view, with `more` references
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -666,7 +677,10 @@ end
 -- the caller has it (put), else built from rec
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py

@@ -313,6 +313,17 @@ end
 
 -- the stream appends' arguments (see plan_blobs()), checked before anything is read
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+
+-- the directory record of a view, with `more` references
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -361,7 +372,10 @@ end
 -- the caller has it (put), else built from rec
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -370,12 +384,13 @@ local function validate_record(raw)
       local p = rec[i]
       if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
         if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
-        local n = 0
-        for _, x in pairs(p) do
-          n = n + 1
-          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        local n = #p
+        for j = 1, n do
+          if type(p[j]) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
         end
-        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        if next(p, n > 0 and n or nil) ~= nil then
+          fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array')
+        end
       elseif type(p) ~= 'string' then
         fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
       end
