@@ -1,4 +1,4 @@
-#!lua name=redis_saver_8a00f3a647982432
+#!lua name=redis_saver_60da402d7bf7139a
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -810,14 +810,17 @@ end
 -- the references they add to streams and take from the streams of the records they replace,
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
-local function plan_blobs(pairs_, sargs, ns_e)
+-- plan_blobs() in two steps: blob_reads() sorts the records (and checks stream records' size)
+-- and names the fields the plan reads, q; the caller may read them with more (put.lua: the blob
+-- mark, in the same HMGET) and pass what came back, in order, as `got` (nil: plan_blobs reads)
+local function blob_reads(pairs_)
   -- A record that names no stream is written as it comes: it can only replace the record of
   -- the same version (a retry writes the same bytes). A stream record is written only if it
   -- changes the field, and then counts a reference, and takes one from the stream of the
   -- stream record it replaces. (A plain record replacing a stream record of the same version,
   -- a re-put with compress switched off, leaves that stream one reference too many: it stays
   -- until the thread goes; no command per plain record is spent to spare that.)
-  local writes, refs, unrefs = {}, {}, {}
+  local writes = {}
   -- each stream record's field and the directory of the stream it names, read in one HMGET:
   -- the stored record (small: a stream record's, or a retry's identical bytes; a plain record
   -- of the same version only on a re-put with compress switched) and have[d] = the stored
@@ -837,9 +840,15 @@ local function plan_blobs(pairs_, sargs, ns_e)
       q[#q + 1] = d
     end
   end
+  return {writes, sf, sb, sd, q}
+end
+
+local function plan_blobs(reads, got, sargs, ns_e)
+  local writes, sf, sb, sd, q = reads[1], reads[2], reads[3], reads[4], reads[5]
+  local refs, unrefs = {}, {}
   local have = {}
   if #q > 0 then
-    local got = hmget(K_BLOB, q)
+    got = got or hmget(K_BLOB, q)
     for j = 1, #sf do
       local f, b, d, cur = sf[j], sb[j], sd[j], got[2 * j - 1]
       if have[d] == nil then have[d] = got[2 * j] end
@@ -3011,41 +3020,51 @@ if entry ~= '' then
     fail('RS_BADARG', 'chain entry does not match the record')
   end
 end
+local ns_e, cid_e = enc(ns), enc(cid)
+local blob_pairs = {}
 for i = 1, nblobs do
   local b = ARGV[12 + 2 * i]
   if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
-  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
-  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
+  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
+  blob_pairs[2 * i] = b
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
+local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
 check_format()
-local ns_e, cid_e = enc(ns), enc(cid)
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
--- checkpoint would name values no longer stored), its meta gone, or a loss an earlier version
--- recorded; the reads' counts catch the other losses (the next read then forgets the thread).
+-- checkpoint would name values no longer stored; the blob mark is read with the fields the
+-- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
-if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
-    or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+local got, lost = nil, META_DMG
+if lost then
+  lost = true
+elseif META_B == '1' then
+  local q = {BLOB_MARK}
+  for _, f in ipairs(reads[5]) do q[#q + 1] = f end
+  got = hmget(K_BLOB, q)
+  lost = not got[1]
+  table.remove(got, 1)
+elseif not META_V then
+  lost = redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0
+end
+if lost then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
   refuse_if_slot_moving()
   record_loss()
+  got = {}  -- the thread's keys are gone: nothing is stored
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
   return 4
 end
 
-local blob_pairs = {}
-for i = 1, nblobs do
-  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
-  blob_pairs[2 * i] = ARGV[12 + 2 * i]
-end
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(reads, got, stream_args, ns_e)
 if not blobs then return 3 end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
@@ -3374,7 +3393,7 @@ for i = 0, n - 1 do
   end
 end
 if not META_V then return 0 end  -- the thread is gone
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(blob_reads(blob_pairs), nil, stream_args, ns_e)
 if not blobs then return -1 end
 init_meta()
 apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as it was
@@ -4092,30 +4111,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_8a00f3a647982432_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_8a00f3a647982432_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_8a00f3a647982432_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_60da402d7bf7139a_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

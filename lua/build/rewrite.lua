@@ -486,14 +486,17 @@ end
 -- the references they add to streams and take from the streams of the records they replace,
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
-local function plan_blobs(pairs_, sargs, ns_e)
+-- plan_blobs() in two steps: blob_reads() sorts the records (and checks stream records' size)
+-- and names the fields the plan reads, q; the caller may read them with more (put.lua: the blob
+-- mark, in the same HMGET) and pass what came back, in order, as `got` (nil: plan_blobs reads)
+local function blob_reads(pairs_)
   -- A record that names no stream is written as it comes: it can only replace the record of
   -- the same version (a retry writes the same bytes). A stream record is written only if it
   -- changes the field, and then counts a reference, and takes one from the stream of the
   -- stream record it replaces. (A plain record replacing a stream record of the same version,
   -- a re-put with compress switched off, leaves that stream one reference too many: it stays
   -- until the thread goes; no command per plain record is spent to spare that.)
-  local writes, refs, unrefs = {}, {}, {}
+  local writes = {}
   -- each stream record's field and the directory of the stream it names, read in one HMGET:
   -- the stored record (small: a stream record's, or a retry's identical bytes; a plain record
   -- of the same version only on a re-put with compress switched) and have[d] = the stored
@@ -513,9 +516,15 @@ local function plan_blobs(pairs_, sargs, ns_e)
       q[#q + 1] = d
     end
   end
+  return {writes, sf, sb, sd, q}
+end
+
+local function plan_blobs(reads, got, sargs, ns_e)
+  local writes, sf, sb, sd, q = reads[1], reads[2], reads[3], reads[4], reads[5]
+  local refs, unrefs = {}, {}
   local have = {}
   if #q > 0 then
-    local got = hmget(K_BLOB, q)
+    got = got or hmget(K_BLOB, q)
     for j = 1, #sf do
       local f, b, d, cur = sf[j], sb[j], sd[j], got[2 * j - 1]
       if have[d] == nil then have[d] = got[2 * j] end
@@ -726,7 +735,7 @@ for i = 0, n - 1 do
   end
 end
 if not META_V then return 0 end  -- the thread is gone
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(blob_reads(blob_pairs), nil, stream_args, ns_e)
 if not blobs then return -1 end
 init_meta()
 apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as it was
