@@ -42,7 +42,7 @@ PUT_STAGES = [
      "parent check, blob / stream plan", "-- Fencing: a namespace's head"),
     ("fencing (off: one comparison)", "-- validation done: writes start here"),
     ("meta init, first-put marks", "apply_blobs(blobs)"),
-    ("writing blobs and stream frames (HSET, stream refs)", "store_cp(ns_e, cid_e, raw, rec, entry"),
+    ("writing blobs and stream frames (HSET, stream refs)", "local indexed = store_cp(ns_e, cid_e, raw, rec, entry"),
     ("storing the record, its indexes (HSETNX, HINCRBY, 2 ZADD)", "if new_head then"),
 ]
 PUT_BODY = "local function s_put()\n"

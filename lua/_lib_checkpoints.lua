@@ -73,7 +73,8 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
@@ -82,7 +83,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
   if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
-      return  -- an idempotent retry of the same put: nothing changes
+      return false  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
     old_run = cp_field(old, CP_RUN_ID)
@@ -100,6 +101,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
+  return true
 end
 
 

@@ -121,7 +121,7 @@ end
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
-store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
+local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
 elseif fence ~= '1' and META_FH == '1' then
@@ -188,5 +188,15 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
-touch()
+-- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
+-- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
+-- mode reads and deletes more, but only leaves out what this list leaves out
+local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
+if not indexed then
+  untouched[#untouched + 1] = K_CPNS
+  untouched[#untouched + 1] = K_CPID
+end
+touch(untouched)
 return cleaned

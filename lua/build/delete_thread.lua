@@ -255,6 +255,9 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
 
 -- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
 -- keys least recently (or least often) accessed; a call that accessed only some of a thread's
@@ -368,7 +371,8 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 
 
 -- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts

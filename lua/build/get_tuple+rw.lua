@@ -460,15 +460,18 @@ end
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
-local function touch()
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
+local function touch(untouched)
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    if next(GONE) == nil then
+    if next(GONE) == nil and not untouched then
       redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
     else
-      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      local keys = live_keys(untouched or {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
       if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
     end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
@@ -689,7 +692,8 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 
 
 -- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts

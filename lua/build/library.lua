@@ -1,4 +1,4 @@
-#!lua name=redis_saver_60da402d7bf7139a
+#!lua name=redis_saver_5e3f22564ecf953a
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -495,15 +495,18 @@ end
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
-local function touch()
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
+local function touch(untouched)
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    if next(GONE) == nil then
+    if next(GONE) == nil and not untouched then
       redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
     else
-      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      local keys = live_keys(untouched or {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
       if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
     end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
@@ -1073,7 +1076,8 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
@@ -1082,7 +1086,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
   if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
-      return  -- an idempotent retry of the same put: nothing changes
+      return false  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
     old_run = cp_field(old, CP_RUN_ID)
@@ -1100,6 +1104,7 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
+  return true
 end
 
 
@@ -3098,7 +3103,7 @@ end
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
-store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
+local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
 elseif fence ~= '1' and META_FH == '1' then
@@ -3165,7 +3170,17 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
-touch()
+-- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
+-- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
+-- mode reads and deletes more, but only leaves out what this list leaves out
+local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
+if not indexed then
+  untouched[#untouched + 1] = K_CPNS
+  untouched[#untouched + 1] = K_CPID
+end
+touch(untouched)
 return cleaned
 
 end
@@ -4111,30 +4126,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_60da402d7bf7139a_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_60da402d7bf7139a_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_5e3f22564ecf953a_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
