@@ -35,13 +35,14 @@ STAGES = [
 # tests/scripts/test_scripts.py checks they exist); the stage is what runs between a cut and the next
 PUT_STAGES = [
     ("argument checks", "local rec = validate_record(raw)"),
-    ("record validation, chain entry check", "for i = 1, nblobs do\n  local b = ARGV[12 + 2 * i]"),
-    ("blob and stream argument checks", "check_format()\nlocal ns_e, cid_e"),
-    ("meta read (one HMGET), format check", "local ns_e, cid_e = enc(ns), enc(cid)"),
-    ("blob fields, blob / stream plan (HSTRLEN, HGET of stream records)", "-- Fencing: a namespace's head"),
+    ("record validation, chain entry check", "local ns_e, cid_e = enc(ns), enc(cid)"),
+    ("blob and stream argument checks, stream records sorted", "check_format()\n\n-- Lost keys"),
+    ("meta read (one HMGET), format check", "local got, lost = nil, META_DMG"),
+    ("lost-key checks (one HMGET: the blob mark with the plan's stream records and directories), "
+     "parent check, blob / stream plan", "-- Fencing: a namespace's head"),
     ("fencing (off: one comparison)", "-- validation done: writes start here"),
     ("meta init, first-put marks", "apply_blobs(blobs)"),
-    ("writing blobs and stream frames (HSET, stream refs)", "store_cp(ns_e, cid_e, raw, rec, entry"),
+    ("writing blobs and stream frames (HSET, stream refs)", "local indexed = store_cp(ns_e, cid_e, raw, rec, entry"),
     ("storing the record, its indexes (HSETNX, HINCRBY, 2 ZADD)", "if new_head then"),
 ]
 PUT_BODY = "local function s_put()\n"

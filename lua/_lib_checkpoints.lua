@@ -73,24 +73,26 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
   local old_run = ''
-  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
+  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', '1') end
   if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
-      return  -- an idempotent retry of the same put: nothing changes
+      return false  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
     old_run = cp_field(old, CP_RUN_ID)
     redis.call('HSET', K_CP, field, raw)
   end
   if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
-  redis.call('ZADD', K_CPNS, 0, field)
-  redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
+  -- (scores as strings: a Lua number is formatted for every call)
+  redis.call('ZADD', K_CPNS, '0', field)
+  redis.call('ZADD', K_CPID, '0', cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
   -- a re-put under another run id: the old run's link goes after the new one is added (see
   -- "Slots that move" in _lib_thread.lua: the run keys may hold only the old link)
@@ -99,10 +101,14 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
+  return true
 end
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -111,12 +117,13 @@ local function validate_record(raw)
       local p = rec[i]
       if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
         if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
-        local n = 0
-        for _, x in pairs(p) do
-          n = n + 1
-          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        local n = #p
+        for j = 1, n do
+          if type(p[j]) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
         end
-        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        if next(p, n > 0 and n or nil) ~= nil then
+          fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array')
+        end
       elseif type(p) ~= 'string' then
         fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
       end

@@ -43,41 +43,51 @@ if entry ~= '' then
     fail('RS_BADARG', 'chain entry does not match the record')
   end
 end
+local ns_e, cid_e = enc(ns), enc(cid)
+local blob_pairs = {}
 for i = 1, nblobs do
   local b = ARGV[12 + 2 * i]
   if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
-  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
-  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
+  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
+  blob_pairs[2 * i] = b
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
+local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
 check_format()
-local ns_e, cid_e = enc(ns), enc(cid)
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
--- checkpoint would name values no longer stored), its meta gone, or a loss an earlier version
--- recorded; the reads' counts catch the other losses (the next read then forgets the thread).
+-- checkpoint would name values no longer stored; the blob mark is read with the fields the
+-- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
-if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
-    or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+local got, lost = nil, META_DMG
+if lost then
+  lost = true
+elseif META_B == '1' then
+  local q = {BLOB_MARK}
+  for _, f in ipairs(reads[5]) do q[#q + 1] = f end
+  got = hmget(K_BLOB, q)
+  lost = not got[1]
+  table.remove(got, 1)
+elseif not META_V then
+  lost = redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0
+end
+if lost then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
   refuse_if_slot_moving()
   record_loss()
+  got = {}  -- the thread's keys are gone: nothing is stored
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
   return 4
 end
 
-local blob_pairs = {}
-for i = 1, nblobs do
-  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
-  blob_pairs[2 * i] = ARGV[12 + 2 * i]
-end
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(reads, got, stream_args, ns_e)
 if not blobs then return 3 end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
@@ -111,7 +121,7 @@ end
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
-store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
+local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
 elseif fence ~= '1' and META_FH == '1' then
@@ -178,5 +188,15 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
-touch()
+-- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
+-- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
+-- mode reads and deletes more, but only leaves out what this list leaves out
+local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
+if not indexed then
+  untouched[#untouched + 1] = K_CPNS
+  untouched[#untouched + 1] = K_CPID
+end
+touch(untouched)
 return cleaned

@@ -61,7 +61,7 @@ for i = 0, n - 1 do
   end
 end
 if not META_V then return 0 end  -- the thread is gone
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(blob_reads(blob_pairs), nil, stream_args, ns_e)
 if not blobs then return -1 end
 init_meta()
 apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as it was

@@ -1,4 +1,4 @@
-#!lua name=redis_saver_44b91fae21ec8fa9
+#!lua name=redis_saver_f860309d1d3d9164
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -495,15 +495,18 @@ end
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
-local function touch()
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
+local function touch(untouched)
   local expiring = TTL_MS > 0 and META_PIN ~= '1'
   if TTL_MS == 0 and META_IX == 'inf' then
     -- already indexed without expiry: every key is persistent; only their access time moves
     -- (and the slot index key is put back if it was evicted: ZADD answers 1)
-    if next(GONE) == nil then
+    if next(GONE) == nil and not untouched then
       redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR)
     else
-      local keys = live_keys({K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
+      local keys = live_keys(untouched or {K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR})
       if #keys > 0 then redis.call('TOUCH', unpack(keys)) end
     end
     if redis.call('ZADD', K_IXT, 'inf', THREAD_ID) == 1 then fix_index_expiry() end
@@ -597,8 +600,8 @@ end
 
 -- the run index of the thread (cross-thread delete_for_runs goes through the slot index)
 local function link_run(run_e, ns_e, cid_e)
-  grew(K_RUNS, redis.call('ZADD', K_RUNS, 0, run_e .. ns_e .. cid_e))
-  grew(K_IXR, redis.call('ZADD', K_IXR, 0, 'r' .. run_e .. THREAD_E, 0, 't' .. THREAD_E .. run_e))
+  grew(K_RUNS, redis.call('ZADD', K_RUNS, '0', run_e .. ns_e .. cid_e))
+  grew(K_IXR, redis.call('ZADD', K_IXR, '0', 'r' .. run_e .. THREAD_E, '0', 't' .. THREAD_E .. run_e))
 end
 
 local function unlink_run_if_unused(run_e)
@@ -799,6 +802,44 @@ local function check_stream_args(sargs)
   end
 end
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+local function dir_view(cur)
+  local _, e, a, b, c = string.find(cur, '^(%d+),(%d+),(%d+)')
+  if not e then fail('RS_BADARG', 'malformed record') end
+  local semi = string.find(cur, ';', e + 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local p = semi + 1
+  local q, r = p + a, p + a + b
+  local rest_h = string.sub(cur, e + 2, semi - 1)  -- "" when the header ends after the third
+  local nf = 0
+  if rest_h ~= '' then nf = (select(2, string.gsub(rest_h, ',', ',')) + 1) / 2 end
+  return {string.sub(cur, p, q - 1), tonumber(string.sub(cur, q, r - 1)), tonumber(string.sub(cur, r, r + c - 1)),
+          nf, rest_h, string.sub(cur, r + c), {}}
+end
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+local function dir_frames(dir)
+  local out = {}
+  if dir[5] == '' then return out end
+  local parts = unpack_rec(dir[5] .. ';' .. dir[6])
+  for j = 1, #parts - 1, 2 do out[#out + 1] = parts[j] end
+  return out
+end
+
+-- the directory record of a view, with `more` references
+local function dir_pack(dir, more)
+  local len, refs, fn, add = dir[1], tostring(dir[2] + more), tostring(dir[3]), dir[7]
+  local h = {#len, #refs, #fn}
+  if dir[5] ~= '' then h[4] = dir[5] end
+  for i = 1, #add do h[#h + 1] = #add[i] end
+  return table.concat(h, ',') .. ';' .. len .. refs .. fn .. dir[6] .. table.concat(add)
+end
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -806,14 +847,22 @@ end
 -- the references they add to streams and take from the streams of the records they replace,
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
-local function plan_blobs(pairs_, sargs, ns_e)
+-- plan_blobs() in two steps: blob_reads() sorts the records (and checks stream records' size)
+-- and names the fields the plan reads, q; the caller may read them with more (put.lua: the blob
+-- mark, in the same HMGET) and pass what came back, in order, as `got` (nil: plan_blobs reads)
+local function blob_reads(pairs_)
   -- A record that names no stream is written as it comes: it can only replace the record of
   -- the same version (a retry writes the same bytes). A stream record is written only if it
   -- changes the field, and then counts a reference, and takes one from the stream of the
   -- stream record it replaces. (A plain record replacing a stream record of the same version,
   -- a re-put with compress switched off, leaves that stream one reference too many: it stays
   -- until the thread goes; no command per plain record is spent to spare that.)
-  local writes, refs, unrefs = {}, {}, {}
+  local writes = {}
+  -- each stream record's field and the directory of the stream it names, read in one HMGET:
+  -- the stored record (small: a stream record's, or a retry's identical bytes; a plain record
+  -- of the same version only on a re-put with compress switched) and have[d] = the stored
+  -- directory, false when there is none
+  local sf, sb, sd, q = {}, {}, {}, {}
   for i = 1, #pairs_ - 1, 2 do
     local f, b = pairs_[i], pairs_[i + 1]
     local sid = stream_id(b)
@@ -822,20 +871,39 @@ local function plan_blobs(pairs_, sargs, ns_e)
       writes[#writes + 1] = b
     else
       if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
-      local n = redis.call('HSTRLEN', K_BLOB, f)
-      if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+      local d = blob_prefix_of(f) .. '\0' .. sid
+      sf[#sf + 1], sb[#sb + 1], sd[#sd + 1] = f, b, d
+      q[#q + 1] = f
+      q[#q + 1] = d
+    end
+  end
+  return {writes, sf, sb, sd, q}
+end
+
+local function plan_blobs(reads, got, sargs, ns_e)
+  local writes, sf, sb, sd, q = reads[1], reads[2], reads[3], reads[4], reads[5]
+  local refs, unrefs = {}, {}
+  local have = {}
+  if #q > 0 then
+    got = got or hmget(K_BLOB, q)
+    for j = 1, #sf do
+      local f, b, d, cur = sf[j], sb[j], sd[j], got[2 * j - 1]
+      if have[d] == nil then have[d] = got[2 * j] end
+      if cur ~= b then
         writes[#writes + 1] = f
         writes[#writes + 1] = b
-        local d = blob_prefix_of(f) .. '\0' .. sid
         refs[d] = (refs[d] or 0) + 1
-        local od = stored_stream(f, n)
-        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
+        local osid = cur and #cur <= STREAM_REC_MAX and stream_id(cur)
+        if osid then
+          local od = blob_prefix_of(f) .. '\0' .. osid
+          unrefs[od] = (unrefs[od] or 0) - 1
+        end
       end
     end
   end
   -- appends to one stream apply in order (a rewrite sends several): each checked against the
-  -- stream as the appends before it leave it; dirs[d] = the directory as they leave it, parts
-  -- (its frames to delete in gone[d]); written once by apply_blobs()
+  -- stream as the appends before it leave it; dirs[d] = its directory view (dir_view()) as
+  -- they leave it, gone[d] the stored frames a merge deletes; written once by apply_blobs()
   local appends, dirs, gone = {}, {}, {}
   for k = 1, #sargs - 4, 5 do
     local d = ns_e .. sargs[k]
@@ -843,35 +911,35 @@ local function plan_blobs(pairs_, sargs, ns_e)
       local mode, base, len, frame = sargs[k + 1], sargs[k + 2], sargs[k + 3], sargs[k + 4]
       local dir = dirs[d]
       if mode == 'n' then
-        if dir or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
-        dirs[d], gone[d] = {len, '0', '1', '0', len}, {}
-        appends[#appends + 1] = {d, d .. '\0' .. '0', frame}
+        if dir or have[d] then fail('RS_BADARG', 'stream id in use') end
+        dirs[d] = {len, 0, 1, 1, '', '', {'0', len}}
+        appends[#appends + 1] = {d, '0', frame}
       else
         if not dir then
-          local cur = redis.call('HGET', K_BLOB, d)
-          if not cur then return nil end
-          dir = unpack_rec(cur)
-          dirs[d], gone[d] = dir, {}
+          if not have[d] then return nil end
+          dir = dir_view(have[d])
+          dirs[d] = dir
         end
         if dir[1] ~= base then return nil end
-        local fn = dir[3]
+        local fn = tostring(dir[3])
         if mode == 'm' then
-          for j = 4, #dir - 1, 2 do gone[d][#gone[d] + 1] = d .. '\0' .. dir[j] end
-          dir = {len, dir[2], fn, fn, len}
-          dirs[d] = dir
+          local g = gone[d] or {}
+          for _, x in ipairs(dir_frames(dir)) do g[#g + 1] = d .. '\0' .. x end
+          gone[d] = g
+          dir[4], dir[5], dir[6], dir[7] = 1, '', '', {fn, len}
         else
-          if (#dir - 3) / 2 >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
-          dir[#dir + 1] = fn
-          dir[#dir + 1] = len
-          dir[1] = len
+          if dir[4] >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
+          dir[4] = dir[4] + 1
+          dir[7][#dir[7] + 1] = fn
+          dir[7][#dir[7] + 1] = len
         end
-        dir[3] = tostring(tonumber(fn) + 1)
-        appends[#appends + 1] = {d, d .. '\0' .. fn, frame}
+        dir[1], dir[3] = len, dir[3] + 1
+        appends[#appends + 1] = {d, fn, frame}
       end
     end
   end
   for d, _ in pairs(refs) do
-    if not dirs[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
+    if not dirs[d] and not have[d] then return nil end
   end
   return {writes, refs, unrefs, appends, dirs, gone}
 end
@@ -880,31 +948,30 @@ local function apply_blobs(plan)
   local writes, refs, unrefs, appends, dirs, gone = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
   if #writes == 0 then return end
   mark_blobs()
-  local args, listed = {}, {}
+  local args, added = {}, {}
   for d, dir in pairs(dirs) do
-    for j = 4, #dir - 1, 2 do listed[d .. '\0' .. dir[j]] = true end
-    dir[2] = tostring(tonumber(dir[2]) + (refs[d] or 0))
-    refs[d] = nil
     args[#args + 1] = d
-    args[#args + 1] = pack_rec(dir)
+    args[#args + 1] = dir_pack(dir, refs[d] or 0)
+    refs[d] = nil
+    local add, set = dir[7], {}
+    for j = 1, #add - 1, 2 do set[add[j]] = true end
+    added[d] = set
   end
-  -- a merge drops the frames it replaces; a frame this call appended and then merged away is
-  -- never written
-  local del = {}
-  for _, fs in pairs(gone) do
-    for _, f in ipairs(fs) do
-      if not listed[f] then del[#del + 1] = f end
-    end
-  end
+  -- a merge drops the stored frames it replaces; a frame this call appended and then merged
+  -- away is never written
   for _, ap in ipairs(appends) do
-    if listed[ap[2]] then
-      args[#args + 1] = ap[2]
+    if added[ap[1]][ap[2]] then
+      args[#args + 1] = ap[1] .. '\0' .. ap[2]
       args[#args + 1] = ap[3]
     end
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
   redis.call('HSET', K_BLOB, unpack(args))
   -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
+  local del = {}
+  for _, fs in pairs(gone) do
+    for _, f in ipairs(fs) do del[#del + 1] = f end
+  end
   if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
@@ -1043,24 +1110,26 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 local function store_cp(ns_e, cid_e, raw, rec, entry)
   local field = ns_e .. cid_e
   local new = redis.call('HSETNX', K_CP, field, raw) == 1
   local old_run = ''
-  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', 1) end
+  if new and META_NC == '1' then redis.call('HINCRBY', K_META, 'n', '1') end
   if not new then
     local old = redis.call('HGET', K_CP, field)
     if old == raw then
-      return  -- an idempotent retry of the same put: nothing changes
+      return false  -- an idempotent retry of the same put: nothing changes
     end
     bump_guard()
     old_run = cp_field(old, CP_RUN_ID)
     redis.call('HSET', K_CP, field, raw)
   end
   if META_NC ~= '1' then redis.call('HSET', K_CHAIN, field, entry or chain_entry(rec)) end
-  redis.call('ZADD', K_CPNS, 0, field)
-  redis.call('ZADD', K_CPID, 0, cid_e .. ns_e)
+  -- (scores as strings: a Lua number is formatted for every call)
+  redis.call('ZADD', K_CPNS, '0', field)
+  redis.call('ZADD', K_CPID, '0', cid_e .. ns_e)
   if rec[CP_RUN_ID] ~= '' then link_run(enc(rec[CP_RUN_ID]), ns_e, cid_e) end
   -- a re-put under another run id: the old run's link goes after the new one is added (see
   -- "Slots that move" in _lib_thread.lua: the run keys may hold only the old link)
@@ -1069,10 +1138,14 @@ local function store_cp(ns_e, cid_e, raw, rec, entry)
     zrem(K_RUNS, run_e .. ns_e .. cid_e)
     unlink_run_if_unused(run_e)
   end
+  return true
 end
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -1081,12 +1154,13 @@ local function validate_record(raw)
       local p = rec[i]
       if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
         if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
-        local n = 0
-        for _, x in pairs(p) do
-          n = n + 1
-          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        local n = #p
+        for j = 1, n do
+          if type(p[j]) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
         end
-        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        if next(p, n > 0 and n or nil) ~= nil then
+          fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array')
+        end
       elseif type(p) ~= 'string' then
         fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
       end
@@ -2994,41 +3068,51 @@ if entry ~= '' then
     fail('RS_BADARG', 'chain entry does not match the record')
   end
 end
+local ns_e, cid_e = enc(ns), enc(cid)
+local blob_pairs = {}
 for i = 1, nblobs do
   local b = ARGV[12 + 2 * i]
   if not is_blob_record(b) then fail('RS_BADARG', 'blob record must have 2 parts') end
-  -- (plan_blobs() checks it too, after a lost thread may have been forgotten: a write)
-  if #b > STREAM_REC_MAX and stream_id(b) then fail('RS_BADARG', 'stream record too long') end
+  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
+  blob_pairs[2 * i] = b
 end
 local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
+local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
 check_format()
-local ns_e, cid_e = enc(ns), enc(cid)
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
--- checkpoint would name values no longer stored), its meta gone, or a loss an earlier version
--- recorded; the reads' counts catch the other losses (the next read then forgets the thread).
+-- checkpoint would name values no longer stored; the blob mark is read with the fields the
+-- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
-if META_DMG or (META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0)
-    or (not META_V and redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0) then
+local got, lost = nil, META_DMG
+if lost then
+  lost = true
+elseif META_B == '1' then
+  local q = {BLOB_MARK}
+  for _, f in ipairs(reads[5]) do q[#q + 1] = f end
+  got = hmget(K_BLOB, q)
+  lost = not got[1]
+  table.remove(got, 1)
+elseif not META_V then
+  lost = redis.call('EXISTS', K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN) > 0
+end
+if lost then
   -- the thread's slot is moving: this node may not write the thread afresh (see "Slots that
   -- move" in _lib_thread.lua): refused before any write, as Redis refuses such a call
   refuse_if_slot_moving()
   record_loss()
+  got = {}  -- the thread's keys are gone: nothing is stored
 end
 if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and redis.call('HLEN', K_CP) == 0 then
   return 4
 end
 
-local blob_pairs = {}
-for i = 1, nblobs do
-  blob_pairs[2 * i - 1] = ns_e .. ARGV[11 + 2 * i]
-  blob_pairs[2 * i] = ARGV[12 + 2 * i]
-end
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(reads, got, stream_args, ns_e)
 if not blobs then return 3 end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
@@ -3062,7 +3146,7 @@ end
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
-store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
+local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
 elseif fence ~= '1' and META_FH == '1' then
@@ -3129,7 +3213,17 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
-touch()
+-- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
+-- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
+-- mode reads and deletes more, but only leaves out what this list leaves out
+local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
+if not indexed then
+  untouched[#untouched + 1] = K_CPNS
+  untouched[#untouched + 1] = K_CPID
+end
+touch(untouched)
 return cleaned
 
 end
@@ -3357,7 +3451,7 @@ for i = 0, n - 1 do
   end
 end
 if not META_V then return 0 end  -- the thread is gone
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(blob_reads(blob_pairs), nil, stream_args, ns_e)
 if not blobs then return -1 end
 init_meta()
 apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as it was
@@ -4075,30 +4169,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_44b91fae21ec8fa9_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_f860309d1d3d9164_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -319,6 +319,9 @@ end
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
 
 -- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
 -- keys least recently (or least often) accessed; a call that accessed only some of a thread's
@@ -406,13 +409,6 @@ end
 
 -- the directory field of the stream the record stored at blob field f names, or nil (no record,
 -- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
-local function stored_stream(f, n)
-  n = n or redis.call('HSTRLEN', K_BLOB, f)
-  if n == 0 or n > STREAM_REC_MAX then return nil end
-  local sid = stream_id(redis.call('HGET', K_BLOB, f))
-  if sid then return blob_prefix_of(f) .. '\0' .. sid end
-  return nil
-end
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
 -- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
@@ -457,6 +453,44 @@ local function check_stream_args(sargs)
   end
 end
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+local function dir_view(cur)
+  local _, e, a, b, c = string.find(cur, '^(%d+),(%d+),(%d+)')
+  if not e then fail('RS_BADARG', 'malformed record') end
+  local semi = string.find(cur, ';', e + 1, true)
+  if not semi then fail('RS_BADARG', 'malformed record') end
+  local p = semi + 1
+  local q, r = p + a, p + a + b
+  local rest_h = string.sub(cur, e + 2, semi - 1)  -- "" when the header ends after the third
+  local nf = 0
+  if rest_h ~= '' then nf = (select(2, string.gsub(rest_h, ',', ',')) + 1) / 2 end
+  return {string.sub(cur, p, q - 1), tonumber(string.sub(cur, q, r - 1)), tonumber(string.sub(cur, r, r + c - 1)),
+          nf, rest_h, string.sub(cur, r + c), {}}
+end
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+local function dir_frames(dir)
+  local out = {}
+  if dir[5] == '' then return out end
+  local parts = unpack_rec(dir[5] .. ';' .. dir[6])
+  for j = 1, #parts - 1, 2 do out[#out + 1] = parts[j] end
+  return out
+end
+
+-- the directory record of a view, with `more` references
+local function dir_pack(dir, more)
+  local len, refs, fn, add = dir[1], tostring(dir[2] + more), tostring(dir[3]), dir[7]
+  local h = {#len, #refs, #fn}
+  if dir[5] ~= '' then h[4] = dir[5] end
+  for i = 1, #add do h[#h + 1] = #add[i] end
+  return table.concat(h, ',') .. ';' .. len .. refs .. fn .. dir[6] .. table.concat(add)
+end
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -464,14 +498,22 @@ end
 -- the references they add to streams and take from the streams of the records they replace,
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
-local function plan_blobs(pairs_, sargs, ns_e)
+-- plan_blobs() in two steps: blob_reads() sorts the records (and checks stream records' size)
+-- and names the fields the plan reads, q; the caller may read them with more (put.lua: the blob
+-- mark, in the same HMGET) and pass what came back, in order, as `got` (nil: plan_blobs reads)
+local function blob_reads(pairs_)
   -- A record that names no stream is written as it comes: it can only replace the record of
   -- the same version (a retry writes the same bytes). A stream record is written only if it
   -- changes the field, and then counts a reference, and takes one from the stream of the
   -- stream record it replaces. (A plain record replacing a stream record of the same version,
   -- a re-put with compress switched off, leaves that stream one reference too many: it stays
   -- until the thread goes; no command per plain record is spent to spare that.)
-  local writes, refs, unrefs = {}, {}, {}
+  local writes = {}
+  -- each stream record's field and the directory of the stream it names, read in one HMGET:
+  -- the stored record (small: a stream record's, or a retry's identical bytes; a plain record
+  -- of the same version only on a re-put with compress switched) and have[d] = the stored
+  -- directory, false when there is none
+  local sf, sb, sd, q = {}, {}, {}, {}
   for i = 1, #pairs_ - 1, 2 do
     local f, b = pairs_[i], pairs_[i + 1]
     local sid = stream_id(b)
@@ -480,20 +522,39 @@ local function plan_blobs(pairs_, sargs, ns_e)
       writes[#writes + 1] = b
     else
       if #b > STREAM_REC_MAX then fail('RS_BADARG', 'stream record too long') end
-      local n = redis.call('HSTRLEN', K_BLOB, f)
-      if n ~= #b or redis.call('HGET', K_BLOB, f) ~= b then
+      local d = blob_prefix_of(f) .. '\0' .. sid
+      sf[#sf + 1], sb[#sb + 1], sd[#sd + 1] = f, b, d
+      q[#q + 1] = f
+      q[#q + 1] = d
+    end
+  end
+  return {writes, sf, sb, sd, q}
+end
+
+local function plan_blobs(reads, got, sargs, ns_e)
+  local writes, sf, sb, sd, q = reads[1], reads[2], reads[3], reads[4], reads[5]
+  local refs, unrefs = {}, {}
+  local have = {}
+  if #q > 0 then
+    got = got or hmget(K_BLOB, q)
+    for j = 1, #sf do
+      local f, b, d, cur = sf[j], sb[j], sd[j], got[2 * j - 1]
+      if have[d] == nil then have[d] = got[2 * j] end
+      if cur ~= b then
         writes[#writes + 1] = f
         writes[#writes + 1] = b
-        local d = blob_prefix_of(f) .. '\0' .. sid
         refs[d] = (refs[d] or 0) + 1
-        local od = stored_stream(f, n)
-        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
+        local osid = cur and #cur <= STREAM_REC_MAX and stream_id(cur)
+        if osid then
+          local od = blob_prefix_of(f) .. '\0' .. osid
+          unrefs[od] = (unrefs[od] or 0) - 1
+        end
       end
     end
   end
   -- appends to one stream apply in order (a rewrite sends several): each checked against the
-  -- stream as the appends before it leave it; dirs[d] = the directory as they leave it, parts
-  -- (its frames to delete in gone[d]); written once by apply_blobs()
+  -- stream as the appends before it leave it; dirs[d] = its directory view (dir_view()) as
+  -- they leave it, gone[d] the stored frames a merge deletes; written once by apply_blobs()
   local appends, dirs, gone = {}, {}, {}
   for k = 1, #sargs - 4, 5 do
     local d = ns_e .. sargs[k]
@@ -501,35 +562,35 @@ local function plan_blobs(pairs_, sargs, ns_e)
       local mode, base, len, frame = sargs[k + 1], sargs[k + 2], sargs[k + 3], sargs[k + 4]
       local dir = dirs[d]
       if mode == 'n' then
-        if dir or redis.call('HEXISTS', K_BLOB, d) == 1 then fail('RS_BADARG', 'stream id in use') end
-        dirs[d], gone[d] = {len, '0', '1', '0', len}, {}
-        appends[#appends + 1] = {d, d .. '\0' .. '0', frame}
+        if dir or have[d] then fail('RS_BADARG', 'stream id in use') end
+        dirs[d] = {len, 0, 1, 1, '', '', {'0', len}}
+        appends[#appends + 1] = {d, '0', frame}
       else
         if not dir then
-          local cur = redis.call('HGET', K_BLOB, d)
-          if not cur then return nil end
-          dir = unpack_rec(cur)
-          dirs[d], gone[d] = dir, {}
+          if not have[d] then return nil end
+          dir = dir_view(have[d])
+          dirs[d] = dir
         end
         if dir[1] ~= base then return nil end
-        local fn = dir[3]
+        local fn = tostring(dir[3])
         if mode == 'm' then
-          for j = 4, #dir - 1, 2 do gone[d][#gone[d] + 1] = d .. '\0' .. dir[j] end
-          dir = {len, dir[2], fn, fn, len}
-          dirs[d] = dir
+          local g = gone[d] or {}
+          for _, x in ipairs(dir_frames(dir)) do g[#g + 1] = d .. '\0' .. x end
+          gone[d] = g
+          dir[4], dir[5], dir[6], dir[7] = 1, '', '', {fn, len}
         else
-          if (#dir - 3) / 2 >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
-          dir[#dir + 1] = fn
-          dir[#dir + 1] = len
-          dir[1] = len
+          if dir[4] >= MAX_FRAMES then fail('RS_BADARG', 'stream has too many frames') end
+          dir[4] = dir[4] + 1
+          dir[7][#dir[7] + 1] = fn
+          dir[7][#dir[7] + 1] = len
         end
-        dir[3] = tostring(tonumber(fn) + 1)
-        appends[#appends + 1] = {d, d .. '\0' .. fn, frame}
+        dir[1], dir[3] = len, dir[3] + 1
+        appends[#appends + 1] = {d, fn, frame}
       end
     end
   end
   for d, _ in pairs(refs) do
-    if not dirs[d] and redis.call('HEXISTS', K_BLOB, d) == 0 then return nil end
+    if not dirs[d] and not have[d] then return nil end
   end
   return {writes, refs, unrefs, appends, dirs, gone}
 end
@@ -538,31 +599,30 @@ local function apply_blobs(plan)
   local writes, refs, unrefs, appends, dirs, gone = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
   if #writes == 0 then return end
   mark_blobs()
-  local args, listed = {}, {}
+  local args, added = {}, {}
   for d, dir in pairs(dirs) do
-    for j = 4, #dir - 1, 2 do listed[d .. '\0' .. dir[j]] = true end
-    dir[2] = tostring(tonumber(dir[2]) + (refs[d] or 0))
-    refs[d] = nil
     args[#args + 1] = d
-    args[#args + 1] = pack_rec(dir)
+    args[#args + 1] = dir_pack(dir, refs[d] or 0)
+    refs[d] = nil
+    local add, set = dir[7], {}
+    for j = 1, #add - 1, 2 do set[add[j]] = true end
+    added[d] = set
   end
-  -- a merge drops the frames it replaces; a frame this call appended and then merged away is
-  -- never written
-  local del = {}
-  for _, fs in pairs(gone) do
-    for _, f in ipairs(fs) do
-      if not listed[f] then del[#del + 1] = f end
-    end
-  end
+  -- a merge drops the stored frames it replaces; a frame this call appended and then merged
+  -- away is never written
   for _, ap in ipairs(appends) do
-    if listed[ap[2]] then
-      args[#args + 1] = ap[2]
+    if added[ap[1]][ap[2]] then
+      args[#args + 1] = ap[1] .. '\0' .. ap[2]
       args[#args + 1] = ap[3]
     end
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
   redis.call('HSET', K_BLOB, unpack(args))
   -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
+  local del = {}
+  for _, fs in pairs(gone) do
+    for _, f in ipairs(fs) do del[#del + 1] = f end
+  end
   if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
@@ -604,10 +664,14 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
@@ -685,7 +749,7 @@ for i = 0, n - 1 do
   end
 end
 if not META_V then return 0 end  -- the thread is gone
-local blobs = plan_blobs(blob_pairs, stream_args, ns_e)
+local blobs = plan_blobs(blob_reads(blob_pairs), nil, stream_args, ns_e)
 if not blobs then return -1 end
 init_meta()
 apply_blobs(blobs)  -- the fields join their hash: its expiry, if any, stays as it was

@@ -257,6 +257,9 @@ local BLOB_MARK, CHAIN_MARK = '', ''
 -- The index score is the expiry rounded up to ttl/64, and meta.ix remembers it: the index
 -- (and its purge of expired entries) is only updated when the rounded score moves, so a
 -- busy thread pays the 8 PEXPIREs and little else.
+-- untouched: (optional) the keys of the thread that this call did not access otherwise, to
+-- TOUCH when there is no expiry to set (a key a command of the call read or wrote had its
+-- access time moved by that command); nil = all of them
 
 -- Keep a thread's keys equally recent. Under an LRU or LFU maxmemory-policy Redis evicts the
 -- keys least recently (or least often) accessed; a call that accessed only some of a thread's
@@ -322,6 +325,17 @@ end
 
 -- the stream appends' arguments (see plan_blobs()), checked before anything is read
 
+-- A stream directory as plan_blobs() changes it, without unpacking its frame list: {raw length,
+-- references (a number), next frame number (a number), frame count, the stored header's
+-- lengths after the third (its frames: "" = none), the stored body after the third part, the
+-- parts this call adds (frame number, raw end, ...)}. An append (the common case: one per put
+-- of a growing channel) reads the first three parts and copies the rest as it is; a merge
+-- reads the stored frames to delete them.
+
+-- the frame numbers of a directory view's stored frames (a merge deletes them)
+
+-- the directory record of a view, with `more` references
+
 -- Storing channel values (put.lua, rewrite.lua), validated in full before anything is written.
 -- pairs = {blob field, blob record, ...}; sargs = the stream appends, 5 strings each (put.lua
 -- ARGV: e(channel) "\0" sid, mode, base length, new length, frame). plan_blobs() returns what
@@ -329,6 +343,10 @@ end
 -- the references they add to streams and take from the streams of the records they replace,
 -- and the appends those records need (an append no new record names is skipped); nil when such
 -- an append's stream is gone or not at the length the client based it on.
+-- plan_blobs() in two steps: blob_reads() sorts the records (and checks stream records' size)
+-- and names the fields the plan reads, q; the caller may read them with more (put.lua: the blob
+-- mark, in the same HMGET) and pass what came back, in order, as `got` (nil: plan_blobs reads)
+
 
 
 -- Blob garbage collection. A blob e(ns)e(channel)version is referenced by the checkpoints
@@ -367,10 +385,14 @@ end
 
 -- store one checkpoint record (re-put of the same id replaces it, keeping its writes);
 -- rec: the record's parts, as validate_record() returns them; entry: the chain entry when
--- the caller has it (put), else built from rec
+-- the caller has it (put), else built from rec. Returns true when it wrote the indexes (false:
+-- an identical retry, which only reads the record)
 
 
--- a checkpoint record of any format, checked; returns its parts as cp_rec() does
+-- a checkpoint record of any format, checked; returns its parts as cp_rec() does. Parts
+-- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
+-- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
+-- strings is the whole check; a map is a table with a key that is not 1..n.
 local function validate_record(raw)
   local rec
   if cp_is_mp(raw) then
@@ -379,12 +401,13 @@ local function validate_record(raw)
       local p = rec[i]
       if i == CP_VERSIONS or i == CP_FILTER or i == CP_DELTA or i == CP_PARENTS then
         if type(p) ~= 'table' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
-        local n = 0
-        for _, x in pairs(p) do
-          n = n + 1
-          if type(x) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
+        local n = #p
+        for j = 1, n do
+          if type(p[j]) ~= 'string' then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must hold strings') end
         end
-        if n ~= #p then fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array') end
+        if next(p, n > 0 and n or nil) ~= nil then
+          fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be an array')
+        end
       elseif type(p) ~= 'string' then
         fail('RS_BADARG', 'checkpoint record part ' .. i .. ' must be a string')
       end

@@ -130,7 +130,7 @@ def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
     every stream record names a directory, each directory counts exactly the records naming it and
     lists frames that exist, and nothing else is left. Returns counts of what it holds."""
     from redis_saver.core import values
-    from redis_saver.core.codec import unpack, unpack_blob
+    from redis_saver.core.codec import pack, unpack, unpack_blob
 
     dirs, frames, refs = {}, set(), {}
     records = 0
@@ -143,6 +143,9 @@ def check_stream_hash(h: dict[bytes, bytes]) -> dict[str, int]:
                 frames.add(f)
             else:
                 dirs[f] = unpack(v)
+                # put.lua rewrites a directory's header in place (no unpack / repack): it must
+                # stay the record pack() writes
+                assert pack(dirs[f]) == v, f"{f!r}: directory record {v!r} is not well framed"
             continue
         records += 1
         ty, data = unpack_blob(v)

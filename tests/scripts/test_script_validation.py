@@ -190,3 +190,52 @@ def test_lean_put_writes_writes_nothing_when_the_thread_needs_the_full_call(sync
     assert saver._driver.call(Call(lean.script, lean.keys, header)) is None
     assert _snapshot(sync_client, saver) == before
     assert sync_client.hlen(wr) == 3  # two writes and the mark
+
+
+def _stream_dir(client, saver, tid: str) -> tuple[bytes, list[bytes]]:
+    """The field and parts of the thread's one stream directory."""
+    from redis_saver.core.codec import unpack
+
+    blob = saver.keys.thread_keys(tid)[4]
+    dirs = [f for f in client.hkeys(blob) if f.count(b"\0") == 3 and b"\0\0" in f]
+    assert len(dirs) == 1, dirs
+    return dirs[0], unpack(client.hget(blob, dirs[0]))
+
+
+def test_stream_appends_keep_the_directory_and_a_full_one_is_refused_before_writing(sync_client, prefix):
+    """put.lua rewrites a stream directory's head in place on an append (no unpack / repack):
+    the record reads as pack() writes it, frames and references counted; an append to a stream
+    already at MAX_FRAMES frames is refused with nothing written."""
+    from redis_saver.core import values
+    from redis_saver.core.codec import pack
+
+    saver = RedisSaver(sync_client, prefix=prefix)
+    saver.setup()
+    tid = "t:{s}"
+    words = [f"message {i} " + "lorem ipsum dolor sit amet " * 12 for i in range(12)]
+    cfg = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    for t in range(1, 4):
+        cp = generate_checkpoint(channel_values={"m": words[: 2 * t]}, channel_versions={"m": str(t)})
+        cfg = saver.put(cfg, cp, generate_metadata(), {"m": str(t)})
+    field, parts = _stream_dir(sync_client, saver, tid)
+    assert parts[1] == b"3" and int(parts[2]) == (len(parts) - 3) // 2 == 3  # 3 records, 3 frames
+    assert saver.get_tuple(cfg).checkpoint["channel_values"]["m"] == words[:6]
+    # the directory now lists MAX_FRAMES frames (its raw length as stored): the next append is refused
+    blob = saver.keys.thread_keys(tid)[4]
+    frames = [(str(k).encode(), parts[4]) for k in range(values.MAX_FRAMES)]
+    for k, _ in frames:
+        sync_client.hset(blob, field + b"\0" + k, b"x")
+    sync_client.hset(blob, field, pack([parts[0], parts[1], str(values.MAX_FRAMES).encode()]
+                                        + [x for kv in frames for x in kv]))
+    cp = generate_checkpoint(channel_values={"m": words[:8]}, channel_versions={"m": "4"})
+    call = _call(saver._plans._plan_put(cfg, cp, generate_metadata(), {"m": "4"}))
+    assert b"a" in call.args, "the plan sends an append"
+
+    def contents() -> dict:  # (not DUMP: the lookups may move the grown hash's rehashing on)
+        keys = sync_client.scan_iter(match=saver.keys.scan_pattern(), count=1000)
+        return {k: sync_client.hgetall(k) if sync_client.type(k) == b"hash" else sync_client.dump(k) for k in keys}
+
+    before = contents()
+    with pytest.raises(ValueError, match="too many frames"):
+        saver._driver.call(call)
+    assert contents() == before
