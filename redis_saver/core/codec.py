@@ -105,6 +105,11 @@ def blob_record(type_: str | bytes, data: bytes) -> bytes:
     return b"%d,%d;%s%s" % (len(t), len(data), t, data)
 
 
+def blob_record_len(type_: bytes, data: bytes) -> int:
+    """``len(blob_record(type_, data))``, without framing it."""
+    return len(type_) + len(data) + len(b"%d,%d;" % (len(type_), len(data)))
+
+
 def unpack(rec: bytes) -> list[bytes]:
     return unpack_head(rec)
 

@@ -214,16 +214,20 @@ class PlanBase:
         type_, data = codec.unpack_blob(blob)
         type_, tag = split_text(type_)
         integ = self.integrity
+        stream = type_.endswith(values_.STREAM_MARK)
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
-            if not type_.endswith(values_.STREAM_MARK):
-                integ.check(tag, ("v", *where, type_), data)
-        if type_.endswith(values_.STREAM_MARK):
-            data, known = values_.decode_stream_value(data, streams)
+            at, rest = integ.at(6, ("v", where[0], where[1])), (where[2], where[3], type_)
+            if not stream:
+                at.check(tag, rest, data)
+        if stream:
+            payload = data
+            data, known = values_.decode_stream_value(payload, streams)
             if integ is not None:
-                covered, st = values_.stream_covered(known.ops, known.stream)
-                integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
+                # its ops as stored and a hash of the stream bytes they read
+                covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
+                at.check(tag, rest, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)
@@ -238,7 +242,7 @@ class PlanBase:
         tid, ch, ty, data, path, idx = codec.unpack(w)
         ty, tag = split_type(ty)
         if self.integrity is not None:
-            self.integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
+            self.integrity.at(9, ("w", thread_id, ns, cid)).check(tag, (tid, idx, ch, path, ty), data)
         return tid, ch, ty, data, idx
 
     def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
@@ -250,7 +254,7 @@ class PlanBase:
             parts = list(parts)
             parts[1] = t
         if self.integrity is not None:
-            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts)
+            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts, raw)
         return parts
 
     def _tuple(
@@ -270,7 +274,8 @@ class PlanBase:
         vers = codec.str_pairs(vrec) if self.integrity is not None else None
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else dict(vers)
+            # (with a key, the values' places are looked up in it before the checkpoint is returned)
+            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else vers
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
