@@ -80,3 +80,42 @@ def test_store_commands_take_the_key(cli, redis_url, prefix, sync_client, keyfil
     redis_saver.RedisStore(sync_client, prefix=prefix).put(("docs",), "k", {"text": "planted"})
     res = cli("--integrity-key-file", keyfile, "store", "show", "docs", "k", code=1)
     assert "IntegrityError" in res.stderr or "IntegrityError" in res.stdout
+
+
+def test_migrate_with_a_key(cli, redis_url, prefix, sync_client, keyfile, tmp_path):
+    """migrate --from with the key signs what it writes (the first key); migrate --to reads
+    with it, so a thread that fails its check is reported and not copied, the others are."""
+    pytest.importorskip("langgraph.checkpoint.sqlite", reason="migrate needs the 'migrate' extra")
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from redis_saver.cli._ops import diff_threads
+
+    src = tmp_path / "src.db"
+    with sqlite3.connect(str(src), check_same_thread=False) as conn:
+        run_threads(SqliteSaver(conn), ["s-0", "s-1"], resume={"s-1"})
+    res = cli("--integrity-key-file", keyfile, "migrate", "--from", f"sqlite:///{src}", "--verify")
+    assert "2 copied" in res.stdout and "verify: 2 thread(s) identical" in res.stdout, res.stdout
+    keyed = redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K2)
+    with sqlite3.connect(str(src), check_same_thread=False) as conn:
+        for t in ("s-0", "s-1"):
+            cfg = {"configurable": {"thread_id": t}}
+            assert diff_threads(list(SqliteSaver(conn).list(cfg)), list(keyed.list(cfg))) == []
+    cli("--integrity-key-file", keyfile, "verify", "--all")
+    # signed with the first key of the file (K2): K1 alone refuses it
+    with pytest.raises(redis_saver.IntegrityError):
+        redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K1).get_tuple(
+            {"configurable": {"thread_id": "s-0"}}
+        )
+    # out of Redis: s-1 tampered (s-0's latest record moved onto it) is refused, s-0 is copied
+    cp_0, cp_1 = f"{prefix}:{{s-0}}:cp", f"{prefix}:{{s-1}}:cp"
+    sync_client.hset(cp_1, max(sync_client.hkeys(cp_1)), sync_client.hget(cp_0, max(sync_client.hkeys(cp_0))))
+    out = tmp_path / "out.db"
+    res = cli("--integrity-key-file", keyfile, "migrate", "--to", f"sqlite:///{out}", code=1)
+    assert "IntegrityError" in res.stdout + res.stderr and "1 copied" in res.stdout, res.stdout + res.stderr
+    with sqlite3.connect(str(out), check_same_thread=False) as conn:
+        target = SqliteSaver(conn)
+        assert list(target.list({"configurable": {"thread_id": "s-1"}})) == []
+        cfg = {"configurable": {"thread_id": "s-0"}}
+        assert len(list(target.list(cfg))) == len(list(keyed.list(cfg))) > 0
