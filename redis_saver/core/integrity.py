@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import IntegrityError
-from .codec import checkpoint_record
+from .codec import checkpoint_record, packer
 
 MARK = b"\x1fk"
 TAG = 16  # bytes of a value's or write's tag
@@ -104,6 +104,15 @@ class At:
         out: bytes = h.digest()
         return out
 
+    def tag_text(self, rest: tuple[Any, ...], type_: bytes, data: bytes) -> bytes:
+        """``join_text(type_, self.tag((*rest, type_), data))`` in one call (a put's values)."""
+        h = self._hs[0].copy()
+        h.update(checkpoint_record((*rest, type_))[1:])
+        h.update(data)
+        text = binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG]  # no padding
+        i = type_.find(b"\x1f")
+        return type_ + MARK + text if i < 0 else type_[:i] + MARK + text + type_[i:]
+
     def verifies(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> bool:
         """Whether ``tag`` is ``data``'s at ``head + rest`` under one of the keys."""
         if tag is None or len(tag) != self._size:
@@ -165,11 +174,13 @@ class Integrity:
         them with an empty parent (the record once prune cleared its parent). What they cover
         (``_content``) and the record share their packed parts after the type, packed once."""
         parent, type_ = parts[0], parts[1]
-        rest = checkpoint_record(parts[2:])[1:]
-        content = b"\x99" + checkpoint_record(type_) + rest
+        pk = packer()
+        rest: bytes = pk.pack(parts[2:])[1:]
+        content = b"\x99" + pk.pack(type_) + rest
         head = ("c", thread_id, ns)
         tags = self.at(5, head).tag((cid, parent), content) + self.at(5, head, PARENT_TAG).tag((cid, b""), content)
-        return b"\x9a" + checkpoint_record(parent) + checkpoint_record(join_type(type_, tags)) + rest
+        record: bytes = b"\x9a" + pk.pack(parent) + pk.pack(join_type(type_, tags)) + rest
+        return record
 
     def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
         """A checkpoint record's two tags (``parts``: CP order, the type without tags; ``where``:
@@ -241,12 +252,13 @@ def join_text(type_: bytes, tag: bytes) -> bytes:
 
 
 def split_text(type_: bytes) -> tuple[bytes, bytes | None]:
-    """``split_type`` of a type holding a ``join_text`` tag."""
-    t, tag = split_type(type_, TEXT_TAG)
-    if tag is None:
-        return t, None
+    """``split_type`` of a type holding a ``join_text`` tag (every read of a value: inlined)."""
+    i = type_.find(b"\x1f")
+    if i < 0 or type_[i + 1 : i + 2] != b"k" or len(type_) < i + 2 + TEXT_TAG:
+        return type_, None
+    t = type_[:i] + type_[i + 2 + TEXT_TAG :]
     try:
-        return t, binascii.a2b_base64(tag.translate(_FROM_URL) + b"==")
+        return t, binascii.a2b_base64(type_[i + 2 : i + 2 + TEXT_TAG].translate(_FROM_URL) + b"==")
     except ValueError:  # binascii.Error: not base64, so no tag
         return t, None
 

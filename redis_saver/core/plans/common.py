@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, Integrity, split_text, split_type
+from ..integrity import CP_TAG, At, Integrity, split_text, split_type
 from ..ttl import TTLConfig
 
 
@@ -204,13 +204,13 @@ class PlanBase:
         blob: bytes,
         streams: dict[bytes, values_.Stream],
         cache_key: tuple[str, str, str] | None = None,
-        where: tuple[str, str, str, str] | None = None,
+        where: tuple[At, str, str] | None = None,
     ) -> tuple[str, bytes]:
         """What serde loads a channel value from, from its blob record; a stream record's value
         from the reply's streams (``cache_key``: remember its stream for the next put of that
-        channel). With a key, its tag is checked against ``where`` (thread, namespace, channel,
-        version) first: a stream value's once its bytes are put together, any other's before
-        it is decompressed."""
+        channel). With a key, its tag is checked against ``where`` (the place's head hashed:
+        kind, thread, namespace; then channel, version) first: a stream value's once its bytes
+        are put together, any other's before it is decompressed."""
         type_, data = codec.unpack_blob(blob)
         type_, tag = split_text(type_)
         integ = self.integrity
@@ -218,7 +218,7 @@ class PlanBase:
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
-            at, rest = integ.at(6, ("v", where[0], where[1])), (where[2], where[3], type_)
+            at, rest = where[0], (where[1], where[2], type_)
             if not stream:
                 at.check(tag, rest, data)
         if stream:
@@ -271,7 +271,8 @@ class PlanBase:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
-        vers = codec.str_pairs(vrec) if self.integrity is not None else None
+        integ = self.integrity
+        vers = codec.str_pairs(vrec) if integ is not None else None
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
             # (with a key, the values' places are looked up in it before the checkpoint is returned)
@@ -280,13 +281,15 @@ class PlanBase:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
+        # with a key: the values' place (kind, thread, namespace) hashed once (Integrity.at)
+        vat = integ.at(6, ("v", thread_id, ns)) if integ is not None and values_at else None
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
             if vers is not None:
                 if chan not in vers:
                     raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
-                where = (thread_id, ns, chan, vers[chan])
+                where = (vat, chan, vers[chan])
             values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None, where)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []

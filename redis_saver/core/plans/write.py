@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, TEXT_TAG, join_text, join_type
+from ..integrity import MARK, TEXT_TAG, join_type
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class WritePlans(LifecyclePlans):
                     nk = app.known
                     covered, st = values_.stream_covered(nk.ops, nk.stream, known and known.stream, stored)
                     app.known = values_.Known(st, nk.ops, nk.value)
-                t = join_text(t, at.tag((ch, v, t), covered))
+                t = at.tag_text((ch, v), t, covered)
             args.append(codec.blob_record(t, stored))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
