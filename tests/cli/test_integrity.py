@@ -4,6 +4,7 @@ the key; the key comes from --integrity-key-file or the environment."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -119,3 +120,29 @@ def test_migrate_with_a_key(cli, redis_url, prefix, sync_client, keyfile, tmp_pa
         assert list(target.list({"configurable": {"thread_id": "s-1"}})) == []
         cfg = {"configurable": {"thread_id": "s-0"}}
         assert len(list(target.list(cfg))) == len(list(keyed.list(cfg))) > 0
+
+
+def test_store_verify(cli, redis_url, prefix, sync_client, keyfile):
+    """store verify reports every item that fails (moved from another key, written without the
+    key), checks the others, and needs the key."""
+    store = redis_saver.RedisStore(sync_client, prefix=prefix, integrity_key=K2)
+    store.setup()
+    for ns in (("docs",), ("docs", "a"), ("users",)):
+        for k in ("k1", "k2"):
+            store.put(ns, k, {"text": f"{ns} {k}"})
+    res = cli("--integrity-key-file", keyfile, "store", "verify")
+    assert "verified 6 item(s): 6 passed, 0 failed" in res.stdout
+    cli("store", "verify", code=2)  # no key: a usage error
+    items = {k: sync_client.get(k) for k in sync_client.scan_iter(match=f"{prefix}:store#*:i:*", count=1000)}
+    assert len(items) == 6
+    a, b = sorted(k for k in items if b":i:docs\x00" in k)[:2]
+    sync_client.set(a, items[b], keepttl=True)  # another item's record (of docs), onto one of docs
+    redis_saver.RedisStore(sync_client, prefix=prefix).put(("users",), "k2", {"text": "planted"})
+    res = cli("--integrity-key-file", keyfile, "store", "verify", "--json", code=1)
+    got = json.loads(res.stdout)
+    assert got["verified"] == 4 and len(got["failed"]) == 2, got
+    assert {"namespace": ["users"], "key": "k2"}.items() <= next(
+        f for f in got["failed"] if f["namespace"] == ["users"]).items()
+    assert "fails its integrity check" in res.stderr and "no integrity tag" in res.stderr
+    res = cli("--integrity-key-file", keyfile, "store", "verify", "users", code=1)  # under a namespace
+    assert "verified 2 item(s): 1 passed, 1 failed" in res.stdout
