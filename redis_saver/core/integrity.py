@@ -231,7 +231,7 @@ def _after_type(raw: bytes) -> int:
     return i if i <= len(raw) else -1
 
 
-_HEADS = 1024  # heads kept (``Integrity.at``): per thread and namespace, a few kinds each
+_HEADS = 256  # heads kept (``Integrity.at``: ~0.4 KB a key each): per thread and namespace, a few kinds each
 
 
 # a tag in base64url without padding: in a channel value's type (the scripts take a type ending
