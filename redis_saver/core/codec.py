@@ -70,13 +70,20 @@ class WR:
 CP_MSGPACK = 0x9A  # the first byte of a format-6 checkpoint record: a MessagePack array of 10
 
 
+def packer() -> msgpack.Packer:
+    """This thread's packer of ``checkpoint_record`` (one per thread: a Packer keeps a buffer;
+    reused: msgpack.packb builds one per call)."""
+    p = getattr(_local, "packer", None)
+    if p is None:
+        p = _local.packer = msgpack.Packer(use_bin_type=False)
+    return p
+
+
 def checkpoint_record(parts: Sequence[Any]) -> bytes:
     """A format-6 checkpoint record: ``parts`` (CP order; bytes and str, the nested parts lists
     of them) as a MessagePack array, every string of the raw family (lua/_lib_records.lua cp_rec)."""
-    packer = getattr(_local, "packer", None)
-    if packer is None:  # one per thread (a Packer keeps a buffer), reused: msgpack.packb builds one per call
-        packer = _local.packer = msgpack.Packer(use_bin_type=False)
-    out: bytes = packer.pack(parts)
+    p = getattr(_local, "packer", None)
+    out: bytes = (p if p is not None else packer()).pack(parts)
     return out
 
 
@@ -103,6 +110,11 @@ def blob_record(type_: str | bytes, data: bytes) -> bytes:
     """``pack([type_, data])``, framed directly (put's hot path)."""
     t = type_ if isinstance(type_, bytes) else type_.encode()
     return b"%d,%d;%s%s" % (len(t), len(data), t, data)
+
+
+def blob_record_len(type_: bytes, data: bytes) -> int:
+    """``len(blob_record(type_, data))``, without framing it."""
+    return len(type_) + len(data) + len(b"%d,%d;" % (len(type_), len(data)))
 
 
 def unpack(rec: bytes) -> list[bytes]:

@@ -15,9 +15,13 @@ a write's and a checkpoint's are bytes); a build without this module hands the m
 its serializer, which refuses it (never a silent misread).
 A checkpoint record's type holds two tags (``CP_TAG``): one over the record, one over the record
 with an empty parent id, so that prune may clear the parent of a checkpoint it keeps (a reader
-checks one of them; clearing a parent is what deleting the ancestors does anyway). A record is
-read back from its parts, packed again as this client packs it, since prune's Lua packs the
-records it changes with other string headers.
+checks one of them; clearing a parent is what deleting the ancestors does anyway). A reader
+checks a record over its bytes after the type as stored; one that prune's Lua packed again (other
+string headers) over its parts packed again as this client packs them.
+
+Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``),
+each tag copies it and hashes the rest of its place and its bytes; a put frames each record
+once, its tag in it; a reader checks the bytes it read (nothing packed again but the place).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import IntegrityError
-from .codec import checkpoint_record
+from .codec import checkpoint_record, packer
 
 MARK = b"\x1fk"
 TAG = 16  # bytes of a value's or write's tag
@@ -75,10 +79,63 @@ def join_type(type_: bytes, tag: bytes) -> bytes:
     return type_[:i] + MARK + tag + type_[i:]
 
 
+class At:
+    """The MACs of every key (the signing key's first) fed the first elements ``head`` of the
+    places of ``n`` elements: the tags and checks of such places hash that head once (a put's
+    values share their kind, thread and namespace). Read-only once built: each tag copies them."""
+
+    __slots__ = ("head", "_hs", "_size")
+
+    def __init__(self, bases: Sequence[Any], n: int, head: tuple[Any, ...], size: int) -> None:
+        # a place is hashed as a MessagePack array (self-delimiting, so the encoding is injective;
+        # str and bytes pack alike): its header (n < 16), then its elements one after the other
+        pre = bytes((0x90 | n,)) + checkpoint_record(head)[1:]
+        self.head, self._size, self._hs = head, size, []
+        for base in bases:
+            h = base.copy()
+            h.update(pre)
+            self._hs.append(h)
+
+    def tag(self, rest: Sequence[Any], data: bytes) -> bytes:
+        """The tag of ``data`` stored at ``head + rest``, under the signing key."""
+        h = self._hs[0].copy()
+        h.update(checkpoint_record(rest)[1:])  # the elements after the head, without an array header
+        h.update(data)
+        out: bytes = h.digest()
+        return out
+
+    def tag_text(self, rest: tuple[Any, ...], type_: bytes, data: bytes) -> bytes:
+        """``join_text(type_, self.tag((*rest, type_), data))`` in one call (a put's values)."""
+        h = self._hs[0].copy()
+        h.update(checkpoint_record((*rest, type_))[1:])
+        h.update(data)
+        text = binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG]  # no padding
+        i = type_.find(b"\x1f")
+        return type_ + MARK + text if i < 0 else type_[:i] + MARK + text + type_[i:]
+
+    def verifies(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> bool:
+        """Whether ``tag`` is ``data``'s at ``head + rest`` under one of the keys."""
+        if tag is None or len(tag) != self._size:
+            return False
+        packed = checkpoint_record(rest)[1:]  # once, whichever key verifies
+        for base in self._hs:
+            h = base.copy()
+            h.update(packed)
+            h.update(data)
+            if hmac.compare_digest(h.digest(), tag):
+                return True
+        return False
+
+    def check(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> None:
+        """Raise IntegrityError unless ``tag`` is ``data``'s at ``head + rest`` under one of the keys."""
+        if not self.verifies(tag, rest, data):
+            raise IntegrityError(_what(tag, (*self.head, *rest)))
+
+
 class Integrity:
     """The tags of one prefix under one key list (the first key signs)."""
 
-    __slots__ = ("keys", "_bases", "_sign")
+    __slots__ = ("keys", "_bases", "_at")
 
     def __init__(self, key: KeyArg, prefix: str) -> None:
         self.keys = coerce_keys(key)
@@ -87,49 +144,94 @@ class Integrity:
         self._bases = {
             size: [hashlib.blake2b(pre, key=k, digest_size=size) for k in self.keys] for size in (TAG, PARENT_TAG)
         }
-        self._sign = self._bases[TAG][0]
+        self._at: dict[tuple[Any, ...], At] = {}
+
+    def at(self, n: int, head: tuple[Any, ...], size: int = TAG) -> At:
+        """The places of ``n`` elements starting with ``head`` (its kind first), their head
+        hashed once: kept for the latest heads (a thread's values are tagged and checked at every
+        put and read)."""
+        k = (n, size, *head)
+        got = self._at.get(k)
+        if got is None:
+            got = At(self._bases[size], n, head, size)
+            if len(self._at) >= _HEADS:
+                self._at.clear()  # (dict operations are atomic: another thread at most builds one again)
+            self._at[k] = got
+        return got
 
     def tag(self, where: Sequence[Any], data: bytes, size: int = TAG) -> bytes:
         """The tag of ``data`` stored at ``where`` (its kind first), under the signing key."""
-        h = (self._sign if size == TAG else self._bases[size][0]).copy()
-        # where: a MessagePack array (self-delimiting, so the encoding is injective; str and
-        # bytes pack alike), then the data
-        h.update(checkpoint_record(where))
-        h.update(data)
-        out: bytes = h.digest()
-        return out
+        return self.at(len(where), (), size).tag(where, data)
 
     def check(self, tag: bytes | None, where: Sequence[Any], data: bytes, size: int = TAG) -> None:
         """Raise IntegrityError unless ``tag`` is ``data``'s at ``where`` under one of the keys."""
-        if tag is not None and len(tag) == size:
-            packed = checkpoint_record(where)  # once, whichever key verifies
-            for base in self._bases[size]:
-                h = base.copy()
-                h.update(packed)
-                h.update(data)
-                if hmac.compare_digest(h.digest(), tag):
-                    return
-        raise IntegrityError(_what(tag, where))
+        self.at(len(where), (), size).check(tag, where, data)
 
     # ---- checkpoint records -----------------------------------------------------------
-    def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
-        """A checkpoint record's two tags (``parts``: CP order, the type without tags): over its
-        parts with its parent, then over them with an empty parent (the record once prune
-        cleared its parent)."""
-        content = _content(parts)
-        p = parent if isinstance(parent, bytes) else parent.encode()
-        return self.tag((*where, p), content) + self.tag((*where, b""), content, PARENT_TAG)
+    def signed_cp(self, thread_id: str, ns: str, cid: str, parts: Sequence[Any]) -> bytes:
+        """A checkpoint record (``codec.checkpoint_record``) of ``parts`` (CP order, the type
+        without tags) with its two tags in its type: over its parts with its parent, then over
+        them with an empty parent (the record once prune cleared its parent). What they cover
+        (``_content``) and the record share their packed parts after the type, packed once."""
+        parent, type_ = parts[0], parts[1]
+        pk = packer()
+        rest: bytes = pk.pack(parts[2:])[1:]
+        content = b"\x99" + pk.pack(type_) + rest
+        head = ("c", thread_id, ns)
+        tags = self.at(5, head).tag((cid, parent), content) + self.at(5, head, PARENT_TAG).tag((cid, b""), content)
+        record: bytes = b"\x9a" + pk.pack(parent) + pk.pack(join_type(type_, tags)) + rest
+        return record
 
-    def check_cp(self, tags: bytes | None, where: Sequence[Any], parts: Sequence[Any]) -> None:
-        """Check a stored checkpoint record's tags (``parts``: as read, the type without tags):
-        one MAC, the first tag's, or with an empty parent the second's."""
+    def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
+        """A checkpoint record's two tags (``parts``: CP order, the type without tags; ``where``:
+        kind, thread, namespace, checkpoint id), as ``signed_cp`` puts them in its type."""
+        content = _content(parts)
+        return self.tag((*where, parent), content) + self.tag((*where, b""), content, PARENT_TAG)
+
+    def check_cp(
+        self, tags: bytes | None, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None = None
+    ) -> None:
+        """Check a stored checkpoint record's tags (``parts``: as read, the type without tags;
+        ``raw``: the record they were read from): one MAC, the first tag's, or with an empty
+        parent the second's. It covers the record's bytes after its type as they are stored
+        (nothing packed again) when this client packed them; a record prune's Lua packed again
+        (other string headers) is checked over its parts packed as this client packs them."""
         if tags is None or len(tags) != CP_TAG:
             raise IntegrityError(_what(None, where))
         parent = parts[0]
+        head = tuple(where[:3])
         if parent:
-            self.check(tags[:TAG], (*where, parent), _content(parts))
+            at, tag, rest = self.at(5, head), tags[:TAG], (where[3], parent)
         else:  # the ancestors were pruned (or deleted): see the module's doc
-            self.check(tags[TAG:], (*where, b""), _content(parts), PARENT_TAG)
+            at, tag, rest = self.at(5, head, PARENT_TAG), tags[TAG:], (where[3], b"")
+        end = -1 if raw is None else _after_type(raw)
+        if raw is not None and end > 0 and at.verifies(tag, rest, b"\x99" + checkpoint_record(parts[1]) + raw[end:]):
+            return
+        at.check(tag, rest, _content(parts))
+
+
+def _after_type(raw: bytes) -> int:
+    """Where a format-6 checkpoint record's third part starts (after its parent and its type:
+    two strings of the raw family, whatever their headers), or -1."""
+    if raw[:1] != b"\x9a":
+        return -1
+    i = 1
+    for _ in range(2):
+        b = raw[i] if i < len(raw) else 0
+        if 0xA0 <= b <= 0xBF:
+            i += 1 + (b & 31)
+        elif b == 0xD9:
+            i += 2 + raw[i + 1]
+        elif b == 0xDA:
+            i += 3 + int.from_bytes(raw[i + 1 : i + 3], "big")
+        elif b == 0xDB:
+            i += 5 + int.from_bytes(raw[i + 1 : i + 5], "big")
+        else:
+            return -1
+    return i if i <= len(raw) else -1
+
+
+_HEADS = 256  # heads kept (``Integrity.at``: ~0.4 KB a key each): per thread and namespace, a few kinds each
 
 
 # a tag in base64url without padding: in a channel value's type (the scripts take a type ending
@@ -150,12 +252,13 @@ def join_text(type_: bytes, tag: bytes) -> bytes:
 
 
 def split_text(type_: bytes) -> tuple[bytes, bytes | None]:
-    """``split_type`` of a type holding a ``join_text`` tag."""
-    t, tag = split_type(type_, TEXT_TAG)
-    if tag is None:
-        return t, None
+    """``split_type`` of a type holding a ``join_text`` tag (every read of a value: inlined)."""
+    i = type_.find(b"\x1f")
+    if i < 0 or type_[i + 1 : i + 2] != b"k" or len(type_) < i + 2 + TEXT_TAG:
+        return type_, None
+    t = type_[:i] + type_[i + 2 + TEXT_TAG :]
     try:
-        return t, binascii.a2b_base64(tag.translate(_FROM_URL) + b"==")
+        return t, binascii.a2b_base64(type_[i + 2 : i + 2 + TEXT_TAG].translate(_FROM_URL) + b"==")
     except ValueError:  # binascii.Error: not base64, so no tag
         return t, None
 

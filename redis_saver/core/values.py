@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Union
 import zstandard
 
 from ..errors import MalformedReplyError
-from .codec import blob_record, unpack
+from .codec import blob_record, blob_record_len, unpack
 
 ZSTD_MARK = b"\x1fz"  # type + mark: the bytes are one zstd frame of the serde bytes
 # a checkpoint's type + mark (before ZSTD_MARK): its serde bytes leave out channel_versions, which
@@ -408,9 +408,18 @@ def encode_channel(
 ) -> tuple[bytes, StreamAppend | None]:
     """A channel value's blob record, and the stream change it needs (None: stored raw);
     ``extra``: bytes its type will gain (an integrity tag), counted in the record's bound."""
+    t, stored, app = encode_channel_parts(type_, data, ch_e, known, extra)
+    return blob_record(t, stored), app
+
+
+def encode_channel_parts(
+    type_: bytes, data: bytes, ch_e: bytes, known: Known | None, extra: int = 0
+) -> tuple[bytes, bytes, StreamAppend | None]:
+    """``encode_channel``'s blob record as its parts (type, bytes): a put with an integrity key
+    tags them before it frames the record."""
     check_type(type_)
     if len(data) < MIN_ENCODED or len(type_) > 128:
-        return blob_record(type_, data), None
+        return type_, data, None
     if known is not None:
         st = known.stream
         base = known.value
@@ -421,8 +430,8 @@ def encode_channel(
             ops, suffix = spliced
             raw = st.raw + suffix
             payload = stream_payload(st.sid, ops)
-            rec = blob_record(type_ + STREAM_MARK, payload)
-            if len(rec) + extra <= STREAM_REC_MAX:
+            t = type_ + STREAM_MARK
+            if blob_record_len(t, payload) + extra <= STREAM_REC_MAX:
                 if st.frames + (1 if suffix else 0) > MERGE_AT:
                     mode, frame, frames = b"m", compress(raw), 1
                 elif suffix:
@@ -432,20 +441,20 @@ def encode_channel(
                 nk = Known(Stream(st.sid, raw, frames), tuple(ops), data)
                 if mode == b"a" and not suffix:
                     # no bytes to add: the record only points into what is stored; no append
-                    return rec, StreamAppend(ch_e + b"\0" + st.sid, b"-", len(st.raw), len(raw), b"", nk)
-                return rec, StreamAppend(ch_e + b"\0" + st.sid, mode, len(st.raw), len(raw), frame, nk)
+                    return t, payload, StreamAppend(ch_e + b"\0" + st.sid, b"-", len(st.raw), len(raw), b"", nk)
+                return t, payload, StreamAppend(ch_e + b"\0" + st.sid, mode, len(st.raw), len(raw), frame, nk)
     frame = compress(data)
     if len(frame) >= len(data) - len(data) // 8:
-        return blob_record(type_, data), None  # incompressible (ciphertext): as it is
+        return type_, data, None  # incompressible (ciphertext): as it is
     if data[:1] not in _LIST_HEADS:
         # not a list: a later version is unlikely to extend it, so one zstd frame in one field
         # (a stream costs a directory and a frame field besides its record)
-        return blob_record(type_ + ZSTD_MARK, frame), None
+        return type_ + ZSTD_MARK, frame, None
     sid = new_sid()
     ops1: tuple[Op, ...] = ((0, len(data)),)
-    rec = blob_record(type_ + STREAM_MARK, stream_payload(sid, ops1))
     nk = Known(Stream(sid, data, 1), ops1, data)
-    return rec, StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
+    app = StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
+    return type_ + STREAM_MARK, stream_payload(sid, ops1), app
 
 
 def decode_streams(
@@ -490,12 +499,16 @@ def decode_streams(
     return out
 
 
-def stream_covered(ops: Sequence[Op], st: Stream, base: Stream | None = None) -> tuple[bytes, Stream]:
+def stream_covered(
+    ops: Sequence[Op], st: Stream, base: Stream | None = None, payload: bytes | None = None
+) -> tuple[bytes, Stream]:
     """What the integrity tag of a stream value covers: its ops (the stream id left out: a copy
     gives streams new ids) and a BLAKE2b of the stream bytes they read, ``raw[:end]``; and the
     stream with its running hash when that is the whole stream. A stream that extends ``base``
     (the stream a put appended to) continues ``base``'s hash: a put hashes its new bytes only,
-    and a read of a stream this saver holds hashes nothing again."""
+    and a read of a stream this saver holds hashes nothing again. ``payload``: the stored
+    record's payload (``stream_payload(st.sid, ops)``), cut to the ops' part instead of
+    framing them again (the bytes a reader checks are then those stored)."""
     end = max((op[1] for op in ops if not isinstance(op, bytes)), default=0)
     if end == len(st.raw):
         h = st.hashed
@@ -509,7 +522,11 @@ def stream_covered(ops: Sequence[Op], st: Stream, base: Stream | None = None) ->
         digest = h.digest()
     else:
         digest = hashlib.blake2b(memoryview(st.raw)[:end]).digest()
-    return stream_payload(b"", ops) + digest, st
+    if payload is None:
+        return stream_payload(b"", ops) + digest, st
+    # b"<len(sid)>,<op lengths>;" sid ops  ->  b"0,<op lengths>;" ops
+    n, semi = len(st.sid), payload.find(b";")
+    return b"0" + payload[len(b"%d" % n) : semi + 1] + payload[semi + 1 + n :] + digest, st
 
 
 def decode_stream_value(payload: bytes, streams: dict[bytes, Stream]) -> tuple[bytes, Known]:

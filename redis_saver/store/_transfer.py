@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core import values as _values
 from ..core.plans import Call, Out, Plan
+from ..errors import IntegrityError
 from ..keys import enc
 from . import _budgets as B
 from ._keys import STORE_FORMAT, dec_ns, enc_ns
@@ -79,8 +80,12 @@ class StoredItem:
         return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
 
 
-def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
-    """Every item under ``prefix``, shard by shard in search order (emitted a page at a time)."""
+def export_plan(
+    cfg: Config, prefix: tuple[str, ...] = (), failed: list[tuple[tuple[str, ...], str, str]] | None = None
+) -> Plan[int]:
+    """Every item under ``prefix``, shard by shard in search order (emitted a page at a time).
+    ``failed`` (a list): an item failing its integrity check is added to it as (namespace, key,
+    the error) and left out, instead of stopping the export."""
     n = 0
     for shard in cfg.keys.shards_under(prefix):
         c_ns, c_item = b"", b""
@@ -95,7 +100,13 @@ def export_plan(cfg: Config, prefix: tuple[str, ...] = ()) -> Plan[int]:
                 created, updated, ttl, type_ = head.split(b" ", 3)
                 vectors = {vec[j].decode(): vec[j + 1] for j in range(0, len(vec), 2)}
                 ns, key = dec_ns(ens), dec_ns(ekey)[0]
-                type_, data = stored_value(cfg, type_, data, ns, key)  # checked with a key
+                try:
+                    type_, data = stored_value(cfg, type_, data, ns, key)  # checked with a key
+                except IntegrityError as exc:
+                    if failed is None:
+                        raise
+                    failed.append((ns, key, str(exc)))
+                    continue
                 out.append(StoredItem(ns, key, type_.decode(), data, int(created), int(updated), int(ttl), vectors))
             n += len(out)
             if out:

@@ -61,12 +61,13 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._sync(self.abatch(list(ops)))
 
-    async def aexport_items(self, namespace_prefix: Sequence[str] = ()) -> AsyncIterator[StoredItem]:
+    async def aexport_items(
+        self, namespace_prefix: Sequence[str] = (), *, failed: list[tuple[tuple[str, ...], str, str]] | None = None
+    ) -> AsyncIterator[StoredItem]:
         """Async :meth:`RedisStore.export_items`."""
         self._bind()
-        async for item in self._driver.iterate(
-            export_plan(self._cfg, as_namespace(namespace_prefix, "prefix")), "store.export"
-        ):
+        plan = export_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), failed)
+        async for item in self._driver.iterate(plan, "store.export"):
             yield item
 
     async def aimport_items(self, items: Iterable[StoredItem]) -> int:

@@ -51,10 +51,16 @@ class RedisStore(SyncShell, RedisStoreBase):
                 if self._cfg.state.vsets is None:
                     self._cfg.state.vsets = self._driver.run(probe_plan(self._cfg), "store.probe")
 
-    def export_items(self, namespace_prefix: Sequence[str] = ()) -> Iterator[StoredItem]:
+    def export_items(
+        self, namespace_prefix: Sequence[str] = (), *, failed: list[tuple[tuple[str, ...], str, str]] | None = None
+    ) -> Iterator[StoredItem]:
         """Every item under ``namespace_prefix`` as stored (value bytes, times, ttl, vectors),
-        shard by shard, a page per call; for ``import_items`` (and the CLI's export)."""
-        return self._driver.iterate(export_plan(self._cfg, as_namespace(namespace_prefix, "prefix")), "store.export")
+        shard by shard, a page per call; for ``import_items`` (and the CLI's export). With an
+        integrity key, an item failing its check raises ``IntegrityError``; given ``failed`` (a
+        list), it is added there as (namespace, key, the error) and left out instead (the CLI's
+        ``store verify``)."""
+        plan = export_plan(self._cfg, as_namespace(namespace_prefix, "prefix"), failed)
+        return self._driver.iterate(plan, "store.export")
 
     def import_items(self, items: Iterable[StoredItem]) -> int:
         """Write items as ``export_items`` gave them (replacing items already there), in one

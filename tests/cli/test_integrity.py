@@ -4,6 +4,7 @@ the key; the key comes from --integrity-key-file or the environment."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -80,3 +81,68 @@ def test_store_commands_take_the_key(cli, redis_url, prefix, sync_client, keyfil
     redis_saver.RedisStore(sync_client, prefix=prefix).put(("docs",), "k", {"text": "planted"})
     res = cli("--integrity-key-file", keyfile, "store", "show", "docs", "k", code=1)
     assert "IntegrityError" in res.stderr or "IntegrityError" in res.stdout
+
+
+def test_migrate_with_a_key(cli, redis_url, prefix, sync_client, keyfile, tmp_path):
+    """migrate --from with the key signs what it writes (the first key); migrate --to reads
+    with it, so a thread that fails its check is reported and not copied, the others are."""
+    pytest.importorskip("langgraph.checkpoint.sqlite", reason="migrate needs the 'migrate' extra")
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from redis_saver.cli._ops import diff_threads
+
+    src = tmp_path / "src.db"
+    with sqlite3.connect(str(src), check_same_thread=False) as conn:
+        run_threads(SqliteSaver(conn), ["s-0", "s-1"], resume={"s-1"})
+    res = cli("--integrity-key-file", keyfile, "migrate", "--from", f"sqlite:///{src}", "--verify")
+    assert "2 copied" in res.stdout and "verify: 2 thread(s) identical" in res.stdout, res.stdout
+    keyed = redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K2)
+    with sqlite3.connect(str(src), check_same_thread=False) as conn:
+        for t in ("s-0", "s-1"):
+            cfg = {"configurable": {"thread_id": t}}
+            assert diff_threads(list(SqliteSaver(conn).list(cfg)), list(keyed.list(cfg))) == []
+    cli("--integrity-key-file", keyfile, "verify", "--all")
+    # signed with the first key of the file (K2): K1 alone refuses it
+    with pytest.raises(redis_saver.IntegrityError):
+        redis_saver.RedisSaver(sync_client, prefix=prefix, integrity_key=K1).get_tuple(
+            {"configurable": {"thread_id": "s-0"}}
+        )
+    # out of Redis: s-1 tampered (s-0's latest record moved onto it) is refused, s-0 is copied
+    cp_0, cp_1 = f"{prefix}:{{s-0}}:cp", f"{prefix}:{{s-1}}:cp"
+    sync_client.hset(cp_1, max(sync_client.hkeys(cp_1)), sync_client.hget(cp_0, max(sync_client.hkeys(cp_0))))
+    out = tmp_path / "out.db"
+    res = cli("--integrity-key-file", keyfile, "migrate", "--to", f"sqlite:///{out}", code=1)
+    assert "IntegrityError" in res.stdout + res.stderr and "1 copied" in res.stdout, res.stdout + res.stderr
+    with sqlite3.connect(str(out), check_same_thread=False) as conn:
+        target = SqliteSaver(conn)
+        assert list(target.list({"configurable": {"thread_id": "s-1"}})) == []
+        cfg = {"configurable": {"thread_id": "s-0"}}
+        assert len(list(target.list(cfg))) == len(list(keyed.list(cfg))) > 0
+
+
+def test_store_verify(cli, redis_url, prefix, sync_client, keyfile):
+    """store verify reports every item that fails (moved from another key, written without the
+    key), checks the others, and needs the key."""
+    store = redis_saver.RedisStore(sync_client, prefix=prefix, integrity_key=K2)
+    store.setup()
+    for ns in (("docs",), ("docs", "a"), ("users",)):
+        for k in ("k1", "k2"):
+            store.put(ns, k, {"text": f"{ns} {k}"})
+    res = cli("--integrity-key-file", keyfile, "store", "verify")
+    assert "verified 6 item(s): 6 passed, 0 failed" in res.stdout
+    cli("store", "verify", code=2)  # no key: a usage error
+    items = {k: sync_client.get(k) for k in sync_client.scan_iter(match=f"{prefix}:store#*:i:*", count=1000)}
+    assert len(items) == 6
+    a, b = sorted(k for k in items if b":i:docs\x00" in k)[:2]
+    sync_client.set(a, items[b], keepttl=True)  # another item's record (of docs), onto one of docs
+    redis_saver.RedisStore(sync_client, prefix=prefix).put(("users",), "k2", {"text": "planted"})
+    res = cli("--integrity-key-file", keyfile, "store", "verify", "--json", code=1)
+    got = json.loads(res.stdout)
+    assert got["verified"] == 4 and len(got["failed"]) == 2, got
+    assert {"namespace": ["users"], "key": "k2"}.items() <= next(
+        f for f in got["failed"] if f["namespace"] == ["users"]).items()
+    assert "fails its integrity check" in res.stderr and "no integrity tag" in res.stderr
+    res = cli("--integrity-key-file", keyfile, "store", "verify", "users", code=1)  # under a namespace
+    assert "verified 2 item(s): 1 passed, 1 failed" in res.stdout

@@ -4,6 +4,8 @@ and the classification of what a read returned."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -53,14 +55,57 @@ def build(checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
+class Sync:
+    """An async class (``AsyncRedisSaver``, ``AsyncRedisStore``, ``AsyncRedisCache``) on a client
+    of its own, called from sync code on an event loop of its own: the black-box tests change the
+    stored data and read it back in sync code, so each of their matrices runs for the async
+    classes too. ``x.get_tuple(...)`` runs ``aget_tuple``; an async iterator comes back as a list."""
+
+    def __init__(self, cls: Any, url: str, **kwargs: Any) -> None:
+        import redis.asyncio as aredis
+
+        self.loop = asyncio.new_event_loop()
+        self.client = aredis.Redis.from_url(url)
+        self.inner = cls(self.client, **kwargs)
+
+    def run(self, aw: Any) -> Any:
+        if not inspect.isawaitable(aw) and not inspect.isasyncgen(aw):
+            return aw
+        if inspect.isasyncgen(aw):
+            gen = aw
+
+            async def collect() -> list[Any]:
+                return [x async for x in gen]
+
+            aw = collect()
+        return self.loop.run_until_complete(aw)
+
+    def __getattr__(self, name: str) -> Any:
+        f = getattr(self.inner, "a" + name, None) or getattr(self.inner, name)
+        return lambda *a, **k: self.run(f(*a, **k))
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.loop.close()
+
+
+def close_sync(*objs: Any) -> None:
+    """Close the ``Sync`` objects among ``objs`` (their clients and loops)."""
+    for o in objs:
+        if isinstance(o, Sync):
+            o.close()
+
+
 def run_thread(saver: Any, thread: str, turns: int = 2) -> None:
-    """``turns`` turns, each interrupted then resumed, then one more left interrupted."""
-    app = build(saver)
+    """``turns`` turns, each interrupted then resumed, then one more left interrupted (a ``Sync``
+    saver: the graph's async calls)."""
+    app = build(saver.inner if isinstance(saver, Sync) else saver)
+    invoke = (lambda x, c: saver.run(app.ainvoke(x, c))) if isinstance(saver, Sync) else app.invoke
     cfg = {"configurable": {"thread_id": thread}}
     for i in range(turns):
-        app.invoke({"messages": [HumanMessage(f"question {i} " * 30)], "notes": []}, cfg)
-        app.invoke(Command(resume=f"yes {i}"), cfg)
-    app.invoke({"messages": [HumanMessage("last question " * 30)], "notes": []}, cfg)
+        invoke({"messages": [HumanMessage(f"question {i} " * 30)], "notes": []}, cfg)
+        invoke(Command(resume=f"yes {i}"), cfg)
+    invoke({"messages": [HumanMessage("last question " * 30)], "notes": []}, cfg)
 
 
 def keys_of(r: Any, prefix: str) -> list[bytes]:
@@ -132,4 +177,4 @@ def classify(base: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> dict[st
     return counts
 
 
-__all__ = ["SERDE", "Canary", "build", "classify", "reads", "restore", "run_thread", "snapshot"]
+__all__ = ["SERDE", "Canary", "Sync", "build", "classify", "close_sync", "reads", "restore", "run_thread", "snapshot"]

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import redis_saver
-from tests.integrity._graphs import keys_of, run_thread
+from tests.integrity._graphs import SERDE, keys_of, run_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE_TAGS = "2ae9453"  # the last build before integrity tags (it reads and writes format 6)
@@ -137,4 +137,91 @@ def test_sign_thread_signs_a_format_5_thread_in_place(tmp_path: Path, redis_url:
              for t in keyed.list({"configurable": {"thread_id": "f5"}})]
     assert after == before and len(after) > 3
     assert all(v[:1] == b"\x9a" for v in r.hvals(cp))
+    r.close()
+
+
+# the build whose tags this one must keep verifying (and writing): tags as issue 41 first shipped
+# them, in storage format 6; a faster tag path must hash the same bytes
+FIRST_TAGS = "9a7856d"
+
+SIGNER = textwrap.dedent(
+    """
+    import json, sys
+    import redis
+    import redis_saver
+    sys.path.insert(0, sys.argv[3])
+    from tests.integrity._graphs import SERDE, run_thread
+    url, prefix, key, mode = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[4]), sys.argv[5]
+    r = redis.Redis.from_url(url)
+    saver = redis_saver.RedisSaver(r, prefix=prefix, integrity_key=key)
+    store = redis_saver.RedisStore(r, prefix=prefix, serde=SERDE, integrity_key=key)
+    cache = redis_saver.RedisCache(r, prefix=prefix, integrity_key=key)
+    if mode == "write":
+        run_thread(saver, "by-first")
+        store.setup()
+        store.put(("docs", "a"), "small", {"n": 1})
+        store.put(("docs", "a"), "big", {"text": "word " * 300})
+        cache.set({(("n", "a"), "k"): ({"v": [1, 2, 3]}, None)})
+        print("{}")
+    else:
+        def norm(t):
+            return repr((t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes))
+        out = {
+            "list": [norm(t) for t in saver.list({"configurable": {"thread_id": "by-this"}})],
+            "store": [repr(store.get(("docs", "a"), k).value) for k in ("small", "big")],
+            "cache": repr(cache.get([(("n", "a"), "k")])),
+        }
+        print(json.dumps(out))
+    """
+)
+
+
+def test_tags_stay_those_of_the_first_tagged_build(tmp_path: Path, redis_url: str, prefix: str) -> None:
+    """What the first build with tags signed verifies here, and what this build signs verifies
+    there: checkpoints in two namespaces, stream and plain values, pending writes, store items
+    (plain and compressed) and a cache entry."""
+    got = subprocess.run(["git", "-C", str(ROOT), "archive", FIRST_TAGS, "redis_saver", "lua"], capture_output=True)
+    if got.returncode != 0:
+        pytest.fail(f"the build {FIRST_TAGS} is not in this checkout's git history: {got.stderr.decode()}")
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        tar.extractall(tmp_path)
+    key = os.urandom(32)
+
+    def first(mode: str) -> Any:
+        proc = subprocess.run(
+            [sys.executable, "-c", SIGNER, redis_url, prefix, str(ROOT), key.hex(), mode],
+            env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=300,
+            cwd=str(tmp_path),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    r = redis.Redis.from_url(redis_url)
+    first("write")
+    keyed = redis_saver.RedisSaver(r, prefix=prefix, integrity_key=key)
+    plain = redis_saver.RedisSaver(r, prefix=prefix)
+    cfg = {"configurable": {"thread_id": "by-first"}}
+    got_list = [(t.checkpoint, t.metadata, t.parent_config, t.pending_writes) for t in keyed.list(cfg)]
+    want = [(t.checkpoint, t.metadata, t.parent_config, t.pending_writes) for t in plain.list(cfg)]
+    assert got_list == want and len(want) > 3
+    assert {t.config["configurable"]["checkpoint_ns"] for t in keyed.list(cfg)} != {""}  # two namespaces
+    assert any(t.pending_writes for t in keyed.list(cfg))
+    for ns in {t.config["configurable"]["checkpoint_ns"] for t in plain.list(cfg)}:
+        latest = keyed.get_tuple({"configurable": {"thread_id": "by-first", "checkpoint_ns": ns}})
+        assert latest is not None
+    store = redis_saver.RedisStore(r, prefix=prefix, serde=SERDE, integrity_key=key)
+    assert store.get(("docs", "a"), "small").value == {"n": 1}
+    assert store.get(("docs", "a"), "big").value == {"text": "word " * 300}
+    cache = redis_saver.RedisCache(r, prefix=prefix, integrity_key=key)
+    assert cache.get([(("n", "a"), "k")]) == {(("n", "a"), "k"): {"v": [1, 2, 3]}}
+    # and the other way: this build signs, the first tagged build verifies
+    run_thread(keyed, "by-this")
+    store.put(("docs", "a"), "small", {"n": 2})
+    cache.set({(("n", "a"), "k"): ({"v": [4]}, None)})
+    there = first("read")
+    mine = [repr((t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes))
+            for t in keyed.list({"configurable": {"thread_id": "by-this"}})]
+    assert there["list"] == mine and len(mine) > 3
+    assert there["store"] == [repr({"n": 2}), repr({"text": "word " * 300})]
+    assert there["cache"] == repr({(("n", "a"), "k"): {"v": [4]}})
     r.close()

@@ -7,7 +7,8 @@ task or namespace), replaced by a value of the other thread, or the thread is wr
 saver without the key carrying a payload that the default serializer would call. After each
 change the worker's reads (the list, every checkpoint, each namespace's latest) must return
 what they did before or raise (``IntegrityError``; ``MalformedReplyError`` where a record no
-longer parses), never changed state, and the planted payload is never called.
+longer parses), never changed state, and the planted payload is never called. Each test runs
+for RedisSaver and for AsyncRedisSaver (writer and reader of that class).
 """
 
 from __future__ import annotations
@@ -21,19 +22,27 @@ import redis
 
 import redis_saver
 from tests.integrity import canary
-from tests.integrity._graphs import SERDE, classify, reads, restore, run_thread, snapshot
+from tests.integrity._graphs import SERDE, Sync, classify, close_sync, reads, restore, run_thread, snapshot
 
 KEY = os.urandom(32)
 
 
-@pytest.fixture
-def env(redis_url: str, prefix: str) -> Any:
+def _saver(kind: str, r: Any, url: str, **kw: Any) -> Any:
+    """A RedisSaver on ``r``, or an AsyncRedisSaver driven from sync code (``Sync``)."""
+    if kind == "sync":
+        return redis_saver.RedisSaver(r, **kw)
+    return Sync(redis_saver.AsyncRedisSaver, url, **kw)
+
+
+@pytest.fixture(params=["sync", "async"])
+def env(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> Any:
     r = redis.Redis.from_url(redis_url)
-    writer = redis_saver.RedisSaver(r, prefix=prefix, serde=SERDE, integrity_key=KEY)
+    kind = request.param
+    writer = _saver(kind, r, redis_url, prefix=prefix, serde=SERDE, integrity_key=KEY)
     run_thread(writer, "A")
     run_thread(writer, "B")
     # the tampered thread's reader holds no stream in its cache: every read takes what is stored
-    reader = redis_saver.RedisSaver(r, prefix=prefix, serde=SERDE, integrity_key=KEY, cache_bytes=0)
+    reader = _saver(kind, r, redis_url, prefix=prefix, serde=SERDE, integrity_key=KEY, cache_bytes=0)
     places = [(t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"])
               for t in reader.list({"configurable": {"thread_id": "A"}})]
     assert "" in {ns for ns, _ in places} and len({ns for ns, _ in places}) >= 2, places  # root and subgraph namespaces
@@ -44,6 +53,7 @@ def env(redis_url: str, prefix: str) -> Any:
     assert any(w[1] != "__interrupt__" for w in latest.pending_writes)  # and another task's writes
     canary.CALLS.clear()
     yield r, prefix, reader, places, base
+    close_sync(writer, reader)
     r.close()
 
 
@@ -178,12 +188,15 @@ def test_payloads_planted_without_the_key_are_never_deserialized(env: Any, redis
     assert canary.CALLS == ["checkpoint"]  # without the key, the planted payload runs
 
 
-def test_a_thread_written_without_a_key_is_refused_with_one(redis_url: str, prefix: str) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_thread_written_without_a_key_is_refused_with_one(kind: str, redis_url: str, prefix: str) -> None:
     r = redis.Redis.from_url(redis_url)
-    run_thread(redis_saver.RedisSaver(r, prefix=prefix), "old")
-    keyed = redis_saver.RedisSaver(r, prefix=prefix, integrity_key=KEY)
+    writer = _saver(kind, r, redis_url, prefix=prefix)
+    run_thread(writer, "old")
+    keyed = _saver(kind, r, redis_url, prefix=prefix, integrity_key=KEY)
     with pytest.raises(redis_saver.IntegrityError, match="no integrity tag"):
         keyed.get_tuple({"configurable": {"thread_id": "old"}})
     with pytest.raises(redis_saver.IntegrityError):
         list(keyed.list({"configurable": {"thread_id": "old"}}))
+    close_sync(writer, keyed)
     r.close()

@@ -12,7 +12,7 @@ import redis
 
 import redis_saver
 from tests.integrity import canary
-from tests.integrity._graphs import SERDE
+from tests.integrity._graphs import SERDE, Sync, close_sync
 
 KEY = os.urandom(32)
 NAMESPACES = [("users", "a"), ("users", "b"), ("docs",)]
@@ -20,6 +20,11 @@ NAMESPACES = [("users", "a"), ("users", "b"), ("docs",)]
 
 def _store(r: Any, prefix: str, **kw: Any) -> Any:
     return redis_saver.RedisStore(r, prefix=prefix, serde=SERDE, **kw)
+
+
+def _made(kind: str, sync_cls: Any, async_cls: Any, r: Any, url: str, **kw: Any) -> Any:
+    """The sync class on ``r``, or the async one driven from sync code."""
+    return sync_cls(r, **kw) if kind == "sync" else Sync(async_cls, url, **kw)
 
 
 def _items(r: Any, prefix: str) -> dict[bytes, bytes]:
@@ -42,16 +47,18 @@ def _reads(store: Any) -> list[Any]:
     return out
 
 
-@pytest.fixture
-def stored(redis_url: str, prefix: str) -> Any:
+@pytest.fixture(params=["sync", "async"])
+def stored(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> Any:
     r = redis.Redis.from_url(redis_url)
-    s = _store(r, prefix, integrity_key=KEY)
+    s = _made(request.param, redis_saver.RedisStore, redis_saver.AsyncRedisStore, r, redis_url,
+              prefix=prefix, serde=SERDE, integrity_key=KEY)
     s.setup()
     for ns in NAMESPACES:
         s.put(ns, "k1", {"who": list(ns), "n": 1})
         s.put(ns, "k2", {"who": list(ns), "n": 2})
         s.put(ns, "big", {"text": "word " * 200 + "/".join(ns)})  # stored compressed
     yield r, prefix, s
+    close_sync(s)
     r.close()
 
 
@@ -116,9 +123,11 @@ def test_store_export_import_keep_the_tags(stored: Any) -> None:
         list(s.export_items())
 
 
-def test_cache_never_returns_another_keys_value(redis_url: str, prefix: str) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_cache_never_returns_another_keys_value(kind: str, redis_url: str, prefix: str) -> None:
     r = redis.Redis.from_url(redis_url)
-    cache = redis_saver.RedisCache(r, prefix=prefix, serde=SERDE, integrity_key=KEY)
+    cache = _made(kind, redis_saver.RedisCache, redis_saver.AsyncRedisCache, r, redis_url,
+                  prefix=prefix, serde=SERDE, integrity_key=KEY)
     pairs = {(("n1",), "a"): ("A" * 400, None), (("n1",), "b"): ("B", None), (("n2",), "a"): ("other ns", None)}
     cache.set(pairs)
     assert cache.get(list(pairs)) == {k: v for k, (v, _) in pairs.items()}
@@ -143,6 +152,7 @@ def test_cache_never_returns_another_keys_value(redis_url: str, prefix: str) -> 
         cache.get([(("n1",), "a")])
     assert canary.CALLS == []
     assert plain.get([(("n1",), "b")]) == {(("n1",), "b"): "B"}  # tagged entries read without a key
+    close_sync(cache)
     r.close()
 
 

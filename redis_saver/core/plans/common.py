@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, Integrity, split_text, split_type
+from ..integrity import CP_TAG, At, Integrity, split_text, split_type
 from ..ttl import TTLConfig
 
 
@@ -204,26 +204,30 @@ class PlanBase:
         blob: bytes,
         streams: dict[bytes, values_.Stream],
         cache_key: tuple[str, str, str] | None = None,
-        where: tuple[str, str, str, str] | None = None,
+        where: tuple[At, str, str] | None = None,
     ) -> tuple[str, bytes]:
         """What serde loads a channel value from, from its blob record; a stream record's value
         from the reply's streams (``cache_key``: remember its stream for the next put of that
-        channel). With a key, its tag is checked against ``where`` (thread, namespace, channel,
-        version) first: a stream value's once its bytes are put together, any other's before
-        it is decompressed."""
+        channel). With a key, its tag is checked against ``where`` (the place's head hashed:
+        kind, thread, namespace; then channel, version) first: a stream value's once its bytes
+        are put together, any other's before it is decompressed."""
         type_, data = codec.unpack_blob(blob)
         type_, tag = split_text(type_)
         integ = self.integrity
+        stream = type_.endswith(values_.STREAM_MARK)
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
-            if not type_.endswith(values_.STREAM_MARK):
-                integ.check(tag, ("v", *where, type_), data)
-        if type_.endswith(values_.STREAM_MARK):
-            data, known = values_.decode_stream_value(data, streams)
+            at, rest = where[0], (where[1], where[2], type_)
+            if not stream:
+                at.check(tag, rest, data)
+        if stream:
+            payload = data
+            data, known = values_.decode_stream_value(payload, streams)
             if integ is not None:
-                covered, st = values_.stream_covered(known.ops, known.stream)
-                integ.check(tag, ("v", *where, type_), covered)  # type: ignore[misc]
+                # its ops as stored and a hash of the stream bytes they read
+                covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
+                at.check(tag, rest, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)
@@ -238,7 +242,7 @@ class PlanBase:
         tid, ch, ty, data, path, idx = codec.unpack(w)
         ty, tag = split_type(ty)
         if self.integrity is not None:
-            self.integrity.check(tag, ("w", thread_id, ns, cid, tid, idx, ch, path, ty), data)
+            self.integrity.at(9, ("w", thread_id, ns, cid)).check(tag, (tid, idx, ch, path, ty), data)
         return tid, ch, ty, data, idx
 
     def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
@@ -250,7 +254,7 @@ class PlanBase:
             parts = list(parts)
             parts[1] = t
         if self.integrity is not None:
-            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts)
+            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts, raw)
         return parts
 
     def _tuple(
@@ -267,21 +271,25 @@ class PlanBase:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
-        vers = codec.str_pairs(vrec) if self.integrity is not None else None
+        integ = self.integrity
+        vers = codec.str_pairs(vrec) if integ is not None else None
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else dict(vers)
+            # (with a key, the values' places are looked up in it before the checkpoint is returned)
+            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else vers
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
+        # with a key: the values' place (kind, thread, namespace) hashed once (Integrity.at)
+        vat = integ.at(6, ("v", thread_id, ns)) if integ is not None and values_at else None
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
             if vers is not None:
                 if chan not in vers:
                     raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
-                where = (thread_id, ns, chan, vers[chan])
+                where = (vat, chan, vers[chan])
             values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None, where)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = []

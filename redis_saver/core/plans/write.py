@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, TEXT_TAG, join_text, join_type
+from ..integrity import MARK, TEXT_TAG, join_type
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -69,10 +69,8 @@ class WritePlans(LifecyclePlans):
             [str(k) for k in delta] if delta and isinstance(delta, dict) else [],
             [str(x) for kv in parents.items() for x in kv] if parents else [],
         ]
-        if self.integrity is not None:
-            tags = self.integrity.cp_tags(("c", thread_id, ns, cid), parts, parent)
-            parts[1] = join_type(cp_type, tags)
-        record = codec.checkpoint_record(parts)
+        integ = self.integrity
+        record = codec.checkpoint_record(parts) if integ is None else integ.signed_cp(thread_id, ns, cid, parts)
         head: list[Any] = self._header(thread_id) + [
             ns,
             cid,
@@ -160,6 +158,8 @@ class WritePlans(LifecyclePlans):
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
         integ = self.integrity
         extra = len(MARK) + TEXT_TAG if integ is not None else 0
+        # with a key: the values' place (kind, thread, namespace) hashed once for them all
+        at = integ.at(6, ("v", thread_id, ns)) if integ is not None else None
         for item in serialized:
             ch, ch_e, v, typed = item
             if typed is None:
@@ -170,22 +170,22 @@ class WritePlans(LifecyclePlans):
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
                 known = self.streams.get((thread_id, ns, ch)) if cached and big else None
-                rec, app = values_.encode_channel(typed[0], typed[1], ch_e, known, extra)
+                t, stored, app = values_.encode_channel_parts(typed[0], typed[1], ch_e, known, extra)
                 if app is not None:
                     appends.append((app, item))
             else:
                 values_.check_type(typed[0])
-                rec = codec.blob_record(typed[0], typed[1])
-            if integ is not None:
-                t, stored = codec.unpack_blob(rec)
+                t, stored = typed
+            if at is not None:
                 # a stream value's tag covers its bytes, the others' what is stored
                 covered = stored
-                if t.endswith(values_.STREAM_MARK) and app is not None:
+                if app is not None:
                     # a stream value: its ops and a running hash of its stream (its new bytes hashed)
-                    covered, st = values_.stream_covered(app.known.ops, app.known.stream, known and known.stream)
-                    app.known = values_.Known(st, app.known.ops, app.known.value)
-                rec = codec.blob_record(join_text(t, integ.tag(("v", thread_id, ns, ch, v, t), covered)), stored)
-            args.append(rec)
+                    nk = app.known
+                    covered, st = values_.stream_covered(nk.ops, nk.stream, known and known.stream, stored)
+                    app.known = values_.Known(st, nk.ops, nk.value)
+                t = at.tag_text((ch, v), t, covered)
+            args.append(codec.blob_record(t, stored))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
         args.append(len(sent))
@@ -211,6 +211,8 @@ class WritePlans(LifecyclePlans):
         argv: list[bytes | str | int] = [*self._header(thread_id), ns, cid, enc(task_b), enc(path_b), 0]
         fixed = len(argv)  # the last fixed argument is the number of writes, set below
         dumps = self.serde.dumps_typed
+        # with a key: the writes' place (kind, thread, namespace, checkpoint) hashed once for them all
+        at = self.integrity.at(9, ("w", thread_id, ns, cid)) if self.integrity is not None else None
         for idx, item in enumerate(writes):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise TypeError("writes must be a sequence of (channel, value) pairs")
@@ -222,9 +224,8 @@ class WritePlans(LifecyclePlans):
                 widx = idx
             ty_b, data = values_.encode_plain(*dumps(value), self.compress)
             ch_b, idx_b = ch.encode(), b"%d" % widx
-            if self.integrity is not None:
-                where = ("w", thread_id, ns, cid, task_b, idx_b, ch_b, path_b, ty_b)
-                ty_b = join_type(ty_b, self.integrity.tag(where, data))
+            if at is not None:
+                ty_b = join_type(ty_b, at.tag((task_b, idx_b, ch_b, path_b, ty_b), data))
             record = codec.write_record(task_b, ch_b, ty_b, data, path_b, idx_b)
             argv += [tag + _idx8(widx), record]
         if len(argv) == fixed:
