@@ -101,6 +101,12 @@ class Entry:
             [c for _, cs, _ in pages for c in cs],
             rows,
         )
+        if len(e.index) < len(e.keys):  # pages read at several tokens: an item read twice (moved
+            # meanwhile) lives once, at its last place; it changed after the first page's token,
+            # so the first cached read brings it again (``keep_pages``)
+            for i, k in enumerate(e.keys):
+                if e.index[k] != i:
+                    e.alive[i] = False
         return e
 
     def _add(self, items: list[tuple[bytes, bytes, int, int, list[bytes]]]) -> None:
@@ -331,6 +337,8 @@ class VectorCache:
         self.hits = self.misses = self.fills = 0  # searches answered from it, found it not current, filled it
         self.patches = 0  # change sets applied to entries (searches that found the shard written since)
         self.asked: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # see ``repeated``
+        self.filling: set[tuple[int, bytes]] = set()  # keys a background fill is under way for
+        self.wanted: list[tuple[tuple[int, bytes], int]] = []  # (key, dims) fills to start (``want_fill``)
 
     def get(self, key: tuple[int, bytes]) -> Entry | None:
         with self.lock:
@@ -352,6 +360,25 @@ class VectorCache:
             if len(self.asked) > ASKED:
                 self.asked.popitem(last=False)
             return False
+
+    def want_fill(self, key: tuple[int, bytes], dims: int) -> bool:
+        """Ask for a background fill of ``key`` (the store's shell starts it after the call:
+        ``take_wanted``), unless one is under way; True when asked."""
+        with self.lock:
+            if key in self.filling:
+                return False
+            self.filling.add(key)
+            self.wanted.append((key, dims))
+            return True
+
+    def take_wanted(self) -> list[tuple[tuple[int, bytes], int]]:
+        with self.lock:
+            wanted, self.wanted = self.wanted, []
+            return wanted
+
+    def fill_done(self, key: tuple[int, bytes]) -> None:
+        with self.lock:
+            self.filling.discard(key)
 
     def drop(self, key: tuple[int, bytes], entry: Entry | None = None) -> None:
         with self.lock:
@@ -394,6 +421,36 @@ class VectorCache:
         with self.lock:
             self.entries.clear()
             self.nbytes = 0
+
+
+def keep_pages(
+    vcache: VectorCache,
+    key: tuple[int, bytes],
+    dims: int,
+    pages: list[tuple[list[Any], list[int], Any]],
+    tokens: list[bytes],
+) -> bool:
+    """Cache a scan's pages under ``key`` (a search's scan, or a background fill), read at the
+    shard's version ``tokens`` (one a page, in order); True when kept.
+
+    The entry takes the FIRST page's token: every item not changed after it was read as it was
+    then (later pages read it unchanged), and every item changed after it (put, moved, deleted
+    between pages, so perhaps read twice, in an older state, or not at all) is in the shard's
+    change log since that token: the first cached read that finds the token moved brings those
+    items again and patches them in (``Entry.patch``), or finds the log does not cover it (an
+    item changed unlogged, another incarnation, too many changes) and drops the entry. So a
+    scan that other workers wrote during is kept as safely as one they did not; pages of two
+    incarnations (the token key lost meanwhile), or a shard without a token, are not kept."""
+    if not dims or not tokens or not tokens[0]:
+        return False
+    incarnation = tokens[0].split(b":", 1)[0]
+    if any(not t or t.split(b":", 1)[0] != incarnation for t in tokens):
+        return False
+    if sum(len(c) for _, c, _ in pages) * dims * 4 > vcache.max_bytes:
+        vcache.drop(key)
+        return False
+    vcache.put(key, Entry.from_pages(tokens[0], dims, pages))
+    return True
 
 
 def usable(max_bytes: Any) -> bool:
