@@ -420,9 +420,10 @@ class VectorCache:
 
     def want_fill(self, key: tuple[int, bytes], dims: int) -> bool:
         """Ask for a background fill of ``key`` (the store's shell starts it after the call:
-        ``take_wanted``), unless one is under way; True when asked."""
+        ``take_wanted``), unless one is under way or its entry is in (a search that started
+        before a fill ended); True when asked."""
         with self.lock:
-            if key in self.filling:
+            if key in self.filling or key in self.entries:
                 return False
             self.filling.add(key)
             self.wanted.append((key, dims))

@@ -214,3 +214,15 @@ def test_failed_fill_is_harmless(redis8, prefix, monkeypatch):
     assert vc.fills == 1
     r.close()
 
+
+
+def test_one_fill_a_prefix_and_none_once_it_is_in():
+    """A search that started before a fill ended (its prefix not yet in) asks for none more."""
+    from redis_saver.store import _vcache
+
+    vc = _vcache.VectorCache(1 << 20)
+    key = (0, b"p")
+    assert vc.want_fill(key, 8) and not vc.want_fill(key, 8)  # one under way
+    vc.put(key, _vcache.Entry(b"t:1", [], [], 8))
+    vc.fill_done(key)
+    assert not vc.want_fill(key, 8) and vc.take_wanted() == [(key, 8)] and vc.take_wanted() == []
