@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,18 +16,19 @@ from langgraph.store.base.embed import ensure_embeddings
 from .._shell import Options, Shell
 from ..core.engine import Cmd
 from ..core.integrity import Integrity
-from ..core.plans import LoadScripts
+from ..core.plans import LoadScripts, Plan
 from ..core.scripts import lua_scripts
 from ..errors import SchemaMismatchError
 from . import _semantics as sem
 from . import _vcache, _vset
 from ._keys import STORE_FORMAT, StoreKeys
-from ._plans import Prepared
+from ._plans import Prepared, fill_plan
 from ._records import Config, StoreState
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+logger = logging.getLogger(__name__)
 CLUSTER_SHARDS = 16  # the default number of shards on a Redis Cluster client (1 elsewhere)
 _INDEX_KEYS = {"dims", "embed", "fields", "distance_type", "ann_index_config"}  # docs/store.md: what each maps to
 _TTL_KEYS = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
@@ -163,7 +165,25 @@ class RedisStoreBase(Shell, BaseStore):
             state=StoreState(vsets=None if vector_sets else False, vcache=vcache),
         )
         self._probe_lock = threading.Lock()  # RedisStore: one thread probes, the others wait
+        self._background: set[Any] = set()  # vector cache fills under way (threads, or tasks)
         self._attach(client, shared, None, lua_scripts(functions))
+
+    def _fills(self) -> list[tuple[tuple[int, bytes], Plan[bool]]]:
+        """The background fills of the vector cache the last calls asked for (Redis 8, exact
+        mode: a repeated search answered from the vector sets; ``_plans.fill_plan``): each runs
+        on its own (a thread of RedisStore, a task of AsyncRedisStore), a bounded call a page,
+        and ``_filled`` when it ends, whatever its outcome."""
+        vcache = self._cfg.state.vcache
+        if vcache is None or not vcache.wanted:
+            return []
+        return [(key, fill_plan(self._cfg, key, dims)) for key, dims in vcache.take_wanted()]
+
+    def _filled(self, key: tuple[int, bytes], error: BaseException | None) -> None:
+        vcache = self._cfg.state.vcache
+        assert vcache is not None
+        vcache.fill_done(key)
+        if error is not None:  # a failed fill costs the searches nothing: they use the sets
+            logger.debug("vector cache fill of %r failed: %r", key, error)
 
     def _embed(self, prep: Prepared) -> tuple[list[list[float]], dict[str, list[float]]]:
         """The vectors of a batch's documents to index and of its queries (sync embeddings)."""

@@ -39,6 +39,7 @@ from ..errors import MalformedReplyError
 from ..keys import enc
 from . import _budgets as B
 from . import _semantics as sem
+from . import _vcache
 from ._keys import STORE_FORMAT, enc_ns, vset_format
 from ._records import Config, _item, pack_vector, sign_value
 from ._search import _List, _Search
@@ -188,6 +189,48 @@ def probe_plan(cfg: Config) -> Plan[bool]:
     if not isinstance(reply, list) or len(reply) != 1 or reply[0] not in set(StoreProbe):
         raise MalformedReplyError(f"store_read replied {reply!r:.80}")
     return bool(reply[0] == StoreProbe.VECTOR_SETS)
+
+
+def fill_plan(cfg: Config, key: tuple[int, bytes], dims: int) -> Plan[bool]:
+    """Fill the vector cache's entry of ``key`` (shard, e(prefix)) in the background, while
+    searches are answered otherwise (Redis 8: from the vector sets): the scan's pages with their
+    vectors, one bounded ``store_read`` "s" call a page (``B.VECTOR_PAGE`` items; no call scans
+    the prefix whole), kept as a search's scan keeps them (``_vcache.keep_pages``: the entry is
+    current at the first page's token and the change log brings what changed since). False: not
+    kept (a vector of other dims, a shard without a token or of two incarnations, over the
+    cache's bound)."""
+    vcache = cfg.state.vcache
+    assert vcache is not None
+    shard, eprefix = key
+    pages: list[tuple[list[Any], list[int], Any]] = []
+    tokens: list[bytes] = []
+    cursor, rows, made = (b"", b""), 0, False
+    page = str(B.VECTOR_PAGE).encode()
+    while True:
+        reply = yield Call(
+            "store_read", [cfg.keys.index(shard)], [STORE_FORMAT, b"0", b"1", b"s", eprefix, *cursor, page, b"1"]
+        )
+        if not isinstance(reply, list) or len(reply) != 1 or not isinstance(reply[0], list) or len(reply[0]) != 4:
+            raise MalformedReplyError(f"store_read replied {reply!r:.80}")
+        flat, c_ns, c_item, token = reply[0]
+        if not token and not pages and not made:
+            # a shard without a version token (written by an earlier release, or the key lost):
+            # a write call makes it (as a search's scan does), then the fill starts over
+            made = True
+            calls = _write_calls(cfg, 0, {shard: []})
+            yield (calls[0] if len(calls) == 1 else calls)
+            continue
+        mc = sem.page_matrix(dims, [v[1::2] for v in flat[5::6]])
+        if mc is None:
+            return False
+        pages.append((flat, mc[1], mc[0]))
+        tokens.append(token)
+        rows += sum(mc[1])
+        if not token or token.split(b":", 1)[0] != tokens[0].split(b":", 1)[0] or rows * dims * 4 > vcache.max_bytes:
+            return False  # (keep_pages refuses these too: stop reading now)
+        if not c_ns:
+            return _vcache.keep_pages(vcache, key, dims, pages, tokens)
+        cursor = (c_ns, c_item)
 
 
 def write_format(cfg: Config) -> str:

@@ -100,12 +100,12 @@ class ScoredScan(_Scan):
         self.flat = 0
         self.scoreless: list[Found] = []
         self.fill: list[tuple[list[Any], list[int], Any]] | None = [] if q.ckey is not None else None
-        self.tokens: set[bytes] = set()  # the version tokens the pages saw
+        self.tokens: list[bytes] = []  # the version token each page saw, in order
 
     def feed(self, shard: int, reply: Any) -> bool:
         flat, c_ns, c_item, token = reply
         if self.fill is not None:
-            self.tokens.add(token)
+            self.tokens.append(token)
             if not token:
                 self.unversioned = shard
         cursor = (c_ns, c_item) if c_ns else False
@@ -223,19 +223,13 @@ class ScoredScan(_Scan):
         return True
 
     def _cache_fill(self) -> None:
-        """Keep the scan's vectors when every page saw one version token, and the vectors fit."""
+        """Keep the scan's vectors (``_vcache.keep_pages``: the pages' tokens of one incarnation,
+        the vectors within the bound)."""
         fill, vcache, ckey = self.fill, self.q.cfg.state.vcache, self.q.ckey
         self.fill = None
-        if fill is None or vcache is None or ckey is None or len(self.tokens) != 1 or not self.merge.finished:
+        if fill is None or vcache is None or ckey is None or not self.merge.finished:
             return
-        token = next(iter(self.tokens))
-        dims = len(self.q.qv or ())
-        if not token or not dims:
-            return
-        if sum(len(c) for _, c, _ in fill) * dims * 4 > vcache.max_bytes:
-            vcache.drop(ckey)
-            return
-        vcache.put(ckey, _vcache.Entry.from_pages(token, dims, fill))
+        _vcache.keep_pages(vcache, ckey, len(self.q.qv or ()), fill, self.tokens)
 
     def result(self) -> list[tuple[float | None, Found]]:
         self._cache_fill()

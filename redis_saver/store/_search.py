@@ -10,8 +10,10 @@ that cannot answer gives way to the next one (docs/store.md, "How a search runs"
   entry is not current.
 - ``VsetPath`` (below): a cosine query without a filter on one shard, on a server with vector
   sets: exact (Redis 8 VSIM, confirmed by exact scores) or approximate (HNSW, with
-  ``ann_index_config``); gives way to the scan when the sets cannot answer exactly, and in
-  exact mode, a repeated search of the prefix gives way to a scan that fills the cache.
+  ``ann_index_config``); gives way to the scan when the sets cannot answer exactly. In exact
+  mode, a repeated search of the prefix asks for a background fill of the cache
+  (``_plans.fill_plan``, started by the store's shell after the call) and is answered from the
+  sets meanwhile; once the entry is in, ``CachedSearch`` answers.
 - ``ScoredScan`` (``_scan.py``): any other query, and every fallback; scored in the client,
   it fills the vector cache when the search has a cache key.
 """
@@ -56,8 +58,8 @@ class VsetPath:
         self.q = q
         self.vs = _vset.VsetSearch(cfg.keys, q.shards[0], q.eprefix, qv, q.keep, cfg.ann)
         self.unversioned: int | None = None  # (the scan's: this path reads no pages)
-        # a repeated search in exact mode: a scan instead, to fill the cache (``feed``); the
-        # cache remembers this search either way
+        # a repeated search in exact mode: a background fill of the cache (``feed``); the cache
+        # remembers this search either way
         self.refill = False
         if q.ckey is not None and cfg.state.vcache is not None and not cfg.ann:
             self.refill = cfg.state.vcache.repeated(q.ckey) and refill
@@ -92,13 +94,14 @@ class VsetPath:
         vs = self.vs
         vs.feed(reply)
         if self.refill and vs.phase == "vsim" and not vs.failed:
-            # a repeated search, its sets listed: a scan that fills the cache, if their vectors fit
+            # a repeated search, its sets listed: the cache filled in the background (this
+            # search and the next ones answered from the sets meanwhile), if their vectors fit
             self.refill = False
             vcache = self.q.cfg.state.vcache
-            assert vcache is not None
+            assert vcache is not None and self.q.ckey is not None
             vectors = sum(_vset.set_size(count) for _, count in vs.spaces.values())
             if vectors * vs.dims * 4 <= vcache.max_bytes:
-                return True
+                vcache.want_fill(self.q.ckey, vs.dims)
         return self.failed()
 
     def result(self) -> list[tuple[float | None, Found]]:
@@ -139,7 +142,7 @@ class _Search:
 
     def _give_way(self) -> None:
         """The cache not current: the sets, else a scan that fills the cache; the sets unable to
-        answer (or a repeated exact search): a scan."""
+        answer: a scan."""
         if isinstance(self.path, CachedSearch):
             self.path = self._vsets_or_scan(refill=False)
         else:

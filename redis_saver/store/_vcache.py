@@ -52,7 +52,7 @@ class Entry:
 
     __slots__ = (
         "token", "keys", "index", "dims", "matrix", "nrows", "norms", "starts", "counts", "scored",
-        "scoreless", "alive", "nsid", "iseq", "nsseq", "nsids", "nbytes", "keybytes", "lock",
+        "scoreless", "alive", "nsid", "iseq", "nsseq", "nsids", "nbytes", "keybytes", "lock", "_cos",
     )  # fmt: skip
 
     def __init__(
@@ -80,6 +80,7 @@ class Entry:
         self.matrix = np.zeros((0, dims), dtype=np.float32)  # float32, as stored
         self.norms = np.zeros(0)
         self.nrows = self.keybytes = self.nbytes = 0
+        self._cos: tuple[Any, Any, bool] | None = None  # ``_cosine_rows``, made on first use
         if seqs is None:
             seqs = [(0, i) for i in range(len(keys))]
         self._add([(k[0], k[1], s[0], s[1], v) for k, s, v in zip(keys, seqs, vectors, strict=True)])
@@ -101,6 +102,12 @@ class Entry:
             [c for _, cs, _ in pages for c in cs],
             rows,
         )
+        if len(e.index) < len(e.keys):  # pages read at several tokens: an item read twice (moved
+            # meanwhile) lives once, at its last place; it changed after the first page's token,
+            # so the first cached read brings it again (``keep_pages``)
+            for i, k in enumerate(e.keys):
+                if e.index[k] != i:
+                    e.alive[i] = False
         return e
 
     def _add(self, items: list[tuple[bytes, bytes, int, int, list[bytes]]]) -> None:
@@ -171,7 +178,8 @@ class Entry:
         self.starts = np.concatenate((self.starts, starts))
         self.counts = np.concatenate((self.counts, counts_s))
         self.keybytes += sum(map(len, enss)) + sum(map(len, ekeys)) + 240 * len(keys)  # names, tuples, index
-        self.nbytes = self.matrix.nbytes + self.norms.nbytes + self.keybytes
+        self.nbytes = self.matrix.nbytes + self.norms.nbytes + 4 * len(self.matrix) + self.keybytes
+        self._cos = None
 
     def patch(self, token: bytes, flat: list[Any]) -> bool:
         """Apply the changes a cached read brought (a "s" page's items: a changed item that a
@@ -279,6 +287,57 @@ class Entry:
             out, out_scores = out[:end], out_scores[:end]
         return out, out_scores, sl, whole
 
+    def _cosine_rows(self) -> tuple[Any, Any, bool]:
+        """For the cosine first pass: each row's 1 / norm in float32 (0 where the norm is not
+        sure: zero, under 2**-30, over 2**30 or not finite, as ``_semantics.rough_scores``
+        says), those rows, and whether every scored item has one row (rows are items)."""
+        np = sem._np
+        if self._cos is None:
+            norms = self.norms[: self.nrows]
+            with np.errstate(all="ignore"):
+                sure = (norms >= 2.0**-30) & (norms <= 2.0**30)
+                inv = np.where(sure, 1.0 / np.where(sure, norms, 1.0), 0.0).astype(np.float32)
+            self._cos = (inv, np.flatnonzero(~sure), len(self.starts) == self.nrows)
+        return self._cos
+
+    def _cosine_head(self, q: Any, qn: float, k: int) -> tuple[Any, Any] | None:
+        """The best ``k`` live scored items by exact cosine (positions among the scored, best
+        first, and their scores), with the first pass all in float32: one product with the
+        unit query, times each row's float32 1 / norm (``_cosine_rows``). That rough cosine is
+        within ``rough_delta`` of the exact one, as ``rough_scores``' float64 division is, plus
+        the two float32 roundings (each under 2**-24 of a value at most 1 + delta in size: the
+        bound adds 2**-21 a side), so every item whose rough cosine reaches the k-th best minus
+        twice that is a candidate, and the candidates' exact ranking's first ``k`` are the
+        exact first ``k``. Rows of a norm that is not sure are always candidates (and set no
+        line). None: fewer than ``k`` live items with a sure rough score (the caller ranks all)."""
+        np = sem._np
+        inv, unsure, one = self._cosine_rows()
+        r = np.einsum("ij,j->i", self.matrix[: self.nrows], (q / qn).astype(np.float32))
+        r *= inv
+        line_r = r
+        if len(unsure):
+            line_r = r.copy()
+            line_r[unsure] = -np.inf
+            r[unsure] = np.inf
+        if not one:
+            r = np.maximum.reduceat(r, self.starts)
+            line_r = r if line_r is r else np.maximum.reduceat(line_r, self.starts)
+        dead = None if self.alive.all() else np.flatnonzero(~self.alive[self.scored])
+        if dead is not None and len(dead):  # (r and line_r are arrays of this call's own)
+            r[dead] = -np.inf
+            line_r[dead] = -np.inf
+        n = len(line_r)
+        if k > n:
+            return None
+        kth = float(np.partition(line_r, n - k)[n - k])
+        if not np.isfinite(kth):
+            return None
+        line = kth - 2 * sem.rough_delta(self.dims) - 2.0**-20
+        cand = np.flatnonzero(r >= line)
+        best = self._exact(cand, q, qn, "cosine")
+        order = np.lexsort((*self._order(self.scored[cand]), -best))[:k]
+        return cand[order], best[order]
+
     def ranking(self, query: list[float], k: int | None, metric: str = "cosine") -> Ranking:
         """The live scored items best first (ties: search order), their scores, the live items
         without vectors in order, and whether the ranking is whole: with ``k``, it may hold the
@@ -300,6 +359,10 @@ class Entry:
             return [], [], sl, True
         q = np.asarray(query, dtype=np.float64)
         qn = float(np.sqrt(q @ q))
+        if metric == "cosine" and k is not None and qn > 0 and np.isfinite(qn) and k < len(self.scored):
+            head = self._cosine_head(q, qn, k)
+            if head is not None:
+                return self.scored[head[0]].tolist(), head[1].tolist(), sl, False
         pos = np.nonzero(self.alive[self.scored])[0]
         if k is not None and k < len(pos) and qn > 0 and np.isfinite(qn):
             low, high, sure = sem.rough_scores(self.matrix[: self.nrows], q, qn, self.norms[: self.nrows], metric)
@@ -331,6 +394,8 @@ class VectorCache:
         self.hits = self.misses = self.fills = 0  # searches answered from it, found it not current, filled it
         self.patches = 0  # change sets applied to entries (searches that found the shard written since)
         self.asked: OrderedDict[tuple[int, bytes], None] = OrderedDict()  # see ``repeated``
+        self.filling: set[tuple[int, bytes]] = set()  # keys a background fill is under way for
+        self.wanted: list[tuple[tuple[int, bytes], int]] = []  # (key, dims) fills to start (``want_fill``)
 
     def get(self, key: tuple[int, bytes]) -> Entry | None:
         with self.lock:
@@ -352,6 +417,26 @@ class VectorCache:
             if len(self.asked) > ASKED:
                 self.asked.popitem(last=False)
             return False
+
+    def want_fill(self, key: tuple[int, bytes], dims: int) -> bool:
+        """Ask for a background fill of ``key`` (the store's shell starts it after the call:
+        ``take_wanted``), unless one is under way or its entry is in (a search that started
+        before a fill ended); True when asked."""
+        with self.lock:
+            if key in self.filling or key in self.entries:
+                return False
+            self.filling.add(key)
+            self.wanted.append((key, dims))
+            return True
+
+    def take_wanted(self) -> list[tuple[tuple[int, bytes], int]]:
+        with self.lock:
+            wanted, self.wanted = self.wanted, []
+            return wanted
+
+    def fill_done(self, key: tuple[int, bytes]) -> None:
+        with self.lock:
+            self.filling.discard(key)
 
     def drop(self, key: tuple[int, bytes], entry: Entry | None = None) -> None:
         with self.lock:
@@ -394,6 +479,36 @@ class VectorCache:
         with self.lock:
             self.entries.clear()
             self.nbytes = 0
+
+
+def keep_pages(
+    vcache: VectorCache,
+    key: tuple[int, bytes],
+    dims: int,
+    pages: list[tuple[list[Any], list[int], Any]],
+    tokens: list[bytes],
+) -> bool:
+    """Cache a scan's pages under ``key`` (a search's scan, or a background fill), read at the
+    shard's version ``tokens`` (one a page, in order); True when kept.
+
+    The entry takes the FIRST page's token: every item not changed after it was read as it was
+    then (later pages read it unchanged), and every item changed after it (put, moved, deleted
+    between pages, so perhaps read twice, in an older state, or not at all) is in the shard's
+    change log since that token: the first cached read that finds the token moved brings those
+    items again and patches them in (``Entry.patch``), or finds the log does not cover it (an
+    item changed unlogged, another incarnation, too many changes) and drops the entry. So a
+    scan that other workers wrote during is kept as safely as one they did not; pages of two
+    incarnations (the token key lost meanwhile), or a shard without a token, are not kept."""
+    if not dims or not tokens or not tokens[0]:
+        return False
+    incarnation = tokens[0].split(b":", 1)[0]
+    if any(not t or t.split(b":", 1)[0] != incarnation for t in tokens):
+        return False
+    if sum(len(c) for _, c, _ in pages) * dims * 4 > vcache.max_bytes:
+        vcache.drop(key)
+        return False
+    vcache.put(key, Entry.from_pages(tokens[0], dims, pages))
+    return True
 
 
 def usable(max_bytes: Any) -> bool:

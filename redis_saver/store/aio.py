@@ -9,6 +9,7 @@ from typing import TypeVar
 from langgraph.store.base import Op, Result
 
 from .._shell import LoopBound
+from ..core.plans import Plan
 from ._base import RedisStoreBase, op_name
 from ._plans import as_namespace, batch_plan, prepare, probe_plan
 from ._rebuild import BUDGET, rebuild_plan
@@ -39,7 +40,27 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         if not prep.ops:
             return []
         await self._avsets()
-        return await self._driver.run(batch_plan(self._cfg, prep, *await self._aembed(prep)), op_name(prep.ops))
+        out = await self._driver.run(batch_plan(self._cfg, prep, *await self._aembed(prep)), op_name(prep.ops))
+        for key, plan in self._fills():
+            task = asyncio.ensure_future(self._afill(key, plan))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return out
+
+    async def _afill(self, key: tuple[int, bytes], plan: Plan[bool]) -> None:
+        """A background fill of the vector cache (``_fills``), as a task of the store's loop."""
+        error: BaseException | None = None
+        try:
+            await self._driver.run(plan, "store.fill")
+        except Exception as e:  # noqa: BLE001 - searches go on from the sets; the next repeated one asks again
+            error = e
+        finally:
+            self._filled(key, error)
+
+    async def _asettle(self) -> None:
+        """Wait for the background fills under way (tests, benchmarks)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     _probing: asyncio.Future[bool] | None = None  # the probe under way
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 
 from langgraph.store.base import Op, Result
 
 from .._shell import SyncShell
+from ..core.plans import Plan
 from ._base import RedisStoreBase, op_name
 from ._plans import as_namespace, batch_plan, prepare, probe_plan
 from ._rebuild import BUDGET, rebuild_plan
@@ -37,7 +39,28 @@ class RedisStore(SyncShell, RedisStoreBase):
         if not prep.ops:
             return []
         self._vsets()
-        return self._driver.run(batch_plan(self._cfg, prep, *self._embed(prep)), op_name(prep.ops))
+        out = self._driver.run(batch_plan(self._cfg, prep, *self._embed(prep)), op_name(prep.ops))
+        for key, plan in self._fills():
+            t = threading.Thread(target=self._fill, args=(key, plan), name="redis_saver.store fill", daemon=True)
+            self._background.add(t)
+            t.start()
+        return out
+
+    def _fill(self, key: tuple[int, bytes], plan: Plan[bool]) -> None:
+        """A background fill of the vector cache (``_fills``), on its own thread."""
+        error: BaseException | None = None
+        try:
+            self._driver.run(plan, "store.fill")
+        except Exception as e:  # noqa: BLE001 - searches go on from the sets; the next repeated one asks again
+            error = e
+        finally:
+            self._filled(key, error)
+            self._background.discard(threading.current_thread())
+
+    def _settle(self, timeout: float | None = None) -> None:
+        """Wait for the background fills under way (tests, benchmarks)."""
+        for t in list(self._background):
+            t.join(timeout)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
