@@ -190,12 +190,21 @@ class Integrity:
         them with an empty parent (the record once prune cleared its parent). What they cover
         (``_content``) and the record share their packed parts after the type, packed once."""
         parent, type_ = parts[0], parts[1]
-        pk = packer()
+        pk = getattr(_local, "packer", None) or packer()
         rest: bytes = pk.pack(parts[2:])[1:]
-        content = b"\x99" + pk.pack(type_) + rest
+        ptype, pparent, pcid = pk.pack(type_), pk.pack(parent), pk.pack(cid)
+        # both MACs (At.tag of (cid, parent) and of (cid, b"")) fed the pieces as they are packed
         head = ("c", thread_id, ns)
-        tags = self.at(5, head).tag((cid, parent), content) + self.at(5, head, PARENT_TAG).tag((cid, b""), content)
-        record: bytes = b"\x9a" + pk.pack(parent) + pk.pack(join_type(type_, tags)) + rest
+        h = self.at(5, head)._hs[0].copy()
+        h2 = self.at(5, head, PARENT_TAG)._hs[0].copy()
+        h.update(pcid)
+        h.update(pparent)
+        h2.update(pcid)
+        h2.update(b"\xa0")  # b"" packed
+        for part in (b"\x99", ptype, rest):
+            h.update(part)
+            h2.update(part)
+        record: bytes = b"\x9a" + pparent + pk.pack(join_type(type_, h.digest() + h2.digest())) + rest
         return record
 
     def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
