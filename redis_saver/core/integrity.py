@@ -229,7 +229,7 @@ class Integrity:
         else:  # the ancestors were pruned (or deleted): see the module's doc
             at, tag, rest = self.at(5, (where[0], where[1], where[2]), PARENT_TAG), tags[TAG:], (where[3], b"")
         end = -1 if raw is None else _after_type(raw)
-        if end > 0:
+        if raw is not None and end > 0:
             # the bytes as stored, hashed in place: its place, the array header, its type, the rest
             pk = getattr(_local, "packer", None) or packer()
             packed, type_ = pk.pack(rest)[1:], pk.pack(parts[1])

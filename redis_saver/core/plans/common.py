@@ -222,16 +222,16 @@ class PlanBase:
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
-            at = where[0]
+            at, ch, ver = where
             if not stream:
-                at.check_text(tag, where[1], where[2], type_, data)
+                at.check_text(tag, ch, ver, type_, data)
         if stream:
             payload = data
             data, known = values_.decode_stream_value(payload, streams)
             if integ is not None:
                 # its ops as stored and a hash of the stream bytes they read
                 covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
-                at.check_text(tag, where[1], where[2], type_, covered)
+                at.check_text(tag, ch, ver, type_, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)
