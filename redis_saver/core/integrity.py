@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import IntegrityError
-from .codec import checkpoint_record, packer
+from .codec import _local, checkpoint_record, packer
 
 MARK = b"\x1fk"
 TAG = 16  # bytes of a value's or write's tag
@@ -104,20 +104,36 @@ class At:
         out: bytes = h.digest()
         return out
 
-    def tag_text(self, rest: tuple[Any, ...], type_: bytes, data: bytes) -> bytes:
-        """``join_text(type_, self.tag((*rest, type_), data))`` in one call (a put's values)."""
+    def tag_text(self, ch: str, version: Any, type_: bytes, data: bytes) -> bytes:
+        """``join_text(type_, self.tag((ch, version, type_), data))`` in one call (a put's values)."""
         h = self._hs[0].copy()
-        h.update(checkpoint_record((*rest, type_))[1:])
+        h.update((getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:])
         h.update(data)
         text = binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG]  # no padding
         i = type_.find(b"\x1f")
         return type_ + MARK + text if i < 0 else type_[:i] + MARK + text + type_[i:]
 
+    def check_text(self, text: bytes | None, ch: str, version: Any, type_: bytes, data: bytes) -> None:
+        """``check`` of a value's tag as stored (``TEXT_TAG`` base64url characters, as
+        ``tag_text`` writes them) at ``head + (ch, version, type_)``: its MAC is written out as
+        text and compared as text (a read of a value: nothing decoded, one call)."""
+        if text is not None and len(text) == TEXT_TAG:
+            packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
+            for base in self._hs:
+                h = base.copy()
+                h.update(packed)
+                h.update(data)
+                if hmac.compare_digest(
+                    binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG], text
+                ):
+                    return
+        raise IntegrityError(_what(text, (*self.head, ch, version, type_)))
+
     def verifies(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> bool:
         """Whether ``tag`` is ``data``'s at ``head + rest`` under one of the keys."""
         if tag is None or len(tag) != self._size:
             return False
-        packed = checkpoint_record(rest)[1:]  # once, whichever key verifies
+        packed = (getattr(_local, "packer", None) or packer()).pack(rest)[1:]  # once, whichever key verifies
         for base in self._hs:
             h = base.copy()
             h.update(packed)
@@ -174,12 +190,21 @@ class Integrity:
         them with an empty parent (the record once prune cleared its parent). What they cover
         (``_content``) and the record share their packed parts after the type, packed once."""
         parent, type_ = parts[0], parts[1]
-        pk = packer()
+        pk = getattr(_local, "packer", None) or packer()
         rest: bytes = pk.pack(parts[2:])[1:]
-        content = b"\x99" + pk.pack(type_) + rest
+        ptype, pparent, pcid = pk.pack(type_), pk.pack(parent), pk.pack(cid)
+        # both MACs (At.tag of (cid, parent) and of (cid, b"")) fed the pieces as they are packed
         head = ("c", thread_id, ns)
-        tags = self.at(5, head).tag((cid, parent), content) + self.at(5, head, PARENT_TAG).tag((cid, b""), content)
-        record: bytes = b"\x9a" + pk.pack(parent) + pk.pack(join_type(type_, tags)) + rest
+        h = self.at(5, head)._hs[0].copy()
+        h2 = self.at(5, head, PARENT_TAG)._hs[0].copy()
+        h.update(pcid)
+        h.update(pparent)
+        h2.update(pcid)
+        h2.update(b"\xa0")  # b"" packed
+        for part in (b"\x99", ptype, rest):
+            h.update(part)
+            h2.update(part)
+        record: bytes = b"\x9a" + pparent + pk.pack(join_type(type_, h.digest() + h2.digest())) + rest
         return record
 
     def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
@@ -199,14 +224,24 @@ class Integrity:
         if tags is None or len(tags) != CP_TAG:
             raise IntegrityError(_what(None, where))
         parent = parts[0]
-        head = tuple(where[:3])
         if parent:
-            at, tag, rest = self.at(5, head), tags[:TAG], (where[3], parent)
+            at, tag, rest = self.at(5, (where[0], where[1], where[2])), tags[:TAG], (where[3], parent)
         else:  # the ancestors were pruned (or deleted): see the module's doc
-            at, tag, rest = self.at(5, head, PARENT_TAG), tags[TAG:], (where[3], b"")
+            at, tag, rest = self.at(5, (where[0], where[1], where[2]), PARENT_TAG), tags[TAG:], (where[3], b"")
         end = -1 if raw is None else _after_type(raw)
-        if raw is not None and end > 0 and at.verifies(tag, rest, b"\x99" + checkpoint_record(parts[1]) + raw[end:]):
-            return
+        if raw is not None and end > 0:
+            # the bytes as stored, hashed in place: its place, the array header, its type, the rest
+            pk = getattr(_local, "packer", None) or packer()
+            packed, type_ = pk.pack(rest)[1:], pk.pack(parts[1])
+            tail = memoryview(raw)[end:]
+            for base in at._hs:
+                h = base.copy()
+                h.update(packed)
+                h.update(b"\x99")
+                h.update(type_)
+                h.update(tail)
+                if hmac.compare_digest(h.digest(), tag):
+                    return
         at.check(tag, rest, _content(parts))
 
 
@@ -215,6 +250,16 @@ def _after_type(raw: bytes) -> int:
     two strings of the raw family, whatever their headers), or -1."""
     if raw[:1] != b"\x9a":
         return -1
+    b = raw[1] if len(raw) > 1 else 0
+    if 0xA0 <= b <= 0xBF:  # a parent id, then a type, of this client's packing (the common case)
+        i = 2 + (b & 31)
+        b = raw[i] if i < len(raw) else 0
+        if 0xA0 <= b <= 0xBF:
+            i += 1 + (b & 31)
+            return i if i <= len(raw) else -1
+        if b == 0xD9 and i + 1 < len(raw):
+            i += 2 + raw[i + 1]
+            return i if i <= len(raw) else -1
     i = 1
     for _ in range(2):
         b = raw[i] if i < len(raw) else 0

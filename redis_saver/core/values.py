@@ -509,7 +509,10 @@ def stream_covered(
     and a read of a stream this saver holds hashes nothing again. ``payload``: the stored
     record's payload (``stream_payload(st.sid, ops)``), cut to the ops' part instead of
     framing them again (the bytes a reader checks are then those stored)."""
-    end = max((op[1] for op in ops if not isinstance(op, bytes)), default=0)
+    end = 0
+    for op in ops:  # (a loop: a generator into max() costs more than the few ops it reads)
+        if not isinstance(op, bytes) and op[1] > end:
+            end = op[1]
     if end == len(st.raw):
         h = st.hashed
         if h is None:

@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, At, Integrity, split_text, split_type
+from ..integrity import CP_TAG, TEXT_TAG, At, Integrity, split_type
 from ..ttl import TTLConfig
 
 
@@ -212,22 +212,26 @@ class PlanBase:
         kind, thread, namespace; then channel, version) first: a stream value's once its bytes
         are put together, any other's before it is decompressed."""
         type_, data = codec.unpack_blob(blob)
-        type_, tag = split_text(type_)
+        # split_text without decoding the tag: it is checked as the text it is stored as
+        tag = None
+        i = type_.find(b"\x1f")
+        if i >= 0 and type_[i + 1 : i + 2] == b"k" and len(type_) >= i + 2 + TEXT_TAG:
+            tag, type_ = type_[i + 2 : i + 2 + TEXT_TAG], type_[:i] + type_[i + 2 + TEXT_TAG :]
         integ = self.integrity
         stream = type_.endswith(values_.STREAM_MARK)
         if integ is not None:
             if where is None:
                 raise IntegrityError("a stored value was read with no place to check it against")
-            at, rest = where[0], (where[1], where[2], type_)
+            at, ch, ver = where
             if not stream:
-                at.check(tag, rest, data)
+                at.check_text(tag, ch, ver, type_, data)
         if stream:
             payload = data
             data, known = values_.decode_stream_value(payload, streams)
             if integ is not None:
                 # its ops as stored and a hash of the stream bytes they read
                 covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
-                at.check(tag, rest, covered)
+                at.check_text(tag, ch, ver, type_, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)

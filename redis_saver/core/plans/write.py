@@ -184,7 +184,7 @@ class WritePlans(LifecyclePlans):
                     nk = app.known
                     covered, st = values_.stream_covered(nk.ops, nk.stream, known and known.stream, stored)
                     app.known = values_.Known(st, nk.ops, nk.value)
-                t = at.tag_text((ch, v), t, covered)
+                t = at.tag_text(ch, v, t, covered)
             args.append(codec.blob_record(t, stored))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
