@@ -210,9 +210,17 @@ class SyncShell(Shell):
         own, make = cls._split(options), cast("Callable[..., Self]", cls)
         client = make_sync_client(url, **options)
         try:
-            yield make(client, **own)
+            obj = make(client, **own)
+            try:
+                yield obj
+            finally:
+                obj._release()
         finally:
             client.close()
+
+    def _release(self) -> None:
+        """Before ``from_conn_string`` closes the client: end the object's background work
+        (the store's vector cache fills); nothing by default."""
 
 
 class LoopBound(Shell):
@@ -245,9 +253,16 @@ class LoopBound(Shell):
         own, make = cls._split(options), cast("Callable[..., Self]", cls)
         client = await make_async_client(url, **options)
         try:
-            yield make(client, **own)
+            obj = make(client, **own)
+            try:
+                yield obj
+            finally:
+                await obj._arelease()
         finally:
             await client.aclose()
+
+    async def _arelease(self) -> None:
+        """Async ``_release``: the object's background tasks ended before the client closes."""
 
     def _bound(self) -> None:
         try:

@@ -174,7 +174,7 @@ class RedisStoreBase(Shell, BaseStore):
         on its own (a thread of RedisStore, a task of AsyncRedisStore), a bounded call a page,
         and ``_filled`` when it ends, whatever its outcome."""
         vcache = self._cfg.state.vcache
-        if vcache is None or not vcache.wanted:
+        if vcache is None or not vcache.wanted or self._cfg.state.closed:
             return []
         return [(key, fill_plan(self._cfg, key, dims)) for key, dims in vcache.take_wanted()]
 

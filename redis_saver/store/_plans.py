@@ -207,6 +207,8 @@ def fill_plan(cfg: Config, key: tuple[int, bytes], dims: int) -> Plan[bool]:
     cursor, rows, made = (b"", b""), 0, False
     page = str(B.VECTOR_PAGE).encode()
     while True:
+        if cfg.state.closed:
+            return False  # the store's client is closing: nothing kept
         reply = yield Call(
             "store_read", [cfg.keys.index(shard)], [STORE_FORMAT, b"0", b"1", b"s", eprefix, *cursor, page, b"1"]
         )

@@ -34,6 +34,9 @@ class StoreState:
     vsets: bool | None = None  # the server keeps vector sets (_vset.py); None: not asked yet
     vset_stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "scans": 0})  # searches from sets, fallbacks
     vcache: _vcache.VectorCache | None = None  # the vectors of the prefixes searched (_vcache.py)
+    # set when ``from_conn_string`` closes the client: background fills stop at their next page
+    # and no new one starts (searches then use the vector sets, as while a fill runs)
+    closed: bool = False
 
 
 @dataclass(frozen=True)

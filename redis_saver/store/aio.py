@@ -57,6 +57,12 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         finally:
             self._filled(key, error)
 
+    async def _arelease(self) -> None:
+        """``from_conn_string``'s exit: no fill starts any more, and those under way end at their
+        next page (one bounded call) before the client closes."""
+        self._cfg.state.closed = True
+        await self._asettle()
+
     async def _asettle(self) -> None:
         """Wait for the background fills under way (tests, benchmarks)."""
         while self._background:

@@ -57,6 +57,12 @@ class RedisStore(SyncShell, RedisStoreBase):
             self._filled(key, error)
             self._background.discard(threading.current_thread())
 
+    def _release(self) -> None:
+        """``from_conn_string``'s exit: no fill starts any more, and those under way end at their
+        next page (one bounded call) before the client closes."""
+        self._cfg.state.closed = True
+        self._settle()
+
     def _settle(self, timeout: float | None = None) -> None:
         """Wait for the background fills under way (tests, benchmarks)."""
         for t in list(self._background):

@@ -226,3 +226,56 @@ def test_one_fill_a_prefix_and_none_once_it_is_in():
     vc.put(key, _vcache.Entry(b"t:1", [], [], 8))
     vc.fill_done(key)
     assert not vc.want_fill(key, 8) and vc.take_wanted() == [(key, 8)] and vc.take_wanted() == []
+
+
+def test_closing_a_store_ends_its_fill_before_the_client_closes(redis8, prefix, monkeypatch):
+    """``from_conn_string``'s exit: a background fill under way ends at its next page (no call
+    after the exit began), nothing half-read is kept, and no fill thread outlives the exit."""
+    monkeypatch.setattr(_budgets, "VECTOR_PAGE", 4)
+    inner_plan = _base.fill_plan
+    in_fill, after_close = threading.Event(), []
+
+    def slow(cfg: Any, key: Any, dims: int) -> Any:
+        inner = inner_plan(cfg, key, dims)
+        reply = None
+        try:
+            while True:
+                call = inner.send(reply)
+                if cfg.state.closed:
+                    after_close.append(call)
+                reply = yield call
+                in_fill.set()
+                deadline = time.monotonic() + 5
+                while not cfg.state.closed and time.monotonic() < deadline:
+                    time.sleep(0.01)  # a page in flight while the store closes
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(_base, "fill_plan", slow)
+    with RedisStore.from_conn_string(redis8.url, prefix=prefix, index=INDEX) as a:
+        fill(a, 40)
+        a.search(NS, query="apple")  # from the sets
+        a.search(NS, query="apple")  # again: the fill starts in the background
+        assert in_fill.wait(5)
+        threads = list(a._background)
+        assert threads
+    assert not any(t.is_alive() for t in threads) and not a._background
+    assert after_close == [] and a._cfg.state.vcache.fills == 0
+    assert not any(t.name == "redis_saver.store fill" for t in threading.enumerate())
+
+
+async def test_closing_an_async_store_ends_its_fill_task(redis8, prefix, monkeypatch):
+    """AsyncRedisStore: the fill task made by a repeated search is over when
+    ``from_conn_string``'s exit returns (no task left pending on a closed client)."""
+    from redis_saver import AsyncRedisStore
+
+    monkeypatch.setattr(_budgets, "VECTOR_PAGE", 4)
+    async with AsyncRedisStore.from_conn_string(redis8.url, prefix=prefix, index=INDEX) as a:
+        for i in range(40):
+            await a.aput(NS, f"k{i}", {"text": "apple melon"[: 5 + i % 7]})
+        await a.asearch(NS, query="apple")
+        await a.asearch(NS, query="apple")  # the task is made; it runs at the next await
+        tasks = list(a._background)
+        assert tasks
+    assert all(t.done() for t in tasks) and not a._background
+    assert a._cfg.state.vcache.fills == 0
