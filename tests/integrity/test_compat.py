@@ -140,8 +140,8 @@ def test_sign_thread_signs_a_format_5_thread_in_place(tmp_path: Path, redis_url:
     r.close()
 
 
-# the build whose tags this one must keep verifying (and writing): tags as issue 41 first shipped
-# them, in storage format 6; a faster tag path must hash the same bytes
+# the build whose tags this one must keep verifying (and writing): tags as integrity_key first
+# shipped them, in storage format 6; a faster tag path must hash the same bytes
 FIRST_TAGS = "9a7856d"
 
 SIGNER = textwrap.dedent(
