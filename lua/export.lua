@@ -154,8 +154,7 @@ for k = 1, #bfields do
   if b and bowner[k] <= last then
     blobs[#blobs + 1] = bfields[k]
     blobs[#blobs + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    local d = sid and blob_prefix_of(bfields[k]) .. '\0' .. sid
+    local d = stream_of(bfields[k], b)
     if d and not dseen[d] then
       dseen[d] = true
       dfields[#dfields + 1] = d

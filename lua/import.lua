@@ -221,18 +221,12 @@ for i = bstart, wstart - 1, 2 do
   n = n + 1
   local f, b, c = ARGV[i], ARGV[i + 1], cur[n]
   if c ~= b then
-    local od = c and #c <= STREAM_REC_MAX and stream_id(c)
-    if od then
-      od = blob_prefix_of(f) .. '\0' .. od
-      refs[od] = (refs[od] or 0) - 1
-    end
+    local od = stream_of(f, c)
+    if od then refs[od] = (refs[od] or 0) - 1 end
     out[#out + 1] = f
     out[#out + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    if sid then
-      local d = blob_prefix_of(f) .. '\0' .. sid
-      refs[d] = (refs[d] or 0) + 1
-    end
+    local d = stream_of(f, b)
+    if d then refs[d] = (refs[d] or 0) + 1 end
   end
 end
 if #out > 0 then

@@ -339,8 +339,15 @@ end
 
 -- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+local function stream_of(f, b)
+  local sid = b and #b <= STREAM_REC_MAX and stream_id(b)
+  if sid then return blob_prefix_of(f) .. '\0' .. sid end
+  return nil
+end
+
+-- stream_of() the record stored at blob field f (a long record is not read)
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
 -- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
@@ -602,8 +609,7 @@ for k = 1, #bfields do
   if b and bowner[k] <= last then
     blobs[#blobs + 1] = bfields[k]
     blobs[#blobs + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    local d = sid and blob_prefix_of(bfields[k]) .. '\0' .. sid
+    local d = stream_of(bfields[k], b)
     if d and not dseen[d] then
       dseen[d] = true
       dfields[#dfields + 1] = d

@@ -554,8 +554,15 @@ local function is_stream_part(field)
   return string.byte(field, skip(field, skip(field, 1))) == 0
 end
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+local function stream_of(f, b)
+  local sid = b and #b <= STREAM_REC_MAX and stream_id(b)
+  if sid then return blob_prefix_of(f) .. '\0' .. sid end
+  return nil
+end
+
+-- stream_of() the record stored at blob field f (a long record is not read)
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
 -- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil
@@ -959,18 +966,12 @@ for i = bstart, wstart - 1, 2 do
   n = n + 1
   local f, b, c = ARGV[i], ARGV[i + 1], cur[n]
   if c ~= b then
-    local od = c and #c <= STREAM_REC_MAX and stream_id(c)
-    if od then
-      od = blob_prefix_of(f) .. '\0' .. od
-      refs[od] = (refs[od] or 0) - 1
-    end
+    local od = stream_of(f, c)
+    if od then refs[od] = (refs[od] or 0) - 1 end
     out[#out + 1] = f
     out[#out + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    if sid then
-      local d = blob_prefix_of(f) .. '\0' .. sid
-      refs[d] = (refs[d] or 0) + 1
-    end
+    local d = stream_of(f, b)
+    if d then refs[d] = (refs[d] or 0) + 1 end
   end
 end
 if #out > 0 then

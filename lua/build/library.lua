@@ -1,4 +1,4 @@
-#!lua name=redis_saver_f860309d1d3d9164
+#!lua name=redis_saver_076dedc80a8c5b38
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -672,14 +672,19 @@ local function is_stream_part(field)
   return string.byte(field, skip(field, skip(field, 1))) == 0
 end
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
-local function stored_stream(f, n)
-  n = n or redis.call('HSTRLEN', K_BLOB, f)
-  if n == 0 or n > STREAM_REC_MAX then return nil end
-  local sid = stream_id(redis.call('HGET', K_BLOB, f))
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+local function stream_of(f, b)
+  local sid = b and #b <= STREAM_REC_MAX and stream_id(b)
   if sid then return blob_prefix_of(f) .. '\0' .. sid end
   return nil
+end
+
+-- stream_of() the record stored at blob field f (a long record is not read)
+local function stored_stream(f)
+  local n = redis.call('HSTRLEN', K_BLOB, f)
+  if n == 0 or n > STREAM_REC_MAX then return nil end
+  return stream_of(f, redis.call('HGET', K_BLOB, f))
 end
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
@@ -893,11 +898,8 @@ local function plan_blobs(reads, got, sargs, ns_e)
         writes[#writes + 1] = f
         writes[#writes + 1] = b
         refs[d] = (refs[d] or 0) + 1
-        local osid = cur and #cur <= STREAM_REC_MAX and stream_id(cur)
-        if osid then
-          local od = blob_prefix_of(f) .. '\0' .. osid
-          unrefs[od] = (unrefs[od] or 0) - 1
-        end
+        local od = stream_of(f, cur)
+        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
       end
     end
   end
@@ -2113,8 +2115,7 @@ for k = 1, #bfields do
   if b and bowner[k] <= last then
     blobs[#blobs + 1] = bfields[k]
     blobs[#blobs + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    local d = sid and blob_prefix_of(bfields[k]) .. '\0' .. sid
+    local d = stream_of(bfields[k], b)
     if d and not dseen[d] then
       dseen[d] = true
       dfields[#dfields + 1] = d
@@ -2466,18 +2467,12 @@ for i = bstart, wstart - 1, 2 do
   n = n + 1
   local f, b, c = ARGV[i], ARGV[i + 1], cur[n]
   if c ~= b then
-    local od = c and #c <= STREAM_REC_MAX and stream_id(c)
-    if od then
-      od = blob_prefix_of(f) .. '\0' .. od
-      refs[od] = (refs[od] or 0) - 1
-    end
+    local od = stream_of(f, c)
+    if od then refs[od] = (refs[od] or 0) - 1 end
     out[#out + 1] = f
     out[#out + 1] = b
-    local sid = #b <= STREAM_REC_MAX and stream_id(b)
-    if sid then
-      local d = blob_prefix_of(f) .. '\0' .. sid
-      refs[d] = (refs[d] or 0) + 1
-    end
+    local d = stream_of(f, b)
+    if d then refs[d] = (refs[d] or 0) + 1 end
   end
 end
 if #out > 0 then
@@ -4169,30 +4164,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_f860309d1d3d9164_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_f860309d1d3d9164_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

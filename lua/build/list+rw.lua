@@ -576,8 +576,10 @@ end
 
 -- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+
+-- stream_of() the record stored at blob field f (a long record is not read)
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
 -- then n pairs stream id, raw length), for fetch_streams(): held[stream id] = raw length; nil

@@ -518,14 +518,19 @@ local function is_stream_part(field)
   return string.byte(field, skip(field, skip(field, 1))) == 0
 end
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
-local function stored_stream(f, n)
-  n = n or redis.call('HSTRLEN', K_BLOB, f)
-  if n == 0 or n > STREAM_REC_MAX then return nil end
-  local sid = stream_id(redis.call('HGET', K_BLOB, f))
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+local function stream_of(f, b)
+  local sid = b and #b <= STREAM_REC_MAX and stream_id(b)
   if sid then return blob_prefix_of(f) .. '\0' .. sid end
   return nil
+end
+
+-- stream_of() the record stored at blob field f (a long record is not read)
+local function stored_stream(f)
+  local n = redis.call('HSTRLEN', K_BLOB, f)
+  if n == 0 or n > STREAM_REC_MAX then return nil end
+  return stream_of(f, redis.call('HGET', K_BLOB, f))
 end
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,

@@ -565,14 +565,19 @@ end
 
 -- whether a blob field is a stream's directory or frame (e(ns)e(channel) "\0" ...), not a version
 
--- the directory field of the stream the record stored at blob field f names, or nil (no record,
--- or one that names no stream); n: the stored record's length (HSTRLEN), when the caller has it
-local function stored_stream(f, n)
-  n = n or redis.call('HSTRLEN', K_BLOB, f)
-  if n == 0 or n > STREAM_REC_MAX then return nil end
-  local sid = stream_id(redis.call('HGET', K_BLOB, f))
+-- the directory field of the stream that blob record b (at blob field f) names, or nil (no
+-- record, or one that names no stream)
+local function stream_of(f, b)
+  local sid = b and #b <= STREAM_REC_MAX and stream_id(b)
   if sid then return blob_prefix_of(f) .. '\0' .. sid end
   return nil
+end
+
+-- stream_of() the record stored at blob field f (a long record is not read)
+local function stored_stream(f)
+  local n = redis.call('HSTRLEN', K_BLOB, f)
+  if n == 0 or n > STREAM_REC_MAX then return nil end
+  return stream_of(f, redis.call('HGET', K_BLOB, f))
 end
 
 -- The streams the client holds of the thread (get_tuple.lua ARGV from position `at`: n <= MAX_HELD,
@@ -723,11 +728,8 @@ local function plan_blobs(reads, got, sargs, ns_e)
         writes[#writes + 1] = f
         writes[#writes + 1] = b
         refs[d] = (refs[d] or 0) + 1
-        local osid = cur and #cur <= STREAM_REC_MAX and stream_id(cur)
-        if osid then
-          local od = blob_prefix_of(f) .. '\0' .. osid
-          unrefs[od] = (unrefs[od] or 0) - 1
-        end
+        local od = stream_of(f, cur)
+        if od then unrefs[od] = (unrefs[od] or 0) - 1 end
       end
     end
   end
