@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from redis.exceptions import (
     AskError,
@@ -97,9 +97,16 @@ def map_error(exc: ResponseError) -> Exception:
                 break
     if cls is None:
         return exc
-    err = cls(where(msg[len(code) :].strip()))  # the file and line Redis ran
-    err.__cause__ = exc
-    return err
+    return cls(where(msg[len(code) :].strip()))  # the file and line Redis ran
+
+
+def raise_mapped(exc: ResponseError) -> NoReturn:
+    """Raise the saver's own error for ``exc`` with ``exc`` as its cause (``raise ... from None``
+    would drop it), or ``exc`` itself."""
+    err = map_error(exc)
+    if err is exc:
+        raise exc
+    raise err from exc
 
 
 def _redirected(reply: Any) -> bool:
@@ -110,7 +117,7 @@ def _redirected(reply: Any) -> bool:
 def _raise_first(res: list[Any]) -> list[Any]:
     for r in res:
         if isinstance(r, ResponseError):
-            raise map_error(r) from None
+            raise_mapped(r)
         if isinstance(r, Exception):
             raise r
     return res
@@ -373,7 +380,7 @@ class Engine(SlotWaits):
                     self.telemetry.reloaded()
                 return (yield Cmd("eval", (s.source, len(call.keys), *call.keys, *call.args)))
         except ResponseError as exc:
-            raise map_error(exc) from None
+            raise_mapped(exc)
 
     def load_library(self, lib: Library, reload: bool = True) -> Io[bool]:
         """FUNCTION LOAD of the library (REPLACE: concurrent loads of the same text are

@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import random
 import time
+import zlib
 from collections import Counter
 from typing import Any
 
@@ -230,7 +231,7 @@ def run_workload(
     """``r``: a sync client of the server(s), for their settings; ``saver``: the saver under test
     (default: a RedisSaver on ``r``)."""
     saver = saver if saver is not None else _saver(r, policy, history)
-    s = Sessions(saver, doc_bytes=6_000, seed=hash((policy, workload)) & 0xFFFF,
+    s = Sessions(saver, doc_bytes=6_000, seed=zlib.crc32(f"{policy}/{workload}".encode()) & 0xFFFF,
                  doc_every_step=workload == "round-robin")
     hot = [] if workload == "round-robin" else [f"hot{i}" for i in range(8)]
     # the cache holds several seconds of rounds (an LRU time is in whole seconds); latest-only

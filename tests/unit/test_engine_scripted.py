@@ -124,6 +124,7 @@ def test_script_error_codes_become_the_savers_exceptions(code):
     with pytest.raises(LUA_ERROR_CLASSES[code]) as info:
         converse(engine().call(PIN), [(fcall("pin", KEYS, ARGS), reply)])
     assert str(info.value) == "thread 'th': what went wrong"
+    assert info.value.__cause__ is reply  # the server's own error stays reachable
 
 
 def test_other_server_errors_reach_the_caller_unchanged():
@@ -282,8 +283,10 @@ def test_a_fanout_goes_in_chunks(monkeypatch):
 def test_a_fanout_raises_the_first_script_error_mapped():
     calls = [PIN, Call("pin", OTHER, ARGS)]
     pipe = Pipe([command("FCALL", "pin", c.keys, c.args) for c in calls])
-    with pytest.raises(ConflictError, match="stale"):
-        converse(engine().batch(calls), [(pipe, [1, ResponseError("RS_CONFLICT stale")])])
+    reply = ResponseError("RS_CONFLICT stale")
+    with pytest.raises(ConflictError, match="stale") as info:
+        converse(engine().batch(calls), [(pipe, [1, reply])])
+    assert info.value.__cause__ is reply
 
 
 def test_a_plain_read_is_retried_and_its_pipeline_errors_raised():
