@@ -611,7 +611,9 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
     new = _scripts.library()
     old_name = old_src.split("\n", 1)[0].removeprefix("#!lua name=")
     libs = {"A": old_name, "B": new.name}
-    res: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    # per (graph, script): one {side: µs per call} per call index and round (the two sides of a call ran
+    # back to back: a pair)
+    res: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     with start_standalone() as srv:
         r = redis.Redis(host=srv.host, port=srv.port, **client_kwargs())
         saver = RedisSaver(r, prefix="lg")
@@ -639,6 +641,7 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
             for graph, calls in captured.items():
                 for i, args in enumerate(calls):
                     op = str(args[0]).removeprefix(new.name + "_").replace("__", "+")
+                    pair: dict[str, float] = {}
                     for side in (("A", "B") if (i + rnd) % 2 == 0 else ("B", "A")):
                         pipe = r.pipeline(transaction=False)
                         for k in range(threads):
@@ -646,21 +649,25 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
                         a = reading(r)
                         pipe.execute()
                         d = cmd_delta(a, reading(r))
-                        res[graph, op, side].append(own_usec(d, None) / threads)
+                        pair[side] = own_usec(d, None) / threads
+                    res[graph, op].append(pair)
         r.close()
     out = [f"Script A/B on one server: A = the library at {rev} ({old_name}), B = this checkout's ({new.name}); "
            f"{threads} threads x {turns} turns per graph, {rounds} rounds, sides alternating call by call; "
-           "FCALL µs per call (`INFO commandstats`), medians of the rounds' means (ranges):", "",
-           "| graph | script | calls per round | A | B | B / A |", "|---|---|---|---|---|---|"]
-    for graph in GRAPHS:
-        for op in sorted({o for (g, o, _) in res if g == graph}):
-            per_round = {}
-            for side in "AB":
-                v = res[graph, op, side]
-                n = len(v) // rounds
-                per_round[side] = [statistics.mean(v[j * n:(j + 1) * n]) for j in range(rounds)]
-            out.append(f"| {graph} | {op} | {len(res[graph, op, 'A']) // rounds * threads} | {_med(per_round['A'], 1)} "
-                       f"| {_med(per_round['B'], 1)} | {_ratio(per_round['B'], per_round['A'])} |")
+           "FCALL µs per call (`INFO commandstats`) of each window (one call of every thread): medians and "
+           "quartiles over the windows, and of the B / A ratios of the windows' pairs (a pair: one call of one "
+           "round, both sides back to back; a window the machine's load hit is one outlier among many):", "",
+           "| graph | script | windows | A | B | B / A | B - A, µs |", "|---|---|---|---|---|---|---|"]
+
+    def q(v: list[float], fmt: str) -> str:
+        qs = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+        return f"{qs[1]:{fmt}} ({qs[0]:{fmt}}-{qs[2]:{fmt}})"
+
+    for (graph, op), pairs in sorted(res.items()):
+        a, b = [p["A"] for p in pairs], [p["B"] for p in pairs]
+        out.append(f"| {graph} | {op} | {len(pairs)} | {q(a, '.1f')} | {q(b, '.1f')} "
+                   f"| {q([y / x for x, y in zip(a, b, strict=True) if x], '.3f')}x "
+                   f"| {q([y - x for x, y in zip(a, b, strict=True)], '+.1f')} |")
     return out
 
 
@@ -669,7 +676,8 @@ def get_stages(rounds: int, threads: int = 20, turns: int = 12) -> list[tuple[st
     cut before each stage (devkit/script_cuts.py). After the chat graph ran ``threads`` x ``turns``
     invokes, the get_tuple RedisSaver then sends for each thread (as the next invoke would) is
     replayed ``turns`` times per variant;
-    variants alternate order by round; median over rounds of the mean per call."""
+    variants alternate order by round; median over the windows (one pass over the threads each,
+    pipelined) of the mean per call."""
     from devkit.script_cuts import get_libraries, script_calls
     from redis_saver import RedisSaver
 
@@ -692,10 +700,14 @@ def get_stages(rounds: int, threads: int = 20, turns: int = 12) -> list[tuple[st
         res: dict[str, list[float]] = {label: [] for label, _, _ in variants}
         for rnd in range(rounds):
             for label, _, fname in (variants if rnd % 2 == 0 else variants[::-1]):
-                u0 = r.info("commandstats").get("cmdstat_fcall", {}).get("usec", 0)
-                for args in gets:
-                    r.fcall(fname, *args[1:])
-                res[label].append((r.info("commandstats")["cmdstat_fcall"]["usec"] - u0) / len(gets))
+                # one window per pass over the threads, the calls pipelined (back to back on the server)
+                for j in range(0, len(gets), threads):
+                    pipe = r.pipeline(transaction=False)
+                    for args in gets[j:j + threads]:
+                        pipe.execute_command("FCALL", fname, *args[1:])
+                    a = reading(r)
+                    pipe.execute()
+                    res[label].append(own_usec(cmd_delta(a, reading(r)), None) / len(gets[j:j + threads]))
         r.close()
     return [(label, statistics.median(v)) for label, v in res.items()]
 

@@ -43,5 +43,8 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
-touch_read()
+-- only the keys the commands above may not have read (meta, cp, cp_ns, cp_id, wr and wr_ord
+-- they did: the format and count checks; blob, chain and the slot index's threads key only in
+-- some threads, runs and the slot index's runs key never)
+touch_read(true)
 return {cid, reply[1], reply[2], reply[3], streams, blobs}

@@ -158,9 +158,10 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 local function latest_of(ns_e)
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', '0', '1')
   if #top == 0 then return nil end
   return string.sub(top[1], #ns_e + 1)
 end
@@ -426,9 +427,12 @@ local function check_cp_keys()
 end
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
-local function check_blob_missing(field)
-  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
+local function check_blob_missing(field, mark)
+  if META_B ~= '1' then return false end
+  if mark == nil then mark = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 1 end
+  if not mark then
     local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
     return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
   end
@@ -517,10 +521,14 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
-local function touch_read()
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
+local function touch_read(unread)
   if REFRESH == '1' then
     touch()
+  elseif unread then
+    redis.call('TOUCH', K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   else
     redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   end
@@ -797,7 +805,16 @@ local function tuple_replies(items, span, held)
     end
     bidx[i], bchans[i] = at, chans
   end
+  -- with the blobs, the blob mark (see "Lost keys" in _lib_thread.lua) of a thread that has one:
+  -- a missing blob then needs no command of its own to tell lost from never stored (a channel
+  -- with a version and no value, e.g. LangGraph's branch channels, has no blob field)
+  local nb, mark = #bfields, nil
+  if META_B == '1' and nb > 0 then bfields[nb + 1] = BLOB_MARK end
   local blobs = hmget(K_BLOB, bfields)
+  if bfields[nb + 1] then
+    mark = blobs[nb + 1] ~= false
+    bfields[nb + 1], blobs[nb + 1] = nil, nil
+  end
   local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
@@ -842,7 +859,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k], mark) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end
@@ -901,5 +918,8 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
-touch_read()
+-- only the keys the commands above may not have read (meta, cp, cp_ns, cp_id, wr and wr_ord
+-- they did: the format and count checks; blob, chain and the slot index's threads key only in
+-- some threads, runs and the slot index's runs key never)
+touch_read(true)
 return {cid, reply[1], reply[2], reply[3], streams, blobs}
