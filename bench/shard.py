@@ -615,7 +615,7 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
     # back to back: a pair)
     res: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     with start_standalone() as srv:
-        r = redis.Redis(host=srv.host, port=srv.port, **client_kwargs())
+        r = redis.Redis(host=srv.host, port=srv.port, **client_kwargs(socket_timeout=60))
         saver = RedisSaver(r, prefix="lg")
         warm_up(saver, turns)
         if old_name != new.name:

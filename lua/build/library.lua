@@ -1,4 +1,4 @@
-#!lua name=redis_saver_5d0e8b0720544f69
+#!lua name=redis_saver_85dbd74adff72100
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -2224,11 +2224,16 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread'
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
 ARGV[7] n <= 8 (absent = 0), then n pairs stream id, raw length: the streams of the thread the
         client holds (read_held() in _lib_values.lua)
-Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
-         the position of its blob in blobs}, {write records in writes_sort_key order},
-         {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
-         values" in _lib_values.lua; a stream the client holds at a frame's end carries only
-         the frames after it: none when it holds it whole)}, blobs}
+Returns: nil, or one flat array (Redis 7.0 replies an array of k items' nesting with k deferred
+         lengths, each a reply block of its own: 6 nested arrays cost ~2.5 us a call more):
+         checkpoint id, record,
+         2n, then n pairs channel, k (the channels that hold a value, k the position of its
+           blob among the blobs at the end, from 1),
+         m, then m write records (writes_sort_key order),
+         s, then per stream the blobs name: stream id, directory, f, then f frames (see
+           "Encoded values" in _lib_values.lua; a stream the client holds at a frame's end
+           carries only the frames after it: none when it holds it whole),
+         then the blobs
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
         and answers as if it did not exist), RS_SCHEMA, RS_BADARG
@@ -2258,11 +2263,23 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
+local out, values, writes = {cid, reply[1], #reply[2]}, reply[2], reply[3]
+for i = 1, #values do out[#out + 1] = values[i] end
+out[#out + 1] = #writes
+for i = 1, #writes do out[#out + 1] = writes[i] end
+out[#out + 1] = #streams
+for _, st in ipairs(streams) do
+  out[#out + 1] = st[1]
+  out[#out + 1] = st[2]
+  out[#out + 1] = #st - 2
+  for j = 3, #st do out[#out + 1] = st[j] end
+end
+for i = 1, #blobs do out[#out + 1] = blobs[i] end
 -- only the keys the commands above may not have read (meta, cp, cp_ns, cp_id, wr and wr_ord
 -- they did: the format and count checks; blob, chain and the slot index's threads key only in
 -- some threads, runs and the slot index's runs key never)
 touch_read(true)
-return {cid, reply[1], reply[2], reply[3], streams, blobs}
+return out
 
 end
 local function s_import()
@@ -4196,30 +4213,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_5d0e8b0720544f69_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
