@@ -65,7 +65,7 @@ TUPLE_STAGES = [
     ("the stream directories and frames (2 HMGET)", "  local wfields, owner = {}, {}"),
     ("the writes (ZRANGE BYLEX, HMGET)", "  local out, checked, sent, sent_at = {}, false, {}, {}"),
 ]
-GET_NO_TOUCH = ("the reply's tables, the reply", "touch_read()\nreturn {cid", "return {cid")
+GET_NO_TOUCH = ("the reply's tables, the reply", "touch_read(true)\nreturn out", "return out")
 GET_BODY = "local function s_get_tuple()\n"
 
 

@@ -186,7 +186,16 @@ local function tuple_replies(items, span, held)
     end
     bidx[i], bchans[i] = at, chans
   end
+  -- with the blobs, the blob mark (see "Lost keys" in _lib_thread.lua) of a thread that has one:
+  -- a missing blob then needs no command of its own to tell lost from never stored (a channel
+  -- with a version and no value, e.g. LangGraph's branch channels, has no blob field)
+  local nb, mark = #bfields, nil
+  if META_B == '1' and nb > 0 then bfields[nb + 1] = BLOB_MARK end
   local blobs = hmget(K_BLOB, bfields)
+  if bfields[nb + 1] then
+    mark = blobs[nb + 1] ~= false
+    bfields[nb + 1], blobs[nb + 1] = nil, nil
+  end
   local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
@@ -231,7 +240,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k], mark) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end

@@ -7,8 +7,8 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] e(task_id)   ARGV[8] e(task_path)
 ARGV[9] n = number of writes
-then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
-              by idx8 (8 hex digits, the write's idx + 2^31), and the write record
+then n pairs: tag = "0" (regular: the first write wins; idx >= 0) or "1" (special: overwrites;
+              idx < 0) followed by idx8 (8 hex digits, the write's idx + 2^31), and the write record
 A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
 e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
 channel, taken from the record, lets delta history pick a channel's writes by member).
@@ -21,7 +21,8 @@ gone, e.g. evicted under maxmemory) forgets the thread whole and stores nothing 
 keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
-of fields per call.
+of fields per call (one HMGET of their fields and one HSET of those absent, 3 commands instead of
+2 + n, cost more: the tables it needs took longer than the commands it saved).
 Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -34,7 +35,12 @@ end
 local last = 9 + 2 * n
 local chan_e = {}
 for i = 10, last, 2 do
-  if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
+  -- a regular write's idx is >= 0 (idx8 from 80000000), a special write's < 0: their fields never
+  -- meet (a special write over a regular write's field would leave that write's sort member)
+  local tag = ARGV[i]
+  if not (string.find(tag, '^0[89a-fA-F]%x%x%x%x%x%x%x$') or string.find(tag, '^1[0-7]%x%x%x%x%x%x%x$')) then
+    fail('RS_BADARG', 'bad write tag')
+  end
   local ch = write_channel(ARGV[i + 1])
   if not ch then fail('RS_BADARG', 'write record must have 6 parts') end
   chan_e[i] = enc(ch)
@@ -54,7 +60,7 @@ for i = 10, last, 2 do
   if string.byte(ARGV[i]) == 48 then
     -- a regular write ("0"): the first one wins (HSETNX), also within this call
     if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
-      members[#members + 1] = 0
+      members[#members + 1] = '0'  -- (a string: Redis formats a Lua number with snprintf)
       members[#members + 1] = member_p .. idx8 .. chan_e[i]
       stored = stored + 1
     end
@@ -66,7 +72,7 @@ for i = 10, last, 2 do
     local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
     redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member)
+    redis.call('ZADD', K_WORD, '0', member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
       local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)

@@ -143,9 +143,10 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 local function latest_of(ns_e)
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', '0', '1')
   if #top == 0 then return nil end
   return string.sub(top[1], #ns_e + 1)
 end
@@ -411,9 +412,12 @@ local function check_cp_keys()
 end
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
-local function check_blob_missing(field)
-  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
+local function check_blob_missing(field, mark)
+  if META_B ~= '1' then return false end
+  if mark == nil then mark = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 1 end
+  if not mark then
     local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
     return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
   end
@@ -502,10 +506,14 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
-local function touch_read()
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
+local function touch_read(unread)
   if REFRESH == '1' then
     touch()
+  elseif unread then
+    redis.call('TOUCH', K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   else
     redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   end

@@ -158,9 +158,10 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 local function latest_of(ns_e)
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', '0', '1')
   if #top == 0 then return nil end
   return string.sub(top[1], #ns_e + 1)
 end
@@ -426,9 +427,12 @@ local function check_cp_keys()
 end
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
-local function check_blob_missing(field)
-  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
+local function check_blob_missing(field, mark)
+  if META_B ~= '1' then return false end
+  if mark == nil then mark = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 1 end
+  if not mark then
     local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
     return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
   end
@@ -517,10 +521,14 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
-local function touch_read()
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
+local function touch_read(unread)
   if REFRESH == '1' then
     touch()
+  elseif unread then
+    redis.call('TOUCH', K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   else
     redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   end
@@ -797,7 +805,16 @@ local function tuple_replies(items, span, held)
     end
     bidx[i], bchans[i] = at, chans
   end
+  -- with the blobs, the blob mark (see "Lost keys" in _lib_thread.lua) of a thread that has one:
+  -- a missing blob then needs no command of its own to tell lost from never stored (a channel
+  -- with a version and no value, e.g. LangGraph's branch channels, has no blob field)
+  local nb, mark = #bfields, nil
+  if META_B == '1' and nb > 0 then bfields[nb + 1] = BLOB_MARK end
   local blobs = hmget(K_BLOB, bfields)
+  if bfields[nb + 1] then
+    mark = blobs[nb + 1] ~= false
+    bfields[nb + 1], blobs[nb + 1] = nil, nil
+  end
   local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
@@ -842,7 +859,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k], mark) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end
@@ -867,11 +884,16 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread'
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
 ARGV[7] n <= 8 (absent = 0), then n pairs stream id, raw length: the streams of the thread the
         client holds (read_held() in _lib_values.lua)
-Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
-         the position of its blob in blobs}, {write records in writes_sort_key order},
-         {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
-         values" in _lib_values.lua; a stream the client holds at a frame's end carries only
-         the frames after it: none when it holds it whole)}, blobs}
+Returns: nil, or one flat array (Redis 7.0 replies an array of k items' nesting with k deferred
+         lengths, each a reply block of its own: 6 nested arrays cost ~2.5 us a call more):
+         checkpoint id, record,
+         2n, then n pairs channel, k (the channels that hold a value, k the position of its
+           blob among the blobs at the end, from 1),
+         m, then m write records (writes_sort_key order),
+         s, then per stream the blobs name: stream id, directory, f, then f frames (see
+           "Encoded values" in _lib_values.lua; a stream the client holds at a frame's end
+           carries only the frames after it: none when it holds it whole),
+         then the blobs
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
         and answers as if it did not exist), RS_SCHEMA, RS_BADARG
@@ -901,5 +923,20 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
-touch_read()
-return {cid, reply[1], reply[2], reply[3], streams, blobs}
+local out, values, writes = {cid, reply[1], #reply[2]}, reply[2], reply[3]
+for i = 1, #values do out[#out + 1] = values[i] end
+out[#out + 1] = #writes
+for i = 1, #writes do out[#out + 1] = writes[i] end
+out[#out + 1] = #streams
+for _, st in ipairs(streams) do
+  out[#out + 1] = st[1]
+  out[#out + 1] = st[2]
+  out[#out + 1] = #st - 2
+  for j = 3, #st do out[#out + 1] = st[j] end
+end
+for i = 1, #blobs do out[#out + 1] = blobs[i] end
+-- only the keys the commands above may not have read (meta, cp, cp_ns, cp_id, wr and wr_ord
+-- they did: the format and count checks; blob, chain and the slot index's threads key only in
+-- some threads, runs and the slot index's runs key never)
+touch_read(true)
+return out

@@ -1,4 +1,4 @@
-#!lua name=redis_saver_076dedc80a8c5b38
+#!lua name=redis_saver_85dbd74adff72100
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -182,9 +182,10 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 local function latest_of(ns_e)
-  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', 0, 1)
+  local top = redis.call('ZRANGE', K_CPNS, hi(ns_e), lo(ns_e), 'BYLEX', 'REV', 'LIMIT', '0', '1')
   if #top == 0 then return nil end
   return string.sub(top[1], #ns_e + 1)
 end
@@ -461,9 +462,12 @@ local function check_cp_keys()
 end
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
-local function check_blob_missing(field)
-  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
+local function check_blob_missing(field, mark)
+  if META_B ~= '1' then return false end
+  if mark == nil then mark = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 1 end
+  if not mark then
     local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
     return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
   end
@@ -552,10 +556,14 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
-local function touch_read()
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
+local function touch_read(unread)
   if REFRESH == '1' then
     touch()
+  elseif unread then
+    redis.call('TOUCH', K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   else
     redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   end
@@ -1225,7 +1233,16 @@ local function tuple_replies(items, span, held)
     end
     bidx[i], bchans[i] = at, chans
   end
+  -- with the blobs, the blob mark (see "Lost keys" in _lib_thread.lua) of a thread that has one:
+  -- a missing blob then needs no command of its own to tell lost from never stored (a channel
+  -- with a version and no value, e.g. LangGraph's branch channels, has no blob field)
+  local nb, mark = #bfields, nil
+  if META_B == '1' and nb > 0 then bfields[nb + 1] = BLOB_MARK end
   local blobs = hmget(K_BLOB, bfields)
+  if bfields[nb + 1] then
+    mark = blobs[nb + 1] ~= false
+    bfields[nb + 1], blobs[nb + 1] = nil, nil
+  end
   local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
@@ -1270,7 +1287,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k], mark) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end
@@ -2207,11 +2224,16 @@ ARGV[1..4]: header (format, thread id, ttl ms, refresh: "1" = extend the thread'
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id ("" = latest)
 ARGV[7] n <= 8 (absent = 0), then n pairs stream id, raw length: the streams of the thread the
         client holds (read_held() in _lib_values.lua)
-Returns: nil, or {checkpoint id, record, {channel, k, ...: the channels that hold a value, k
-         the position of its blob in blobs}, {write records in writes_sort_key order},
-         {{stream id, directory, frame, ...}: the streams the blobs name (see "Encoded
-         values" in _lib_values.lua; a stream the client holds at a frame's end carries only
-         the frames after it: none when it holds it whole)}, blobs}
+Returns: nil, or one flat array (Redis 7.0 replies an array of k items' nesting with k deferred
+         lengths, each a reply block of its own: 6 nested arrays cost ~2.5 us a call more):
+         checkpoint id, record,
+         2n, then n pairs channel, k (the channels that hold a value, k the position of its
+           blob among the blobs at the end, from 1),
+         m, then m write records (writes_sort_key order),
+         s, then per stream the blobs name: stream id, directory, f, then f frames (see
+           "Encoded values" in _lib_values.lua; a stream the client holds at a frame's end
+           carries only the frames after it: none when it holds it whole),
+         then the blobs
 Errors: RS_DAMAGED (a key of the thread was lost: see "Lost keys" in _lib.lua; the
         client then sends the writable variant with ARGV[4] = "f", which forgets the thread
         and answers as if it did not exist), RS_SCHEMA, RS_BADARG
@@ -2241,8 +2263,23 @@ end
 local reply, streams, blobs = tuple_replies({{ns_e, cid_e, raw}}, false, held)
 if not reply then return nil end
 reply = reply[1]
-touch_read()
-return {cid, reply[1], reply[2], reply[3], streams, blobs}
+local out, values, writes = {cid, reply[1], #reply[2]}, reply[2], reply[3]
+for i = 1, #values do out[#out + 1] = values[i] end
+out[#out + 1] = #writes
+for i = 1, #writes do out[#out + 1] = writes[i] end
+out[#out + 1] = #streams
+for _, st in ipairs(streams) do
+  out[#out + 1] = st[1]
+  out[#out + 1] = st[2]
+  out[#out + 1] = #st - 2
+  for j = 3, #st do out[#out + 1] = st[j] end
+end
+for i = 1, #blobs do out[#out + 1] = blobs[i] end
+-- only the keys the commands above may not have read (meta, cp, cp_ns, cp_id, wr and wr_ord
+-- they did: the format and count checks; blob, chain and the slot index's threads key only in
+-- some threads, runs and the slot index's runs key never)
+touch_read(true)
+return out
 
 end
 local function s_import()
@@ -3229,8 +3266,8 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] e(task_id)   ARGV[8] e(task_path)
 ARGV[9] n = number of writes
-then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
-              by idx8 (8 hex digits, the write's idx + 2^31), and the write record
+then n pairs: tag = "0" (regular: the first write wins; idx >= 0) or "1" (special: overwrites;
+              idx < 0) followed by idx8 (8 hex digits, the write's idx + 2^31), and the write record
 A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
 e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
 channel, taken from the record, lets delta history pick a channel's writes by member).
@@ -3243,7 +3280,8 @@ gone, e.g. evicted under maxmemory) forgets the thread whole and stores nothing 
 keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
-of fields per call.
+of fields per call (one HMGET of their fields and one HSET of those absent, 3 commands instead of
+2 + n, cost more: the tables it needs took longer than the commands it saved).
 Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -3256,7 +3294,12 @@ end
 local last = 9 + 2 * n
 local chan_e = {}
 for i = 10, last, 2 do
-  if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
+  -- a regular write's idx is >= 0 (idx8 from 80000000), a special write's < 0: their fields never
+  -- meet (a special write over a regular write's field would leave that write's sort member)
+  local tag = ARGV[i]
+  if not (string.find(tag, '^0[89a-fA-F]%x%x%x%x%x%x%x$') or string.find(tag, '^1[0-7]%x%x%x%x%x%x%x$')) then
+    fail('RS_BADARG', 'bad write tag')
+  end
   local ch = write_channel(ARGV[i + 1])
   if not ch then fail('RS_BADARG', 'write record must have 6 parts') end
   chan_e[i] = enc(ch)
@@ -3276,7 +3319,7 @@ for i = 10, last, 2 do
   if string.byte(ARGV[i]) == 48 then
     -- a regular write ("0"): the first one wins (HSETNX), also within this call
     if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
-      members[#members + 1] = 0
+      members[#members + 1] = '0'  -- (a string: Redis formats a Lua number with snprintf)
       members[#members + 1] = member_p .. idx8 .. chan_e[i]
       stored = stored + 1
     end
@@ -3288,7 +3331,7 @@ for i = 10, last, 2 do
     local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
     redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member)
+    redis.call('ZADD', K_WORD, '0', member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
       local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)
@@ -3313,8 +3356,8 @@ KEYS[1] meta [2] cp [3] cp_ns [4] cp_id [5] blob [6] wr [7] wr_ord [8] runs [9] 
 ARGV[1..4]: header (format, thread id, ttl ms, refresh)
 ARGV[5] checkpoint_ns   ARGV[6] checkpoint id   ARGV[7] e(task_id)   ARGV[8] e(task_path)
 ARGV[9] n = number of writes
-then n pairs: tag = "0" (regular: the first write wins) or "1" (special: overwrites) followed
-              by idx8 (8 hex digits, the write's idx + 2^31), and the write record
+then n pairs: tag = "0" (regular: the first write wins; idx >= 0) or "1" (special: overwrites;
+              idx < 0) followed by idx8 (8 hex digits, the write's idx + 2^31), and the write record
 A write's field in wr is e(ns)..e(id)..e(task_id)..idx8, its sort member in wr_ord
 e(ns)..e(id)..e(task_path)..e(task_id)..idx8..e(channel) (writes_sort_key order; the
 channel, taken from the record, lets delta history pick a channel's writes by member).
@@ -3327,7 +3370,8 @@ gone, e.g. evicted under maxmemory) forgets the thread whole and stores nothing 
 keys" in _lib.lua): it returns -1, and the client raises ThreadEvictedError. Lines marked @full-only are not in put_writes+lean: what they do has no work
 there, and the helpers only they use are not created on each call.
 Each regular write is one HSETNX (first write wins, also within one call), with no Lua tables
-of fields per call.
+of fields per call (one HMGET of their fields and one HSET of those absent, 3 commands instead of
+2 + n, cost more: the tables it needs took longer than the commands it saved).
 Returns: number of writes stored; -1 [FORGOTTEN] (the thread was forgotten, nothing stored: see above)
 Errors: RS_BADARG (nothing written), RS_SCHEMA
 ]]
@@ -3340,7 +3384,12 @@ end
 local last = 9 + 2 * n
 local chan_e = {}
 for i = 10, last, 2 do
-  if not string.find(ARGV[i], '^[01]%x%x%x%x%x%x%x%x$') then fail('RS_BADARG', 'bad write tag') end
+  -- a regular write's idx is >= 0 (idx8 from 80000000), a special write's < 0: their fields never
+  -- meet (a special write over a regular write's field would leave that write's sort member)
+  local tag = ARGV[i]
+  if not (string.find(tag, '^0[89a-fA-F]%x%x%x%x%x%x%x$') or string.find(tag, '^1[0-7]%x%x%x%x%x%x%x$')) then
+    fail('RS_BADARG', 'bad write tag')
+  end
   local ch = write_channel(ARGV[i + 1])
   if not ch then fail('RS_BADARG', 'write record must have 6 parts') end
   chan_e[i] = enc(ch)
@@ -3356,7 +3405,7 @@ for i = 10, last, 2 do
   if string.byte(ARGV[i]) == 48 then
     -- a regular write ("0"): the first one wins (HSETNX), also within this call
     if redis.call('HSETNX', K_WR, field_p .. idx8, ARGV[i + 1]) == 1 then
-      members[#members + 1] = 0
+      members[#members + 1] = '0'  -- (a string: Redis formats a Lua number with snprintf)
       members[#members + 1] = member_p .. idx8 .. chan_e[i]
       stored = stored + 1
     end
@@ -3368,7 +3417,7 @@ for i = 10, last, 2 do
     local field, member = field_p .. idx8, member_p .. idx8 .. chan_e[i]
     local old = redis.call('HGET', K_WR, field)
     redis.call('HSET', K_WR, field, ARGV[i + 1])
-    redis.call('ZADD', K_WORD, 0, member)
+    redis.call('ZADD', K_WORD, '0', member)
     if old then
       local old_ch, old_path = rec_two(old, W_CHANNEL, W_TASK_PATH)
       local old_member = prefix .. enc(old_path) .. task_e .. idx8 .. enc(old_ch)
@@ -4164,30 +4213,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_076dedc80a8c5b38_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_85dbd74adff72100_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -152,7 +152,8 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 
 -- META_*: the thread's meta fields (the @state block above), read once by check_format()
 
@@ -415,9 +416,12 @@ local function check_cp_keys()
 end
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
-local function check_blob_missing(field)
-  if META_B == '1' and redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0 then
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
+local function check_blob_missing(field, mark)
+  if META_B ~= '1' then return false end
+  if mark == nil then mark = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 1 end
+  if not mark then
     local name = string.gsub(string.gsub(field, '%z\255', '?'), '%z', '/')
     return damaged('the blob of ' .. name .. ' is missing (key blob was lost)')
   end
@@ -506,10 +510,14 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
-local function touch_read()
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
+local function touch_read(unread)
   if REFRESH == '1' then
     touch()
+  elseif unread then
+    redis.call('TOUCH', K_BLOB, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   else
     redis.call('TOUCH', K_META, K_CP, K_CPNS, K_CPID, K_BLOB, K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXT, K_IXR)
   end
@@ -776,7 +784,16 @@ local function tuple_replies(items, span, held)
     end
     bidx[i], bchans[i] = at, chans
   end
+  -- with the blobs, the blob mark (see "Lost keys" in _lib_thread.lua) of a thread that has one:
+  -- a missing blob then needs no command of its own to tell lost from never stored (a channel
+  -- with a version and no value, e.g. LangGraph's branch channels, has no blob field)
+  local nb, mark = #bfields, nil
+  if META_B == '1' and nb > 0 then bfields[nb + 1] = BLOB_MARK end
   local blobs = hmget(K_BLOB, bfields)
+  if bfields[nb + 1] then
+    mark = blobs[nb + 1] ~= false
+    bfields[nb + 1], blobs[nb + 1] = nil, nil
+  end
   local streams = fetch_streams(bfields, blobs, held)
   if not streams then return nil end
   local wfields, owner = {}, {}
@@ -821,7 +838,7 @@ local function tuple_replies(items, span, held)
         values[#values + 1] = chans[c]
         values[#values + 1] = s
       elseif not b and not checked then
-        if check_blob_missing(bfields[k]) then return nil end  -- nil: the thread is expiring
+        if check_blob_missing(bfields[k], mark) then return nil end  -- nil: the thread is expiring
         checked = true
       end
     end

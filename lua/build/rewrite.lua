@@ -139,7 +139,8 @@ end
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
--- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none
+-- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
+-- limit as strings: Redis formats a Lua number argument with snprintf on every call)
 
 -- META_*: the thread's meta fields (the @state block above), read once by check_format()
 
@@ -307,7 +308,8 @@ end
 -- checkpoint missing, after check_counts()); true = expiring
 
 -- a referenced blob is missing: lost (the blob key went since the thread first stored blobs)
--- rather than never stored; true = expiring
+-- rather than never stored; true = expiring. mark: whether the blob mark is there, when the
+-- caller read it with the blobs (tuple_replies()); nil = read it here (one HEXISTS)
 
 -- drop the slot-index entries of threads whose expiry has passed (bounded per call)
 -- (never the calling thread's own entry, which touch() sets next: the key stays)
@@ -328,7 +330,9 @@ end
 -- keys would leave the others to go first, and the thread then loses a key while in use. So
 -- every call accesses all 11 keys: writes through touch() (PEXPIRE, or TOUCH without a ttl,
 -- and ZADD of the slot index entry), reads that do not refresh the expiry through this (one
--- TOUCH; a read-only command).
+-- TOUCH; a read-only command). unread: true = only the keys a get_tuple may not have read
+-- otherwise (a command that read a key moved its access time as TOUCH does: get_tuple.lua
+-- says which it read); else all 11.
 
 -- chain: a new thread keeps chain entries (put with compression off sends them), else none
 local function init_meta(chain)

@@ -83,6 +83,9 @@ def test_the_uncorrupted_calls_are_accepted(setup):
         (lambda a: a[:-1] + [b"7," + a[-1]], "6 parts"),  # a 7th length in its header
         (lambda a: a[:-2] + [b"2" + a[-2][1:], a[-1]], "bad write tag"),  # neither regular nor special
         (lambda a: a[:-2] + [a[-2][:-1], a[-1]], "bad write tag"),  # idx8 of 7 digits
+        # a regular write's idx is >= 0 and a special write's < 0 (their fields never meet)
+        (lambda a: a[:9] + [b"07fffffff"] + a[10:], "bad write tag"),  # regular, idx -1
+        (lambda a: a[:-2] + [b"180000000", a[-1]], "bad write tag"),  # special, idx 0
         (lambda a: a[:-1], "bad write count"),  # a pair cut in half
         (lambda a: a[:8] + [b"4"] + a[9:], "bad write count"),  # n says more than sent
         (lambda a: a[:6] + [b"task"] + a[7:], "component"),  # e(task_id) without terminator

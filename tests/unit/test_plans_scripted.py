@@ -279,7 +279,9 @@ def test_get_tuple_reads_back_exactly_what_put_sent():
     record, n = put.args[7], put.args[11]
     blobs = [put.args[13 + 2 * i] for i in range(n)]
     assert [put.args[12 + 2 * i] for i in range(n)] == [b"x\x001", b"y\x001"]
-    reply = [cp["id"].encode(), record, [b"x", 1, b"y", 2], writes.args[-3::2], [], blobs]
+    # get_tuple.lua's flat reply: id, record, 2n + n (channel, blob position), m + m writes, no stream, blobs
+    wrecs = writes.args[-3::2]
+    reply = [cp["id"].encode(), record, 4, b"x", 1, b"y", 2, len(wrecs), *wrecs, 0, *blobs]
     got = converse(p._plan_get_tuple(cfg()), [(Call("get_tuple", KEYS, [*HEAD, "", "", 0]), reply)])
     assert got.config == cfg(cp["id"]) and got.parent_config is None
     assert got.checkpoint == cp
@@ -446,3 +448,14 @@ def test_rewrite_values_sends_a_channel_again_in_new_streams_when_its_stream_mov
     assert [sets[0].args[14], sets[0].args[19]] == [b"n", b"a"] and sets[0].args[13] == sets[0].args[18]
     assert [sets[1].args[14], sets[1].args[19]] == [b"n", b"n"]
     assert sets[0].args[13] not in (sets[1].args[13], sets[1].args[18])
+
+
+def test_get_tuple_flat_reply_splits_into_its_parts():
+    from redis_saver.core.plans.read import _unflatten_tuple
+
+    flat = [b"id", b"rec", 4, b"a", 1, b"m", 2, 1, b"w1", 2, b"s1", b"dir1", 0, b"s2", b"dir2", 2, b"f1", b"f2",
+            b"blob1", b"blob2"]
+    assert _unflatten_tuple(flat) == (
+        b"id", b"rec", [b"a", 1, b"m", 2], [b"w1"], [[b"s1", b"dir1"], [b"s2", b"dir2", b"f1", b"f2"]],
+        [b"blob1", b"blob2"])
+    assert _unflatten_tuple([b"id", b"rec", 0, 0, 0]) == (b"id", b"rec", [], [], [], [])

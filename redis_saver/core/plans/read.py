@@ -57,7 +57,7 @@ class ReadPlans(PlanBase):
         reply = yield from self._read(Call(name, self.keys.thread_keys(thread_id), args))
         if reply is None:
             return None
-        cid_b, raw, values_at, writes, streams, blobs = reply
+        cid_b, raw, values_at, writes, streams, blobs = _unflatten_tuple(reply)
         if cid and self.integrity is not None and cid_b.decode() != cid:
             raise IntegrityError(f"get_tuple of checkpoint {cid!r} answered with {cid_b!r}")
         return self._tuple(
@@ -259,3 +259,20 @@ class ReadPlans(PlanBase):
                 entry["seed"] = seeds[ch]
             out[ch] = entry
         return out
+
+
+def _unflatten_tuple(reply: list[Any]) -> tuple[Any, Any, list[Any], list[Any], list[list[Any]], list[Any]]:
+    """get_tuple.lua's flat reply (one array: nested ones cost the server a reply block each) as
+    (checkpoint id, record, channel / blob position pairs, write records, streams, blobs)."""
+    n = reply[2]
+    values_at = reply[3:3 + n]
+    i = 3 + n
+    n = reply[i]
+    writes = reply[i + 1:i + 1 + n]
+    i += 1 + n
+    streams = []
+    for _ in range(reply[i]):
+        f = reply[i + 3]
+        streams.append(reply[i + 1:i + 3] + reply[i + 4:i + 4 + f])
+        i += 3 + f
+    return reply[0], reply[1], values_at, writes, streams, reply[i + 1:]
