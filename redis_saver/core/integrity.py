@@ -19,9 +19,15 @@ checks one of them; clearing a parent is what deleting the ancestors does anyway
 checks a record over its bytes after the type as stored; one that prune's Lua packed again (other
 string headers) over its parts packed again as this client packs them.
 
-Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``),
-each tag copies it and hashes the rest of its place and its bytes; a put frames each record
-once, its tag in it; a reader checks the bytes it read (nothing packed again but the place).
+Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``,
+``Integrity.place``), each tag copies it and hashes the rest of its place and its bytes; a put
+packs its checkpoint record once, its tags in it, and tags its values one after the other; a
+reader checks the bytes it read (nothing packed again but the place). A saver remembers what it
+signed last at each place it keeps (``At.mine``: a thread's latest checkpoint record per
+namespace and each channel's latest value, up to ``MINE_MAX`` bytes each): a read of exactly
+those bytes at exactly that place (a stream value: over the very stream its running hash was
+taken on) is verified by comparing them, since a MAC of them there is the tag this saver
+computed; anything else, or anything another worker wrote, is checked by its MAC.
 """
 
 from __future__ import annotations
