@@ -219,25 +219,24 @@ class Integrity:
         self.at(len(where), (), size).check(tag, where, data)
 
     # ---- checkpoint records -----------------------------------------------------------
-    def signed_cp(self, pl: Place, cid: str, parts: Sequence[Any]) -> bytes:
+    def signed_cp(self, thread_id: str, ns: str, cid: str, parts: Sequence[Any]) -> bytes:
         """A checkpoint record (``codec.checkpoint_record``) of ``parts`` (CP order, the type
-        without tags) at place ``pl`` (``place(thread, namespace)``) with its two tags in its
-        type: over its parts with its parent, then over them with an empty parent (the record
-        once prune cleared its parent). The record is packed once: what the tags cover is its
-        bytes after the parent (its type, then the rest), and it gets its tagged type in place
-        of its type."""
+        without tags) with its two tags in its type: over its parts with its parent, then over
+        them with an empty parent (the record once prune cleared its parent). The record is
+        packed once: what the tags cover is its bytes after the parent (its type, then the
+        rest), and it gets its tagged type in place of its type."""
         pk = getattr(_local, "packer", None) or packer()
         record: bytes = pk.pack(parts)
         pparent, type_ = pk.pack(parts[0]), parts[1]
         a = 1 + len(pparent)  # the record: array header, parent, type, rest
-        n = len(type_)
-        b = a + n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)  # its packed type's end
+        b = a + len(pk.pack(type_))
         body, pcid = record[a:], pk.pack(cid)
+        pl = self.place(thread_id, ns)
         at = pl.c
-        h = at.signing.copy()
+        h = at._hs[0].copy()
         h.update(pcid + pparent + b"\x99")  # (cid, parent), then the array header of the parts after it
         h.update(body)
-        h2 = pl.c2.signing.copy()
+        h2 = pl.c2._hs[0].copy()
         h2.update(pcid + b"\xa0\x99")  # (cid, b"")
         h2.update(body)
         tags = h.digest() + h2.digest()

@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, MINE_MAX, TEXT_TAG, TO_URL, Place, join_type
+from ..integrity import MARK, MINE_MAX, TEXT_TAG, TO_URL, join_type
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -71,18 +71,7 @@ class WritePlans(LifecyclePlans):
             [str(x) for kv in parents.items() for x in kv] if parents else [],
         ]
         integ = self.integrity
-        # with a key: the places of the thread and namespace, their heads hashed (one lookup);
-        # the values tagged, then the record signed right after them (hashing in one stretch)
-        pl = None
-        if integ is None:
-            record = codec.checkpoint_record(parts)
-            keys = self.keys.thread_keys(thread_id)
-            args, appends = self._blob_args(thread_id, ns, serialized, True)
-        else:
-            pl = integ.place(thread_id, ns)
-            keys = self.keys.thread_keys(thread_id)
-            args, appends = self._blob_args(thread_id, ns, serialized, True, pl)
-            record = integ.signed_cp(pl, cid, parts)
+        record = codec.checkpoint_record(parts) if integ is None else integ.signed_cp(thread_id, ns, cid, parts)
         head: list[Any] = self._header(thread_id) + [
             ns,
             cid,
@@ -95,11 +84,13 @@ class WritePlans(LifecyclePlans):
             # the record for a thread that keeps them: an older format's, or one started so)
             b"" if self.compress else _chain_entry(parent, versions),
         ]
+        keys = self.keys.thread_keys(thread_id)
+        args, appends = self._blob_args(thread_id, ns, serialized, True)
         cleaned = yield Call("put", keys, head + args, self.wait)
         if cleaned == Put.STREAMS_MOVED:
             # a stream this worker appended to changed or went since it last saw it (another
             # worker wrote the channel): nothing was written; new streams cannot conflict
-            args, appends = self._blob_args(thread_id, ns, serialized, False, pl)
+            args, appends = self._blob_args(thread_id, ns, serialized, False)
             cleaned = yield Call("put", keys, head + args, self.wait)
         if cleaned == Put.THREAD_GONE:
             self.streams.drop_thread(thread_id)
@@ -156,7 +147,7 @@ class WritePlans(LifecyclePlans):
         return serialized
 
     def _blob_args(
-        self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool, pl: Place | None = None
+        self, thread_id: str, ns: str, serialized: list[Serialized], cached: bool
     ) -> tuple[list[bytes | int], list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]]]:
         """put.lua's blob and stream arguments; the appends, to remember once stored.
 
@@ -166,12 +157,15 @@ class WritePlans(LifecyclePlans):
         channels get one at every step)."""
         args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
-        # with a key (``pl``: the places of the thread and namespace): the values' place (kind,
-        # thread, namespace) hashed once for them all, and each tag computed here (At.tag_text's
-        # steps, inline: a put tags a few values)
-        extra = len(MARK) + TEXT_TAG if pl is not None else 0
-        at = pl.v if pl is not None else None
-        todo: list[Any] = []  # with a key: (where in args, channel, version, type, bytes, append, cached entry)
+        integ = self.integrity
+        extra = len(MARK) + TEXT_TAG if integ is not None else 0
+        # with a key: the values' place (kind, thread, namespace) hashed once for them all, and
+        # each tag computed here (At.tag_text's steps, inline: a put tags a few values)
+        at = integ.place(thread_id, ns).v if integ is not None else None
+        signing: Any = None
+        pk: Any = None
+        if at is not None:
+            signing, pk = at.signing, codec.packer()
         for item in serialized:
             ch, ch_e, v, typed = item
             if typed is None:
@@ -182,23 +176,13 @@ class WritePlans(LifecyclePlans):
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
                 known = self.streams.get((thread_id, ns, ch)) if cached and big else None
-                t, stored, app = values_.encode_channel_parts(typed[0], typed[1], ch_e, known, extra)
+                t, stored, app = values_.encode_channel_parts(typed[0], typed[1], ch_e, known, extra, at is not None)
                 if app is not None:
                     appends.append((app, item))
             else:
                 values_.check_type(typed[0])
                 t, stored = typed
             if at is not None:
-                todo.append((len(args), ch, v, t, stored, app, known))
-                args.append(b"")
-                continue
-            args.append(codec.blob_record(t, stored))
-        if at is not None and todo:
-            # the tags, one after the other once every value is encoded, then the record's:
-            # hashing in one stretch, not between zstd calls (in a put, a tag took ~2.5x what
-            # it takes in a loop of tags alone)
-            signing, pk, mine = at.signing, codec.packer(), at.mine
-            for k, ch, v, t, stored, app, known in todo:
                 # a stream value's tag covers its ops and a hash of its stream (its running hash:
                 # only its new bytes hashed), the others' what is stored
                 covered, hashed = stored, False
@@ -211,13 +195,15 @@ class WritePlans(LifecyclePlans):
                 h = signing.copy()
                 h.update(pk.pack((ch, v, t))[1:])  # the place after its head, as At.tag_text
                 h.update(covered)
-                text = b2a_base64(h.digest()).translate(TO_URL)[:TEXT_TAG]  # (its padding and newline cut)
+                text = b2a_base64(h.digest(), newline=False).translate(TO_URL)[:TEXT_TAG]
                 i = t.find(b"\x1f")
                 rec = codec.blob_record(t + MARK + text if i < 0 else t[:i] + MARK + text + t[i:], stored)
                 if len(rec) <= MINE_MAX:
                     # remembered: a read of this value, as signed, needs no MAC (At.mine)
-                    mine[ch] = (v, rec, hashed)
-                args[k] = rec
+                    at.mine[ch] = (v, rec, hashed)
+                args.append(rec)
+                continue
+            args.append(codec.blob_record(t, stored))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
         args.append(len(sent))
