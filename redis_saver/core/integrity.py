@@ -19,9 +19,15 @@ checks one of them; clearing a parent is what deleting the ancestors does anyway
 checks a record over its bytes after the type as stored; one that prune's Lua packed again (other
 string headers) over its parts packed again as this client packs them.
 
-Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``),
-each tag copies it and hashes the rest of its place and its bytes; a put frames each record
-once, its tag in it; a reader checks the bytes it read (nothing packed again but the place).
+Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``,
+``Integrity.place``), each tag copies it and hashes the rest of its place and its bytes; a put
+packs its checkpoint record once, its tags in it, and tags its values one after the other; a
+reader checks the bytes it read (nothing packed again but the place). A saver remembers what it
+signed last at each place it keeps (``At.mine``: a thread's latest checkpoint record per
+namespace and each channel's latest value, up to ``MINE_MAX`` bytes each): a read of exactly
+those bytes at exactly that place (a stream value: over the very stream its running hash was
+taken on) is verified by comparing them, since a MAC of them there is the tag this saver
+computed; anything else, or anything another worker wrote, is checked by its MAC.
 """
 
 from __future__ import annotations
@@ -84,17 +90,21 @@ class At:
     places of ``n`` elements: the tags and checks of such places hash that head once (a put's
     values share their kind, thread and namespace). Read-only once built: each tag copies them."""
 
-    __slots__ = ("head", "_hs", "_size")
+    __slots__ = ("head", "_hs", "_size", "mine", "signing")
 
     def __init__(self, bases: Sequence[Any], n: int, head: tuple[Any, ...], size: int) -> None:
         # a place is hashed as a MessagePack array (self-delimiting, so the encoding is injective;
         # str and bytes pack alike): its header (n < 16), then its elements one after the other
         pre = bytes((0x90 | n,)) + checkpoint_record(head)[1:]
         self.head, self._size, self._hs = head, size, []
+        # what this saver signed last at these places (``Integrity.signed_cp``, a put's values):
+        # a read of exactly those bytes there needs no MAC to know it verifies (see ``mine``)
+        self.mine: dict[Any, tuple[Any, ...]] = {}
         for base in bases:
             h = base.copy()
             h.update(pre)
             self._hs.append(h)
+        self.signing = self._hs[0]  # the signing key's
 
     def tag(self, rest: Sequence[Any], data: bytes) -> bytes:
         """The tag of ``data`` stored at ``head + rest``, under the signing key."""
@@ -109,7 +119,7 @@ class At:
         h = self._hs[0].copy()
         h.update((getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:])
         h.update(data)
-        text = binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG]  # no padding
+        text = binascii.b2a_base64(h.digest(), newline=False).translate(TO_URL)[:TEXT_TAG]  # no padding
         i = type_.find(b"\x1f")
         return type_ + MARK + text if i < 0 else type_[:i] + MARK + text + type_[i:]
 
@@ -124,7 +134,7 @@ class At:
                 h.update(packed)
                 h.update(data)
                 if hmac.compare_digest(
-                    binascii.b2a_base64(h.digest(), newline=False).translate(_TO_URL)[:TEXT_TAG], text
+                    binascii.b2a_base64(h.digest(), newline=False).translate(TO_URL)[:TEXT_TAG], text
                 ):
                     return
         raise IntegrityError(_what(text, (*self.head, ch, version, type_)))
@@ -148,10 +158,23 @@ class At:
             raise IntegrityError(_what(tag, (*self.head, *rest)))
 
 
+class Place:
+    """The places of one thread and namespace a put and a get_tuple tag and check, their heads
+    hashed: its values' (``v``) and its checkpoint records' (``c``: the first tag, ``c2``: the
+    tag with an empty parent). One dict lookup per call finds them (``Integrity.place``)."""
+
+    __slots__ = ("v", "c", "c2")
+
+    def __init__(self, integ: Integrity, thread_id: str, ns: str) -> None:
+        self.v = At(integ._bases[TAG], 6, ("v", thread_id, ns), TAG)
+        self.c = At(integ._bases[TAG], 5, ("c", thread_id, ns), TAG)
+        self.c2 = At(integ._bases[PARENT_TAG], 5, ("c", thread_id, ns), PARENT_TAG)
+
+
 class Integrity:
     """The tags of one prefix under one key list (the first key signs)."""
 
-    __slots__ = ("keys", "_bases", "_at")
+    __slots__ = ("keys", "_bases", "_at", "_places")
 
     def __init__(self, key: KeyArg, prefix: str) -> None:
         self.keys = coerce_keys(key)
@@ -161,6 +184,18 @@ class Integrity:
             size: [hashlib.blake2b(pre, key=k, digest_size=size) for k in self.keys] for size in (TAG, PARENT_TAG)
         }
         self._at: dict[tuple[Any, ...], At] = {}
+        self._places: dict[tuple[str, str], Place] = {}
+
+    def place(self, thread_id: str, ns: str) -> Place:
+        """The places of (thread, namespace): kept for the latest ones, like ``at``'s heads."""
+        k = (thread_id, ns)
+        got = self._places.get(k)
+        if got is None:
+            got = Place(self, thread_id, ns)
+            if len(self._places) >= _HEADS:
+                self._places.clear()
+            self._places[k] = got
+        return got
 
     def at(self, n: int, head: tuple[Any, ...], size: int = TAG) -> At:
         """The places of ``n`` elements starting with ``head`` (its kind first), their head
@@ -187,25 +222,32 @@ class Integrity:
     def signed_cp(self, thread_id: str, ns: str, cid: str, parts: Sequence[Any]) -> bytes:
         """A checkpoint record (``codec.checkpoint_record``) of ``parts`` (CP order, the type
         without tags) with its two tags in its type: over its parts with its parent, then over
-        them with an empty parent (the record once prune cleared its parent). What they cover
-        (``_content``) and the record share their packed parts after the type, packed once."""
-        parent, type_ = parts[0], parts[1]
+        them with an empty parent (the record once prune cleared its parent). The record is
+        packed once: what the tags cover is its bytes after the parent (its type, then the
+        rest), and it gets its tagged type in place of its type."""
         pk = getattr(_local, "packer", None) or packer()
-        rest: bytes = pk.pack(parts[2:])[1:]
-        ptype, pparent, pcid = pk.pack(type_), pk.pack(parent), pk.pack(cid)
-        # both MACs (At.tag of (cid, parent) and of (cid, b"")) fed the pieces as they are packed
-        head = ("c", thread_id, ns)
-        h = self.at(5, head)._hs[0].copy()
-        h2 = self.at(5, head, PARENT_TAG)._hs[0].copy()
-        h.update(pcid)
-        h.update(pparent)
-        h2.update(pcid)
-        h2.update(b"\xa0")  # b"" packed
-        for part in (b"\x99", ptype, rest):
-            h.update(part)
-            h2.update(part)
-        record: bytes = b"\x9a" + pparent + pk.pack(join_type(type_, h.digest() + h2.digest())) + rest
-        return record
+        record: bytes = pk.pack(parts)
+        pparent, type_ = pk.pack(parts[0]), parts[1]
+        a = 1 + len(pparent)  # the record: array header, parent, type, rest
+        b = a + len(pk.pack(type_))
+        body, pcid = record[a:], pk.pack(cid)
+        pl = self.place(thread_id, ns)
+        at = pl.c
+        h = at._hs[0].copy()
+        h.update(pcid + pparent + b"\x99")  # (cid, parent), then the array header of the parts after it
+        h.update(body)
+        h2 = pl.c2._hs[0].copy()
+        h2.update(pcid + b"\xa0\x99")  # (cid, b"")
+        h2.update(body)
+        tags = h.digest() + h2.digest()
+        i = type_.find(b"\x1f")
+        tagged = type_ + MARK + tags if i < 0 else type_[:i] + MARK + tags + type_[i:]
+        out: bytes = record[:a] + pk.pack(tagged) + record[b:]
+        if len(out) <= MINE_MAX:
+            at.mine[None] = (cid, out)
+        else:
+            at.mine.pop(None, None)
+        return out
 
     def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
         """A checkpoint record's two tags (``parts``: CP order, the type without tags; ``where``:
@@ -220,25 +262,31 @@ class Integrity:
         ``raw``: the record they were read from): one MAC, the first tag's, or with an empty
         parent the second's. It covers the record's bytes after its type as they are stored
         (nothing packed again) when this client packed them; a record prune's Lua packed again
-        (other string headers) is checked over its parts packed as this client packs them."""
+        (other string headers) is checked over its parts packed as this client packs them.
+        The record this saver signed last at that place, read back as it signed it, verifies
+        without a MAC (``At.mine``: the same bytes at the same place give the same tags)."""
         if tags is None or len(tags) != CP_TAG:
             raise IntegrityError(_what(None, where))
-        parent = parts[0]
+        parent, cid = parts[0], where[3]
+        pl = self.place(where[1], where[2])  # (where[0] is "c")
+        at = pl.c
+        if raw is not None:
+            mine = at.mine.get(None)
+            if mine is not None and mine[1] == raw and mine[0] == cid:
+                return
         if parent:
-            at, tag, rest = self.at(5, (where[0], where[1], where[2])), tags[:TAG], (where[3], parent)
+            tag, rest = tags[:TAG], (cid, parent)
         else:  # the ancestors were pruned (or deleted): see the module's doc
-            at, tag, rest = self.at(5, (where[0], where[1], where[2]), PARENT_TAG), tags[TAG:], (where[3], b"")
+            at, tag, rest = pl.c2, tags[TAG:], (cid, b"")
         end = -1 if raw is None else _after_type(raw)
         if raw is not None and end > 0:
             # the bytes as stored, hashed in place: its place, the array header, its type, the rest
             pk = getattr(_local, "packer", None) or packer()
-            packed, type_ = pk.pack(rest)[1:], pk.pack(parts[1])
-            tail = memoryview(raw)[end:]
+            pre = pk.pack(rest)[1:] + b"\x99" + pk.pack(parts[1])
+            tail = raw[end:]
             for base in at._hs:
                 h = base.copy()
-                h.update(packed)
-                h.update(b"\x99")
-                h.update(type_)
+                h.update(pre)
                 h.update(tail)
                 if hmac.compare_digest(h.digest(), tag):
                     return
@@ -250,16 +298,14 @@ def _after_type(raw: bytes) -> int:
     two strings of the raw family, whatever their headers), or -1."""
     if raw[:1] != b"\x9a":
         return -1
-    b = raw[1] if len(raw) > 1 else 0
-    if 0xA0 <= b <= 0xBF:  # a parent id, then a type, of this client's packing (the common case)
-        i = 2 + (b & 31)
-        b = raw[i] if i < len(raw) else 0
-        if 0xA0 <= b <= 0xBF:
-            i += 1 + (b & 31)
-            return i if i <= len(raw) else -1
-        if b == 0xD9 and i + 1 < len(raw):
-            i += 2 + raw[i + 1]
-            return i if i <= len(raw) else -1
+    n = len(raw)
+    b = raw[1] if n > 2 else 0
+    # a parent id (a uuid's 36 characters: str8; none: fixstr), then a tagged type (str8) of this
+    # client's packing (the common case)
+    i = 3 + raw[2] if b == 0xD9 else 2 + (b & 31) if 0xA0 <= b <= 0xBF else 0
+    if 0 < i < n - 1 and raw[i] == 0xD9:
+        i += 2 + raw[i + 1]
+        return i if i <= n else -1
     i = 1
     for _ in range(2):
         b = raw[i] if i < len(raw) else 0
@@ -276,6 +322,11 @@ def _after_type(raw: bytes) -> int:
     return i if i <= len(raw) else -1
 
 
+# a record or value this saver signed is remembered for ``check_cp`` / a read's value check when
+# it is at most this long (the common case: a few hundred bytes; a longer one's MAC costs more in
+# its bytes than in the calls around it, and the memo holds at most this much per place)
+MINE_MAX = 1024
+
 _HEADS = 256  # heads kept (``Integrity.at``: ~0.4 KB a key each): per thread and namespace, a few kinds each
 
 
@@ -287,13 +338,13 @@ TEXT_TAG = 22
 
 # base64url is base64 with "-_" for "+/": binascii straight, as base64.urlsafe_b64* do it
 # (the same lenient decoding) without their layers of calls
-_TO_URL = bytes.maketrans(b"+/", b"-_")
+TO_URL = bytes.maketrans(b"+/", b"-_")
 _FROM_URL = bytes.maketrans(b"-_", b"+/")
 
 
 def join_text(type_: bytes, tag: bytes) -> bytes:
     """``join_type`` with the tag as base64url (no ``\x1f``, space, newline or NUL)."""
-    return join_type(type_, binascii.b2a_base64(tag, newline=False).translate(_TO_URL).rstrip(b"="))
+    return join_type(type_, binascii.b2a_base64(tag, newline=False).translate(TO_URL).rstrip(b"="))
 
 
 def split_text(type_: bytes) -> tuple[bytes, bytes | None]:

@@ -413,10 +413,12 @@ def encode_channel(
 
 
 def encode_channel_parts(
-    type_: bytes, data: bytes, ch_e: bytes, known: Known | None, extra: int = 0
+    type_: bytes, data: bytes, ch_e: bytes, known: Known | None, extra: int = 0, hashed: bool = False
 ) -> tuple[bytes, bytes, StreamAppend | None]:
     """``encode_channel``'s blob record as its parts (type, bytes): a put with an integrity key
-    tags them before it frames the record."""
+    tags them before it frames the record. ``hashed``: the stream it appends to or starts gets
+    its running hash (``Stream.hashed``: the base's taken on over the new bytes, as
+    ``stream_covered`` would, without building the stream again)."""
     check_type(type_)
     if len(data) < MIN_ENCODED or len(type_) > 128:
         return type_, data, None
@@ -438,7 +440,13 @@ def encode_channel_parts(
                     mode, frame, frames = b"a", compress(suffix), st.frames + 1
                 else:
                     mode, frame, frames = b"a", b"", st.frames  # nothing new: an empty append
-                nk = Known(Stream(st.sid, raw, frames), tuple(ops), data)
+                h = None
+                if hashed and st.hashed is not None:
+                    h = st.hashed
+                    if suffix:
+                        h = h.copy()
+                        h.update(suffix)
+                nk = Known(Stream(st.sid, raw, frames, h), tuple(ops), data)
                 if mode == b"a" and not suffix:
                     # no bytes to add: the record only points into what is stored; no append
                     return t, payload, StreamAppend(ch_e + b"\0" + st.sid, b"-", len(st.raw), len(raw), b"", nk)
@@ -452,7 +460,7 @@ def encode_channel_parts(
         return type_ + ZSTD_MARK, frame, None
     sid = new_sid()
     ops1: tuple[Op, ...] = ((0, len(data)),)
-    nk = Known(Stream(sid, data, 1), ops1, data)
+    nk = Known(Stream(sid, data, 1, hashlib.blake2b(data) if hashed else None), ops1, data)
     app = StreamAppend(ch_e + b"\0" + sid, b"n", 0, len(data), frame, nk)
     return type_ + STREAM_MARK, stream_payload(sid, ops1), app
 

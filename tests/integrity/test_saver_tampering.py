@@ -101,8 +101,12 @@ def _set(key: str, field: bytes, value: bytes, desc: str) -> Any:
 
 def test_flipped_and_truncated_bytes_are_refused(env: Any) -> None:
     r, prefix, reader, places, base = env
+    _flipped_and_truncated(r, prefix, reader, places, base)
+
+
+def _flipped_and_truncated(r: Any, prefix: str, reader: Any, places: list[Any], base: Any, n: int = 40) -> None:
     changes = []
-    for name, f, v in random.Random(3).sample(_fields(r, prefix, "A"), 40):
+    for name, f, v in random.Random(3).sample(_fields(r, prefix, "A"), n):
         key = _hash(prefix, "A", name)
         for pos in sorted({0, len(v) // 2, len(v) - 1}):
             if 0 <= pos < len(v):
@@ -117,21 +121,27 @@ def test_flipped_and_truncated_bytes_are_refused(env: Any) -> None:
 def test_values_moved_within_the_thread_are_refused(env: Any) -> None:
     """Another checkpoint's record, another channel's or version's value, another task's or
     index's write, the other namespace's: each moved onto a field of the same kind."""
-    r, prefix, reader, places, base = env
+    _moved_within(*env)
+
+
+def _moved_within(r: Any, prefix: str, reader: Any, places: list[Any], base: Any, n: int = 40) -> None:
     rng = random.Random(7)
     fields = _fields(r, prefix, "A")
     changes = []
     for name in ("cp", "blob", "wr"):
         same = [(f, v) for n, f, v in fields if n == name]
         pairs = [(a, b) for a in same for b in same if a[1] != b[1]]
-        for (fa, _), (fb, vb) in rng.sample(pairs, min(len(pairs), 40)):
+        for (fa, _), (fb, vb) in rng.sample(pairs, min(len(pairs), n)):
             changes.append(_set(_hash(prefix, "A", name), fa, vb, f"{name} {fa!r} := {fb!r}"))
     total = _run(r, prefix, reader, places, base, changes)
     assert total["IntegrityError"] > 0 and total["changed"] == 0, total
 
 
 def test_values_copied_from_another_thread_are_refused(env: Any) -> None:
-    r, prefix, reader, places, base = env
+    _copied_from_another(*env)
+
+
+def _copied_from_another(r: Any, prefix: str, reader: Any, places: list[Any], base: Any) -> None:
     rng = random.Random(11)
     a, b = _fields(r, prefix, "A"), _fields(r, prefix, "B")
     changes = []
@@ -146,6 +156,31 @@ def test_values_copied_from_another_thread_are_refused(env: Any) -> None:
         changes.append(_set(_hash(prefix, "A", "cp"), fb, vb, f"B's checkpoint {fb!r} planted in A"))
     total = _run(r, prefix, reader, places, base, changes)
     assert total["IntegrityError"] > 0 and total["changed"] == 0, total
+
+
+def test_the_writers_own_reads_refuse_the_same_changes(redis_url: str, prefix: str) -> None:
+    """The saver that wrote the thread reads it (it remembers what it signed last: its latest
+    checkpoint and values read back as signed need no MAC, its streams are held): every change
+    above is refused or leaves the read unchanged all the same."""
+    r = redis.Redis.from_url(redis_url)
+    writer = redis_saver.RedisSaver(r, prefix=prefix, serde=SERDE, integrity_key=KEY)
+    run_thread(writer, "B")
+    run_thread(writer, "A")
+    places = [(t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"])
+              for t in writer.list({"configurable": {"thread_id": "A"}})]
+    base = reads(writer, "A", places)
+    canary.CALLS.clear()
+    # every record and value flipped once (those it signed last among them), and values moved
+    # within the thread
+    changes = []
+    for name, f, v in _fields(r, prefix, "A"):
+        if name == "wr":
+            continue
+        flipped = v[: len(v) // 2] + bytes([v[len(v) // 2] ^ 0x01]) + v[len(v) // 2 + 1 :]
+        changes.append(_set(_hash(prefix, "A", name), f, flipped, f"flip {name} {f!r}"))
+    _run(r, prefix, writer, places, base, changes)
+    _moved_within(r, prefix, writer, places, base, 12)
+    r.close()
 
 
 def test_payloads_planted_without_the_key_are_never_deserialized(env: Any, redis_url: str) -> None:

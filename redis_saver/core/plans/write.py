@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from binascii import b2a_base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, TEXT_TAG, join_type
+from ..integrity import MARK, MINE_MAX, TEXT_TAG, TO_URL, join_type
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -158,8 +159,13 @@ class WritePlans(LifecyclePlans):
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
         integ = self.integrity
         extra = len(MARK) + TEXT_TAG if integ is not None else 0
-        # with a key: the values' place (kind, thread, namespace) hashed once for them all
-        at = integ.at(6, ("v", thread_id, ns)) if integ is not None else None
+        # with a key: the values' place (kind, thread, namespace) hashed once for them all, and
+        # each tag computed here (At.tag_text's steps, inline: a put tags a few values)
+        at = integ.place(thread_id, ns).v if integ is not None else None
+        signing: Any = None
+        pk: Any = None
+        if at is not None:
+            signing, pk = at.signing, codec.packer()
         for item in serialized:
             ch, ch_e, v, typed = item
             if typed is None:
@@ -170,21 +176,33 @@ class WritePlans(LifecyclePlans):
                 # a value too small to encode never reads the cache (most channels, most puts)
                 big = len(typed[1]) >= values_.MIN_ENCODED
                 known = self.streams.get((thread_id, ns, ch)) if cached and big else None
-                t, stored, app = values_.encode_channel_parts(typed[0], typed[1], ch_e, known, extra)
+                t, stored, app = values_.encode_channel_parts(typed[0], typed[1], ch_e, known, extra, at is not None)
                 if app is not None:
                     appends.append((app, item))
             else:
                 values_.check_type(typed[0])
                 t, stored = typed
             if at is not None:
-                # a stream value's tag covers its bytes, the others' what is stored
-                covered = stored
+                # a stream value's tag covers its ops and a hash of its stream (its running hash:
+                # only its new bytes hashed), the others' what is stored
+                covered, hashed = stored, False
                 if app is not None:
-                    # a stream value: its ops and a running hash of its stream (its new bytes hashed)
                     nk = app.known
                     covered, st = values_.stream_covered(nk.ops, nk.stream, known and known.stream, stored)
-                    app.known = values_.Known(st, nk.ops, nk.value)
-                t = at.tag_text(ch, v, t, covered)
+                    if st is not nk.stream:
+                        app.known = values_.Known(st, nk.ops, nk.value)
+                    hashed = st.hashed
+                h = signing.copy()
+                h.update(pk.pack((ch, v, t))[1:])  # the place after its head, as At.tag_text
+                h.update(covered)
+                text = b2a_base64(h.digest(), newline=False).translate(TO_URL)[:TEXT_TAG]
+                i = t.find(b"\x1f")
+                rec = codec.blob_record(t + MARK + text if i < 0 else t[:i] + MARK + text + t[i:], stored)
+                if len(rec) <= MINE_MAX:
+                    # remembered: a read of this value, as signed, needs no MAC (At.mine)
+                    at.mine[ch] = (v, rec, hashed)
+                args.append(rec)
+                continue
             args.append(codec.blob_record(t, stored))
         args[0] = (len(args) - 1) // 2
         sent = [a for a, _ in appends if a.mode != b"-"]
