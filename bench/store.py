@@ -277,6 +277,14 @@ def answer(op: str, result: Any) -> Any:
     return list(result)
 
 
+def per_round(rounds: dict[str, list[float]], name: str, repeat: int) -> str:
+    """`` (a, b, c ms)``: the p50 of each repeated round, when there are several."""
+    if repeat < 2:
+        return ""
+    p50s = [statistics.median(rounds[f"{name}/{r}"]) * 1e3 for r in range(2, 2 + repeat)]
+    return " (" + ", ".join(f"{x:.2f}" for x in p50s) + " ms)"
+
+
 def numpy_exact(embed: Callable[[list[str]], list[list[float]]], queries: list[str], size: int) -> dict[str, list[str]]:
     """Each query's best 10 keys among the ``size`` semantic items, by float64 cosine of the
     bench's embeddings (ties by insertion order, as InMemoryStore's)."""
@@ -328,6 +336,9 @@ def main() -> None:
     ap.add_argument("--hnsw-ef", default="", metavar="EFS,...",
                     help="with --hnsw: more ef_search values, each a RedisStore reading the same vector sets (no"
                     " second load: ef_search is a query setting)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="repeated rounds after the first (default 1); from the second on, the stores take each"
+                    " query in a shuffled order, and each round's p50 is printed")
     ap.add_argument("--no-inmemory", action="store_true",
                     help="semantic search without InMemoryStore (its query takes seconds at 100k): recall@10"
                     " against numpy's float64 cosine ranking of the same embeddings (ties by insertion order)")
@@ -544,13 +555,19 @@ def main() -> None:
             times: dict[tuple[str, int], list[float]] = {}
             recall: dict[tuple[str, int], list[float]] = {}
             settled: dict[str, float] = {}
-            for rnd in (1, 2):
+            rounds: dict[str, list[float]] = {}  # each repeated round's p50, per store
+            for rnd in range(1, 2 + args.repeat):
+                rng_r = random.Random(rnd)
                 for q in queries:
-                    for r in sem:
+                    # the stores in turn, in a shuffled order each query from the third round on
+                    for r in sem if rnd < 3 else rng_r.sample(sem, len(sem)):
                         t = time.perf_counter()
                         got = [i.key for i in r.call("search", ns, query=q, limit=10)]
-                        times.setdefault((r.name, rnd), []).append(time.perf_counter() - t)
-                        recall.setdefault((r.name, rnd), []).append(len(set(got) & set(exact[q])) / 10)
+                        elapsed = time.perf_counter() - t
+                        key = (r.name, min(rnd, 2))  # round 2: every repeated round
+                        times.setdefault(key, []).append(elapsed)
+                        rounds.setdefault(f"{r.name}/{rnd}", []).append(elapsed)
+                        recall.setdefault(key, []).append(len(set(got) & set(exact[q])) / 10)
                 if rnd == 1:
                     settled = {r.name: r.settle() for r in sem}
             print()
@@ -558,14 +575,16 @@ def main() -> None:
                   f" RedisStore scoring: {scoring}; load average {started} before the queries,"
                   f" {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
             print("| store | first query us | 2nd query us | p50 / p95 us (round 1, the others) |"
-                  " repeated p50 / p95 us (round 2) | recall@10 (round 1 / 2) | load (batches of 100), s |")
+                  f" repeated p50 / p95 us ({args.repeat} round{'s' if args.repeat > 1 else ''}: the rounds' p50s) |"
+                  " recall@10 (round 1 / repeated) | load (batches of 100), s |")
             print("|---|---|---|---|---|---|---|")
             for r in sem:
                 loadtime = f"{load[r.name]:.1f}" if r.name in load else "(another store's keys)"
                 ts = times[(r.name, 1)]
                 wait = f" (fill waited {settled[r.name] * 1e3:,.0f} ms)" if settled[r.name] > 0.001 else ""
                 print(f"| {r.name} | {ts[0] * 1e6:,.0f} | {ts[1] * 1e6:,.0f} | {stats(ts[2:] or ts)} |"
-                      f" {stats(times[(r.name, 2)])}{wait} | {statistics.mean(recall[(r.name, 1)]):.3f} /"
+                      f" {stats(times[(r.name, 2)])}{wait}{per_round(rounds, r.name, args.repeat)} |"
+                      f" {statistics.mean(recall[(r.name, 1)]):.3f} /"
                       f" {statistics.mean(recall[(r.name, 2)]):.3f} | {loadtime} |")
                 vc = getattr(getattr(r.store, "_cfg", None), "state", None)
                 if vc is not None and vc.vcache is not None:
