@@ -29,15 +29,17 @@ MERGE_OPS = 2048  # puts one merged batch takes at most (``_Writes``)
 class _Writes:
     """The write-only calls of one event-loop iteration, run as one batch (``AsyncRedisStore._ajoin``)."""
 
-    __slots__ = ("loop", "calls", "keys", "nops")
+    __slots__ = ("loop", "calls", "keys", "nops", "done", "before")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, before: asyncio.Future[None] | None) -> None:
         self.loop = loop
         # each call's future, its count of ops and its prepared puts and texts to embed (the
         # rest of its ``Prepared`` is freed: fewer objects per waiting call)
         self.calls: list[tuple[asyncio.Future[list[Result]], int, Puts, Texts]] = []
         self.keys: set[tuple[tuple[str, ...], str]] = set()
         self.nops = 0
+        self.done: asyncio.Future[None] = loop.create_future()  # set once the batch ended
+        self.before = before  # the batch before this one, which this one waits for
 
     def prepared(self, at: int | None = None) -> Prepared:
         """The batch of call ``at``, or of all of them (merged)."""
@@ -68,9 +70,11 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         if not prep.ops:
             return []
         if all(type(op) is PutOp for op in prep.ops):
-            joined = self._ajoin(prep)
+            w, joined = self._ajoin(prep)
             del ops, prep  # (not kept alive while the call waits)
-            return await joined
+            if w is None:
+                return await joined
+            return await self._alead(w, joined)
         return await self._arun(prep)
 
     async def _arun(self, prep: Prepared) -> list[Result]:
@@ -87,43 +91,64 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
         return task
 
     _writes: _Writes | None = None  # the write-only calls of this loop iteration
-    _last_writes: asyncio.Future[None] | None = None  # the last batch of them started
+    _last_writes: _Writes | None = None  # the last batch of them made
 
-    def _ajoin(self, prep: Prepared) -> asyncio.Future[list[Result]]:
+    def _ajoin(self, prep: Prepared) -> tuple[_Writes | None, asyncio.Future[list[Result]]]:
         """A write-only call (puts and deletes, checked and encoded: its own input errors were
-        raised to it alone) joins the other write-only calls of this event-loop iteration; they
-        run as one batch when the loop gets to it (``_aflush``), as AsyncPostgresStore and
-        AsyncSqliteStore batch the calls of one iteration: a burst of N concurrent puts costs a
-        few script calls and N small pending calls (not N plans, each of dozens of objects the
-        garbage collector walks again and again while they wait). The calls of one batch put
-        disjoint keys (a call that puts a key the batch has starts the next batch), so the batch
-        writes what the calls would in their order; a batch starts once the one before it ended,
-        so the calls of a burst are applied in the order they were made. If a batch fails, each
-        of its calls runs alone and gets its own outcome (unless the connection failed it)."""
+        raised to it alone) joins the other write-only calls of this event-loop iteration, as
+        AsyncPostgresStore and AsyncSqliteStore batch the calls of one iteration: a burst of N
+        concurrent puts costs a few script calls and N small waiting calls (not N plans, each of
+        dozens of objects the garbage collector walks again and again while they wait). The
+        call that opens a batch leads it (``_alead``: the batch is returned to it). The calls of
+        one batch put disjoint keys (a call that puts a key the batch has opens the next
+        batch), so the batch writes what the calls would in their order; a batch starts once
+        the one before it ended, so the calls of a burst are applied in the order they were
+        made. If a batch fails, each of its calls runs alone and gets its own outcome (unless
+        the connection failed it)."""
         loop = asyncio.get_running_loop()
-        w = self._writes
+        w, lead = self._writes, False
         if w is None or w.loop is not loop or w.nops >= MERGE_OPS or not w.keys.isdisjoint(prep.puts):
-            w = self._writes = _Writes(loop)
-            loop.call_soon(self._aflush, w)
+            last = self._last_writes
+            before = last.done if last is not None and last.loop is loop and not last.done.done() else None
+            w = self._writes = self._last_writes = _Writes(loop, before)
+            lead = True
         fut: asyncio.Future[list[Result]] = loop.create_future()
         w.calls.append((fut, len(prep.ops), prep.puts, prep.embed.texts))
         w.keys.update(prep.puts)
         w.nops += len(prep.puts)
-        return fut
+        return (w if lead else None), fut
 
-    def _aflush(self, w: _Writes) -> None:
+    async def _alead(self, w: _Writes, fut: asyncio.Future[list[Result]]) -> list[Result]:
+        """Run the batch this call opened, once the other calls of the iteration joined it: a
+        lone call in this task, as without batching; several in a task of their own (so that a
+        cancelled leader does not leave the others waiting)."""
+        try:
+            await asyncio.sleep(0)  # the other tasks of this iteration run: they join
+        except BaseException:
+            if self._writes is w:
+                self._writes = None
+            w.calls.pop(0)  # cancelled before anything was sent: this call's puts go too
+            self._spawn(self._arun_writes(w))
+            raise
         if self._writes is w:
             self._writes = None
-        before = self._last_writes
-        if before is not None and (before.done() or before.get_loop() is not w.loop):
-            before = None
-        self._last_writes = self._spawn(self._arun_writes(w, before))
+        if len(w.calls) > 1:
+            self._spawn(self._arun_writes(w))
+            return await asyncio.shield(fut)
+        try:
+            if w.before is not None:
+                await asyncio.wait([w.before])
+            return await self._arun(w.prepared())
+        finally:
+            w.done.set_result(None)
 
-    async def _arun_writes(self, w: _Writes, before: asyncio.Future[None] | None) -> None:
+    async def _arun_writes(self, w: _Writes) -> None:
         calls = w.calls
         try:
-            if before is not None:
-                await asyncio.wait([before])  # (its outcome is its calls'; waiting does not cancel it)
+            if w.before is not None:
+                await asyncio.wait([w.before])  # (its outcome is its calls'; waiting does not cancel it)
+            if not calls:
+                return
             try:
                 await self._arun(w.prepared())
                 outcomes: list[Any] = [None] * len(calls)
@@ -138,6 +163,8 @@ class AsyncRedisStore(LoopBound, RedisStoreBase):
             for fut, _, _, _ in calls:
                 fut.cancel()
             raise
+        finally:
+            w.done.set_result(None)
         for (fut, nops, _, _), out in zip(calls, outcomes, strict=True):
             if fut.done():  # (its caller was cancelled)
                 continue
