@@ -170,3 +170,17 @@ async def test_a_burst_writes_as_its_calls_in_order(redis_url, prefix):
         got = [(it.key, it.value) for it in await store.asearch(ns, limit=100)]
         assert got == [(it.key, it.value) for it in ref_first.search(ns, limit=100)]
         assert {k for k, _ in got} != set()
+
+
+async def test_a_cancelled_leader_hands_the_batch_on(redis_url, prefix):
+    """The call that opened a batch is cancelled before the batch is sent: its put is not
+    written, the calls that joined it still run."""
+    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix) as store:
+        await store.aget(("c",), "warm")  # (the probe)
+        leader = asyncio.ensure_future(store.aput(("c",), "lead", {"v": 0}))
+        others = [asyncio.ensure_future(store.aput(("c",), str(i), {"v": i})) for i in range(5)]
+        await asyncio.sleep(0)  # every task ran its first step: the leader waits for the others to join
+        leader.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*others), 5)
+        assert done == [None] * 5 and leader.cancelled()
+        assert sorted(it.key for it in await store.asearch(("c",), limit=10)) == [str(i) for i in range(5)]
