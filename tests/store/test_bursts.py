@@ -141,7 +141,8 @@ async def test_a_failing_call_fails_alone(redis_url, prefix):
         assert keys == {str(i) for i in range(200)} - {"50", "120"}
 
 
-async def test_a_burst_writes_as_its_calls_in_order(redis_url, prefix):
+@pytest.mark.parametrize("where", ["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+async def test_a_burst_writes_as_its_calls_in_order(request, where, prefix):
     """Concurrent puts, overwrites, deletes and re-puts of the same keys, batches among them:
     the items, values and search order are InMemoryStore's after the calls in their order."""
     import random
@@ -157,10 +158,7 @@ async def test_a_burst_writes_as_its_calls_in_order(redis_url, prefix):
             calls.append([PutOp(ns, f"k{rng.randrange(30)}", {"v": i}) for _ in range(rng.randrange(1, 4))])
         else:
             calls.append([PutOp(ns, f"k{rng.randrange(30)}", None if rng.random() < 0.3 else {"v": i})])
-    ref = InMemoryStore()
-    for ops in calls:
-        ref.batch(ops)
-    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix) as store:
+    async with AsyncRedisStore.from_conn_string(_url(request, where), prefix=prefix) as store:
         await store.aput(ns, "k0", {"v": -1})  # an item of before the burst
         ref_first = InMemoryStore()
         ref_first.put(ns, "k0", {"v": -1})
