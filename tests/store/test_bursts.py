@@ -164,7 +164,11 @@ async def test_a_burst_writes_as_its_calls_in_order(request, where, prefix):
         ref_first.put(ns, "k0", {"v": -1})
         for ops in calls:
             ref_first.batch(ops)
-        await asyncio.gather(*[store.abatch(ops) for ops in calls])
+        results = await asyncio.gather(*[store.abatch(ops) for ops in calls])
+        assert results == [[None] * len(ops) for ops in calls]
+        # a lone batch putting one key twice: a result per op
+        assert await store.abatch([PutOp(ns, "d", {"x": 0}), PutOp(ns, "d", {"x": 1})]) == [None, None]
+        ref_first.batch([PutOp(ns, "d", {"x": 0}), PutOp(ns, "d", {"x": 1})])
         got = [(it.key, it.value) for it in await store.asearch(ns, limit=100)]
         assert got == [(it.key, it.value) for it in ref_first.search(ns, limit=100)]
         assert {k for k, _ in got} != set()
