@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/store.py [--items 1000] [--namespaces 100] [--reps 300] [--semantic 1000[,10000]]
                                     [--queries 30] [--dims 256] [--simple] [--official-index both|flat|hnsw]
-                                    [--vector-cache-bytes N] [--no-official] [--hnsw M,EFC,EFS]
-                                    [--official-hnsw m=16,ef_construction=64,ef_runtime=100] [--no-postgres]
+                                    [--vector-cache-bytes N] [--no-official] [--hnsw M,EFC,EFS] [--hnsw-ef EFS,...]
+                                    [--official-hnsw m=16,ef_construction=64,ef_runtime=100 ...] [--no-postgres]
+                                    [--no-inmemory]
 
 Latency (p50 / p95, microseconds) of ``get``, ``put`` (an update), ``search`` with a filter in
 one namespace (limit 10), ``list_namespaces`` (prefix, limit 100), each store in turn per
@@ -28,7 +29,9 @@ background fill is in ("repeated": what the cache answers; "fill waited": how lo
 waited for a fill still under way after round 1). ``--hnsw M,EFC,EFS`` adds RedisStore on Redis 8 in its
 approximate mode (``ann_index_config`` m, ef_construction, ef_search); ``--official-hnsw`` sets
 the official HNSW index's attributes (redisvl: m, ef_construction, ef_runtime; RediSearch's
-defaults are 16, 200, 10) for a comparison at equal parameters or recall; ``--no-postgres``
+defaults are 16, 200, 10; repeated, one index each) for a comparison at equal parameters or recall;
+``--hnsw-ef`` adds our approximate store at more ef_search values on the same sets; ``--no-inmemory``
+leaves InMemoryStore out of semantic search (recall against numpy's ranking); ``--no-postgres``
 skips PostgresStore (its 100k load takes minutes). Before timing, each store's answer to one get,
 one filtered search and one list_namespaces is compared with InMemoryStore's; a cell whose
 store answered differently is marked ``!`` and the difference printed. A store that cannot run
@@ -274,6 +277,31 @@ def answer(op: str, result: Any) -> Any:
     return list(result)
 
 
+def per_round(rounds: dict[str, list[float]], name: str, repeat: int) -> str:
+    """`` (a, b, c ms)``: the p50 of each repeated round, when there are several."""
+    if repeat < 2:
+        return ""
+    p50s = [statistics.median(rounds[f"{name}/{r}"]) * 1e3 for r in range(2, 2 + repeat)]
+    return " (" + ", ".join(f"{x:.2f}" for x in p50s) + " ms)"
+
+
+def numpy_exact(embed: Callable[[list[str]], list[list[float]]], queries: list[str], size: int) -> dict[str, list[str]]:
+    """Each query's best 10 keys among the ``size`` semantic items, by float64 cosine of the
+    bench's embeddings (ties by insertion order, as InMemoryStore's)."""
+    import numpy as np
+
+    m = np.asarray(embed([value(random.Random(i), i)["text"] for i in range(size)]), dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+    out = {}
+    for q in queries:
+        v = np.asarray(embed([q])[0], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            sc = np.where(norms > 0, m @ v / (norms * np.sqrt(v @ v)), 0.0)
+        order = np.lexsort((np.arange(size), -sc))[:10]
+        out[q] = [f"d{i}" for i in order]
+    return out
+
+
 def short(x: Any) -> str:
     if not isinstance(x, list):
         return repr(x)
@@ -302,8 +330,18 @@ def main() -> None:
     ap.add_argument("--hnsw", default=None, metavar="M,EFC,EFS",
                     help="also our RedisStore with ann_index_config (HNSW vector sets: m, ef_construction, ef_search)"
                     " in the semantic table; our stores then run on Redis 8")
-    ap.add_argument("--official-hnsw", default="", metavar="K=V,...",
-                    help="attributes of the official HNSW index (e.g. m=16,ef_construction=64,ef_runtime=100)")
+    ap.add_argument("--official-hnsw", action="append", default=None, metavar="K=V,...",
+                    help="attributes of the official HNSW index (e.g. m=16,ef_construction=64,ef_runtime=100);"
+                    " repeat it for several indexes side by side ('defaults': RediSearch's), each loaded anew")
+    ap.add_argument("--hnsw-ef", default="", metavar="EFS,...",
+                    help="with --hnsw: more ef_search values, each a RedisStore reading the same vector sets (no"
+                    " second load: ef_search is a query setting)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="repeated rounds after the first (default 1); from the second on, the stores take each"
+                    " query in a shuffled order, and each round's p50 is printed")
+    ap.add_argument("--no-inmemory", action="store_true",
+                    help="semantic search without InMemoryStore (its query takes seconds at 100k): recall@10"
+                    " against numpy's float64 cosine ranking of the same embeddings (ties by insertion order)")
     ap.add_argument("--no-postgres", action="store_true", help="skip PostgresStore")
     ap.add_argument("--no-redis8", action="store_true", help="skip the Redis 8 rows of semantic search")
     ap.add_argument("--no-official", action="store_true",
@@ -437,7 +475,8 @@ def main() -> None:
         # semantic search
         embed = embed_factory(args.dims)
         index = {"dims": args.dims, "embed": embed, "fields": ["text"]}
-        sem = [Runner("InMemoryStore", InMemoryStore(index=index))]
+        sem = [] if args.no_inmemory else [Runner("InMemoryStore", InMemoryStore(index=index))]
+        shared: set[str] = {"AsyncRedisStore"}  # runners on another runner's keys: not loaded again
         if url is not None:
             opts: dict[str, Any] = {}
             if args.vector_cache_bytes is not None:
@@ -458,6 +497,13 @@ def main() -> None:
                                 index=dict(index, ann_index_config=ann), **opts)  # fmt: skip
                 hs.setup()
                 sem.append(Runner(f"RedisStore (Redis 8, HNSW M {m}, efc {efc}, ef_search {efs})", hs))
+                for more in filter(None, args.hnsw_ef.split(",")):
+                    ann2 = dict(ann, ef_search=int(more))
+                    hs2 = RedisStore(redis.Redis.from_url(r8_url), prefix=prefix + "a", telemetry=False,
+                                     index=dict(index, ann_index_config=ann2), **opts)  # fmt: skip
+                    name = f"RedisStore (Redis 8, HNSW M {m}, efc {efc}, ef_search {int(more)})"
+                    sem.append(Runner(name, hs2))
+                    shared.add(name)
         if not args.no_postgres:
             pg, why, drop = postgres_runner(pg_url, "bench_store_" + uuid.uuid4().hex[:8], index=index)
             cleanups.append(drop)
@@ -469,13 +515,15 @@ def main() -> None:
             if args.official_index in ("flat", "both"):
                 sem.append(official_runner(off_url, prefix + "f", "official RedisStore (FLAT)", index=index))
             if args.official_index in ("hnsw", "both"):
-                attrs: dict[str, Any] = {"algorithm": "hnsw"}
-                for kv in filter(None, args.official_hnsw.split(",")):
-                    k, v = kv.split("=")
-                    attrs[k] = int(v)
-                hnsw = dict(index, ann_index_config=attrs)
-                name = f"official RedisStore (HNSW {args.official_hnsw or 'defaults'})"
-                sem.append(official_runner(off_url, prefix + "h", name, index=hnsw))
+                for j, spec in enumerate(args.official_hnsw or ["defaults"]):
+                    attrs: dict[str, Any] = {"algorithm": "hnsw"}
+                    for kv in filter(None, spec.split(",")):
+                        if kv != "defaults":
+                            k, v = kv.split("=")
+                            attrs[k] = int(v)
+                    hnsw = dict(index, ann_index_config=attrs)
+                    name = f"official RedisStore (HNSW {spec})"
+                    sem.append(official_runner(off_url, prefix + f"h{j}", name, index=hnsw))
         ns = ("docs",)
         batch = 100
         queries = [" ".join(random.Random(q).choices(WORDS, k=3)) for q in range(args.queries)]
@@ -486,7 +534,7 @@ def main() -> None:
         for size in args.semantic:
             load: dict[str, float] = {}
             for r in sem:
-                if r.name == "AsyncRedisStore":
+                if r.name in shared:
                     continue
                 t = time.perf_counter()
                 for start in range(loaded, size, batch):
@@ -499,31 +547,44 @@ def main() -> None:
             # cache cold: on Redis 7 the first query fills it; on Redis 8 the sets answer, and
             # the second query starts its fill in the background), then, once every background
             # fill is in, the repeated queries
-            exact = {q: [i.key for i in sem[0].call("search", ns, query=q, limit=10)] for q in queries}
+            if args.no_inmemory:
+                exact = numpy_exact(embed, queries, size)
+            else:
+                exact = {q: [i.key for i in sem[0].call("search", ns, query=q, limit=10)] for q in queries}
+            started = " ".join(f"{x:.2f}" for x in os.getloadavg())
             times: dict[tuple[str, int], list[float]] = {}
             recall: dict[tuple[str, int], list[float]] = {}
             settled: dict[str, float] = {}
-            for rnd in (1, 2):
+            rounds: dict[str, list[float]] = {}  # each repeated round's p50, per store
+            for rnd in range(1, 2 + args.repeat):
+                rng_r = random.Random(rnd)
                 for q in queries:
-                    for r in sem:
+                    # the stores in turn, in a shuffled order each query from the third round on
+                    for r in sem if rnd < 3 else rng_r.sample(sem, len(sem)):
                         t = time.perf_counter()
                         got = [i.key for i in r.call("search", ns, query=q, limit=10)]
-                        times.setdefault((r.name, rnd), []).append(time.perf_counter() - t)
-                        recall.setdefault((r.name, rnd), []).append(len(set(got) & set(exact[q])) / 10)
+                        elapsed = time.perf_counter() - t
+                        key = (r.name, min(rnd, 2))  # round 2: every repeated round
+                        times.setdefault(key, []).append(elapsed)
+                        rounds.setdefault(f"{r.name}/{rnd}", []).append(elapsed)
+                        recall.setdefault(key, []).append(len(set(got) & set(exact[q])) / 10)
                 if rnd == 1:
                     settled = {r.name: r.settle() for r in sem}
             print()
             print(f"semantic search, {size} items, {args.dims} dims, {args.queries} queries, limit 10;"
-                  f" RedisStore scoring: {scoring}")
+                  f" RedisStore scoring: {scoring}; load average {started} before the queries,"
+                  f" {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
             print("| store | first query us | 2nd query us | p50 / p95 us (round 1, the others) |"
-                  " repeated p50 / p95 us (round 2) | recall@10 (round 1 / 2) | load (batches of 100), s |")
+                  f" repeated p50 / p95 us ({args.repeat} round{'s' if args.repeat > 1 else ''}: the rounds' p50s) |"
+                  " recall@10 (round 1 / repeated) | load (batches of 100), s |")
             print("|---|---|---|---|---|---|---|")
             for r in sem:
-                loadtime = f"{load[r.name]:.1f}" if r.name in load else "(RedisStore's items)"
+                loadtime = f"{load[r.name]:.1f}" if r.name in load else "(another store's keys)"
                 ts = times[(r.name, 1)]
                 wait = f" (fill waited {settled[r.name] * 1e3:,.0f} ms)" if settled[r.name] > 0.001 else ""
                 print(f"| {r.name} | {ts[0] * 1e6:,.0f} | {ts[1] * 1e6:,.0f} | {stats(ts[2:] or ts)} |"
-                      f" {stats(times[(r.name, 2)])}{wait} | {statistics.mean(recall[(r.name, 1)]):.3f} /"
+                      f" {stats(times[(r.name, 2)])}{wait}{per_round(rounds, r.name, args.repeat)} |"
+                      f" {statistics.mean(recall[(r.name, 1)]):.3f} /"
                       f" {statistics.mean(recall[(r.name, 2)]):.3f} | {loadtime} |")
                 vc = getattr(getattr(r.store, "_cfg", None), "state", None)
                 if vc is not None and vc.vcache is not None:

@@ -173,6 +173,25 @@ def prepare(cfg: Config, ops: Iterable[Op]) -> Prepared:
     return Prepared(ops, puts, embed)
 
 
+def merged(preps: Sequence[Prepared]) -> Prepared:
+    """Several calls' prepared puts as one batch (``AsyncRedisStore``'s concurrent writes): the
+    calls put disjoint keys (the caller checks), so the batch writes what the calls would, in
+    order: each call's puts keep their order and come after the earlier calls' (ordinals
+    shifted, texts to embed with them)."""
+    ops: list[Op] = []
+    puts: dict[tuple[tuple[str, ...], str], tuple[int, PutOp, list[bytes]]] = {}
+    embed = Embedding()
+    for p in preps:
+        shift = len(puts)
+        ops += p.ops
+        for k, (ordinal, op, args) in p.puts.items():
+            puts[k] = (ordinal + shift, op, args)
+        for text, places in p.embed.texts.items():
+            embed.texts.setdefault(text, []).extend([(ordinal + shift, path) for ordinal, path in places])
+    assert len(puts) == sum(len(p.puts) for p in preps), "the calls' keys must be disjoint"
+    return Prepared(ops, puts, embed)
+
+
 # ---- the plan -------------------------------------------------------------------------
 def _base_sequence(cfg: Config, n: int) -> bytes:
     """Microseconds of the client's clock, above the last base this store sent plus its batch:

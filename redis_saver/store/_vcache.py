@@ -326,10 +326,9 @@ class Entry:
         if dead is not None and len(dead):  # (r and line_r are arrays of this call's own)
             r[dead] = -np.inf
             line_r[dead] = -np.inf
-        n = len(line_r)
-        if k > n:
+        if k > len(line_r):
             return None
-        kth = float(np.partition(line_r, n - k)[n - k])
+        kth = kth_largest(line_r, k)
         if not np.isfinite(kth):
             return None
         line = kth - 2 * sem.rough_delta(self.dims) - 2.0**-20
@@ -381,6 +380,24 @@ class Entry:
         best = self._exact(pos, q, qn, metric)
         order = np.lexsort((*self._order(self.scored[pos]), -best))
         return self.scored[pos[order]].tolist(), best[order].tolist(), sl, True
+
+
+def kth_largest(values: Any, k: int) -> float:
+    """The ``k``-th largest of ``values`` (a 1-d float array, 1 <= k <= its length), as
+    ``np.partition`` gives it, without partitioning them all: the ``k``-th largest of block
+    maxima (each a value of its own element, so at least ``k`` elements reach it) is at most
+    the ``k``-th largest, so the elements that reach it hold the ``k``-th largest; they alone
+    are partitioned (a few times ``k`` of them, where a partition of all 100k took ~0.6 ms)."""
+    np = sem._np
+    n = len(values)
+    blocks = max(1024, 8 * k)
+    width = n // blocks
+    if width >= 4:
+        maxima = values[: width * blocks].reshape(blocks, width).max(axis=1)
+        floor = np.partition(maxima, blocks - k)[blocks - k]
+        values = values[~(values < floor)]  # (a NaN, which partition ranks above all, stays)
+        n = len(values)
+    return float(np.partition(values, n - k)[n - k])
 
 
 class VectorCache:

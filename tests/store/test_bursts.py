@@ -91,3 +91,98 @@ def _gets(ns: tuple[str, ...], ids: list[int]) -> list[Any]:
     from langgraph.store.base import GetOp
 
     return [GetOp(ns, str(i)) for i in ids]
+
+
+async def test_concurrent_writes_run_as_few_batches(redis_url, prefix, monkeypatch):
+    """The write-only calls of one loop iteration run as one batch (up to MERGE_OPS puts): a
+    burst of 3,000 puts is 2 batches, not 3,000; every put is stored."""
+    from redis_saver.store import aio
+
+    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix) as store:
+        await store.aget(("w",), "warm")  # (the probe)
+        runs: list[str | None] = []
+        real = store._driver.run
+
+        async def counted(plan: Any, op: str | None = None) -> Any:
+            runs.append(op)
+            return await real(plan, op)
+
+        monkeypatch.setattr(store._driver, "run", counted)
+        n = 3000
+        results = await asyncio.gather(*[store.aput(("w",), str(i), {"v": i}) for i in range(n)])
+        assert results == [None] * n
+        assert len(runs) == -(-n // aio.MERGE_OPS) and runs == ["store.batch"] * len(runs)
+        monkeypatch.setattr(store._driver, "run", real)
+        items = await store.asearch(("w",), limit=n + 1)
+        assert [(it.key, it.value["v"]) for it in items] == [(str(i), i) for i in range(n)]
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    if "boom" in texts:
+        raise RuntimeError("the embedder failed on boom")
+    return [[1.0 + len(t), 2.0] for t in texts]
+
+
+async def test_a_failing_call_fails_alone(redis_url, prefix):
+    """In a burst, a call whose input is refused (before the batch) or whose puts fail in the
+    merged batch (its text's embedding raises) gets its error; every other call succeeds."""
+    index = {"dims": 2, "embed": _embed, "fields": ["text"]}
+    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix, index=index) as store:
+        ns = ("f",)
+        calls = [store.aput(ns, str(i), {"text": f"t{i}"}) for i in range(200)]
+        calls[50].close()
+        calls[50] = store.aput(ns, "50", {"text": "boom"})
+        calls[120].close()
+        calls[120] = store.aput(ns, "120", ["not", "a", "dict"])  # type: ignore[arg-type]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert isinstance(results[50], RuntimeError) and isinstance(results[120], TypeError)
+        assert [i for i, r in enumerate(results) if r is not None] == [50, 120]
+        keys = {it.key for it in await store.asearch(ns, limit=300)}
+        assert keys == {str(i) for i in range(200)} - {"50", "120"}
+
+
+@pytest.mark.parametrize("where", ["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+async def test_a_burst_writes_as_its_calls_in_order(request, where, prefix):
+    """Concurrent puts, overwrites, deletes and re-puts of the same keys, batches among them:
+    the items, values and search order are InMemoryStore's after the calls in their order."""
+    import random
+
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+
+    rng = random.Random(3)
+    ns = ("o",)
+    calls: list[list[Any]] = []
+    for i in range(400):
+        if rng.random() < 0.1:
+            calls.append([PutOp(ns, f"k{rng.randrange(30)}", {"v": i}) for _ in range(rng.randrange(1, 4))])
+        else:
+            calls.append([PutOp(ns, f"k{rng.randrange(30)}", None if rng.random() < 0.3 else {"v": i})])
+    async with AsyncRedisStore.from_conn_string(_url(request, where), prefix=prefix) as store:
+        await store.aput(ns, "k0", {"v": -1})  # an item of before the burst
+        ref_first = InMemoryStore()
+        ref_first.put(ns, "k0", {"v": -1})
+        for ops in calls:
+            ref_first.batch(ops)
+        results = await asyncio.gather(*[store.abatch(ops) for ops in calls])
+        assert results == [[None] * len(ops) for ops in calls]
+        # a lone batch putting one key twice: a result per op
+        assert await store.abatch([PutOp(ns, "d", {"x": 0}), PutOp(ns, "d", {"x": 1})]) == [None, None]
+        ref_first.batch([PutOp(ns, "d", {"x": 0}), PutOp(ns, "d", {"x": 1})])
+        got = [(it.key, it.value) for it in await store.asearch(ns, limit=100)]
+        assert got == [(it.key, it.value) for it in ref_first.search(ns, limit=100)]
+        assert {k for k, _ in got} != set()
+
+
+async def test_a_cancelled_leader_hands_the_batch_on(redis_url, prefix):
+    """The call that opened a batch is cancelled before the batch is sent: its put is not
+    written, the calls that joined it still run."""
+    async with AsyncRedisStore.from_conn_string(redis_url, prefix=prefix) as store:
+        await store.aget(("c",), "warm")  # (the probe)
+        leader = asyncio.ensure_future(store.aput(("c",), "lead", {"v": 0}))
+        others = [asyncio.ensure_future(store.aput(("c",), str(i), {"v": i})) for i in range(5)]
+        await asyncio.sleep(0)  # every task ran its first step: the leader waits for the others to join
+        leader.cancel()
+        done = await asyncio.wait_for(asyncio.gather(*others), 5)
+        assert done == [None] * 5 and leader.cancelled()
+        assert sorted(it.key for it in await store.asearch(("c",), limit=10)) == [str(i) for i in range(5)]

@@ -301,6 +301,54 @@ def test_partial_ranking_is_the_head_of_the_exact_one(seed):
         assert head == whole[:k] and scores == wscores[:k]
 
 
+@pytest.mark.parametrize("kind", ["normal", "ties", "minus_inf", "nan", "sorted", "few_finite"])
+def test_kth_largest_is_the_partitions(kind):
+    """The cosine head's k-th best (block maxima, then a partition of the values reaching the
+    k-th largest of them) equals ``np.partition``'s, ties, infinities and NaN included."""
+    import numpy as np
+
+    from redis_saver.store._vcache import kth_largest
+
+    rng = np.random.default_rng(len(kind))
+    for _ in range(60):
+        n = int(rng.integers(1, 40_000))
+        k = int(rng.integers(1, min(n, 300) + 1))
+        v = rng.standard_normal(n).astype(np.float32)
+        if kind == "ties":
+            v = np.round(v * 3).astype(np.float32)
+        elif kind == "minus_inf":
+            v[rng.integers(0, n, n // 2)] = -np.inf
+        elif kind == "nan":
+            v[rng.integers(0, n, max(1, n // 500))] = np.nan
+        elif kind == "sorted":  # the maxima all in the last blocks
+            v = np.sort(v)
+        elif kind == "few_finite":
+            v[:] = -np.inf
+            v[rng.integers(0, n, k)] = 1.0
+        want, got = np.partition(v, n - k)[n - k], kth_largest(v, k)
+        assert got == want or (np.isnan(got) and np.isnan(want)), (n, k)
+
+
+def test_large_ranking_is_the_head_of_the_exact_one():
+    """At 40,000 items (the k-th best found from block maxima) with many tied rows, the head
+    is the exact ranking's."""
+    import numpy as np
+
+    from redis_saver.store._vcache import Entry
+
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((300, 16)).astype(np.float32)
+    rows = np.where(rng.random((40_000, 1)) < 0.5, base[rng.integers(0, 300, 40_000)],
+                    rng.standard_normal((40_000, 16)).astype(np.float32))  # fmt: skip
+    vectors = [[r.astype("<f4").tobytes()] for r in rows]
+    e = Entry(b"t", [(b"n\x00", b"%d\x00" % i) for i in range(40_000)], vectors, 16)
+    for q in (base[3].tolist(), rng.standard_normal(16).tolist()):
+        whole, wscores, _, _ = e.ranking(q, None)
+        for k in (1, 10, 26, 200):
+            head, scores, _, _ = e.ranking(q, k)
+            assert head == whole[:k] and scores == wscores[:k]
+
+
 def test_maxmemory_eviction():
     """A real maxmemory with allkeys-random: item records, vectors, index keys and the version
     key vanish without a bump while another worker writes; every search of the cached store
