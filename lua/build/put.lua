@@ -142,6 +142,89 @@ local function cp_unpack(raw)
   return rec
 end
 
+-- The position just after the MessagePack string (str family: Redis's cmsgpack refuses the bin
+-- family) at pos of s, or nil when no string starts there. The header alone is read: nothing
+-- is copied (Redis hashes each byte of a Lua string it makes, so put checks its record's
+-- framing without copying its parts: cp_shape()).
+local function mp_skip_str(s, pos)
+  local b = string.byte(s, pos)
+  if not b then return nil end
+  if b >= 160 and b <= 191 then return pos + b - 159 end  -- fixstr
+  if b == 218 then                                        -- str16
+    local h, l = string.byte(s, pos + 1, pos + 2)
+    return l and pos + 3 + h * 256 + l
+  end
+  if b == 217 then                                        -- str8
+    local n = string.byte(s, pos + 1)
+    return n and pos + 2 + n
+  end
+  if b == 219 then                                        -- str32
+    local x, y, z, w = string.byte(s, pos + 1, pos + 4)
+    return w and pos + 5 + ((x * 256 + y) * 256 + z) * 256 + w
+  end
+  return nil
+end
+
+-- the position just after the MessagePack array of strings at pos, and its length; nil when
+-- none starts there
+local function mp_skip_strs(s, pos)
+  local b = string.byte(s, pos)
+  if not b then return nil end
+  local n
+  if b >= 144 and b <= 159 then                           -- fixarray
+    n, pos = b - 144, pos + 1
+  elseif b == 220 then                                    -- array16
+    local h, l = string.byte(s, pos + 1, pos + 2)
+    if not l then return nil end
+    n, pos = h * 256 + l, pos + 3
+  elseif b == 221 then                                    -- array32
+    local x, y, z, w = string.byte(s, pos + 1, pos + 4)
+    if not w then return nil end
+    n, pos = ((x * 256 + y) * 256 + z) * 256 + w, pos + 5
+  else
+    return nil
+  end
+  for _ = 1, n do
+    pos = mp_skip_str(s, pos)
+    if not pos then return nil end
+  end
+  return pos, n
+end
+
+-- the string part of a record at pos (its header there), up to stop (where the next part starts)
+local function mp_str_at(s, pos, stop)
+  local b = string.byte(s, pos)
+  local h = 5
+  if b <= 191 then h = 1 elseif b == 217 then h = 2 elseif b == 218 then h = 3 end
+  return string.sub(s, pos + h, stop - 1)
+end
+
+-- A format-6 checkpoint record's shape checked from its headers, nothing decoded or copied:
+-- an array of 10 (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of
+-- strings, nothing after it: what validate_record() accepts of a format-6 record, as cmsgpack
+-- reads it. Returns where part 2 starts (part 1, the parent, ends there), where part 8 (the
+-- run id) starts and ends, and the length of part 6 (versions); nil when the bytes are not so
+-- (validate_record() then says what is wrong).
+local function cp_shape(raw)
+  if string.byte(raw, 1) ~= 154 then return nil end
+  local p = mp_skip_str(raw, 2)                 -- parent
+  local parent_end = p
+  for _ = 2, 5 do                               -- type, bytes, metadata type, metadata bytes
+    if not p then return nil end
+    p = mp_skip_str(raw, p)
+  end
+  local nv, run_at, run_end
+  if p then p, nv = mp_skip_strs(raw, p) end    -- versions
+  if p then p = mp_skip_strs(raw, p) end        -- filter
+  run_at = p
+  if p then p = mp_skip_str(raw, p) end         -- run id
+  run_end = p
+  if p then p = mp_skip_strs(raw, p) end        -- delta
+  if p then p = mp_skip_strs(raw, p) end        -- parents
+  if p ~= #raw + 1 then return nil end
+  return parent_end, run_at, run_end, nv
+end
+
 -- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
 -- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
 -- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
@@ -272,10 +355,12 @@ end
 -- that reads only an older format refuses the thread from then on
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
-local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
-  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
+
+-- check_format() for put: the 8 fields it reads (not "wm", "n", "xp", which only the reads'
+-- checks read: they stay nil)
+local function check_format_put()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'nc')
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_NC = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -1004,6 +1089,22 @@ local function validate_record(raw)
   return rec
 end
 
+-- put's checkpoint record, checked as validate_record() checks it; returns the parts put reads:
+-- the parent (1) and run id (8), and every part of an earlier format's record. A format-6
+-- record's shape is checked from its headers (cp_shape()) and only those two parts are copied:
+-- put adds its versions (6) when it builds a chain entry from them (cp_field()). Bytes that
+-- are not so shaped go to validate_record(), which names what is wrong.
+local function put_record(raw)
+  if cp_is_mp(raw) then
+    local parent_end, run_at, run_end, nv = cp_shape(raw)
+    if parent_end then
+      if nv % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+      return {mp_str_at(raw, 2, parent_end), [CP_RUN_ID] = mp_str_at(raw, run_at, run_end)}
+    end
+  end
+  return validate_record(raw)
+end
+
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
 -- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
@@ -1053,7 +1154,7 @@ local sbase = 13 + 2 * (nblobs or 0)
 local nstreams = tonumber(ARGV[sbase])
 if nblobs == nil or nstreams == nil or #ARGV ~= sbase + 5 * nstreams then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
-local rec = validate_record(raw)
+local rec = put_record(raw)  -- parent and run id (an earlier format's record: every part)
 if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
 -- a chain entry given starts with the record's parent and ends a component
 if entry ~= '' then
@@ -1074,7 +1175,7 @@ local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
 local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
-check_format()
+check_format_put()
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
@@ -1140,6 +1241,9 @@ end
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
+if META_NC ~= '1' and entry == '' and not rec[CP_VERSIONS] then
+  rec[CP_VERSIONS] = cp_field(raw, CP_VERSIONS)  -- the chain entry is built from them (store_cp())
+end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
@@ -1209,13 +1313,20 @@ elseif mode == 'latest' then
 end
 -- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
 -- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
--- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
--- mode reads and deletes more, but only leaves out what this list leaves out
-local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+-- written); cp_ns, cp_id when the record was stored (not an identical retry), and then runs
+-- and the slot index of runs when it names a run (link_run()), chain when the thread keeps
+-- chain entries; latest-only mode reads and deletes more, but only leaves out what this list
+-- leaves out
+local untouched = {K_WR, K_WORD}
 if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
 if not indexed then
   untouched[#untouched + 1] = K_CPNS
   untouched[#untouched + 1] = K_CPID
 end
+if not indexed or rec[CP_RUN_ID] == '' then
+  untouched[#untouched + 1] = K_RUNS
+  untouched[#untouched + 1] = K_IXR
+end
+if not indexed or META_NC == '1' then untouched[#untouched + 1] = K_CHAIN end
 touch(untouched)
 return cleaned
