@@ -117,22 +117,17 @@ end
 
 -- a format-6 record's parts: one MessagePack array of 10 and nothing after it
 
--- The position just after the MessagePack string (str family: Redis's cmsgpack refuses the bin
--- family) at pos of s, or nil when no string starts there. The header alone is read: nothing
--- is copied (Redis hashes each byte of a Lua string it makes, so put checks its record's
--- framing without copying its parts: cp_shape()).
-
--- the position just after the MessagePack array of strings at pos, and its length; nil when
--- none starts there
-
 -- the string part of a record at pos (its header there), up to stop (where the next part starts)
 
--- A format-6 checkpoint record's shape checked from its headers, nothing decoded or copied:
--- an array of 10 (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of
--- strings, nothing after it: what validate_record() accepts of a format-6 record, as cmsgpack
--- reads it. Returns where part 2 starts (part 1, the parent, ends there), where part 8 (the
--- run id) starts and ends, and the length of part 6 (versions); nil when the bytes are not so
--- (validate_record() then says what is wrong).
+-- A format-6 checkpoint record's shape checked from its MessagePack headers alone, nothing
+-- decoded or copied (Redis hashes every byte of each Lua string it makes): an array of 10
+-- (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of strings, nothing
+-- after it; strings of the str family only (fixstr, str8, str16, str32: Redis's cmsgpack
+-- refuses the bin family). That is what validate_record() accepts of a format-6 record, as
+-- cmsgpack reads it. Returns where part 2 starts (part 1, the parent, ends there), where part
+-- 8 (the run id) starts and ends, and the length of part 6 (versions); nil when the bytes are
+-- not so (validate_record() then says what is wrong). Bounded: each string moves on by a byte
+-- at least, and the walk stops at the end of the bytes.
 
 -- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
 -- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
