@@ -117,13 +117,16 @@ if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
   new_head = true
 end
 
+-- a thread that keeps chain entries (not one started now: init_meta()) gets one built from the
+-- record's versions when none was sent (store_cp()): decoded here, before the first write
+if entry == '' and META_V and META_NC ~= '1' and not rec[CP_VERSIONS] then
+  rec[CP_VERSIONS] = cp_field(raw, CP_VERSIONS)
+end
+
 -- validation done: writes start here
 init_meta(entry ~= '')
 mark_cps()
 apply_blobs(blobs)
-if META_NC ~= '1' and entry == '' and not rec[CP_VERSIONS] then
-  rec[CP_VERSIONS] = cp_field(raw, CP_VERSIONS)  -- the chain entry is built from them (store_cp())
-end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
