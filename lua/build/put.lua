@@ -1292,7 +1292,7 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
--- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- the keys the call did not access otherwise (see touch()): meta (check_format_put()) and cp
 -- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
 -- written); cp_ns, cp_id when the record was stored (not an identical retry), and then runs
 -- and the slot index of runs when it names a run (link_run()), chain when the thread keeps
