@@ -34,9 +34,9 @@ STAGES = [
 # put.lua (the function library's put), cut before each of these lines, in order (the test in
 # tests/scripts/test_scripts.py checks they exist); the stage is what runs between a cut and the next
 PUT_STAGES = [
-    ("argument checks", "local rec = validate_record(raw)"),
+    ("argument checks", "local rec = put_record(raw)"),
     ("record validation, chain entry check", "local ns_e, cid_e = enc(ns), enc(cid)"),
-    ("blob and stream argument checks, stream records sorted", "check_format()\n\n-- Lost keys"),
+    ("blob and stream argument checks, stream records sorted", "check_format_put()\n\n-- Lost keys"),
     ("meta read (one HMGET), format check", "local got, lost = nil, META_DMG"),
     ("lost-key checks (one HMGET: the blob mark with the plan's stream records and directories), "
      "parent check, blob / stream plan", "-- Fencing: a namespace's head"),

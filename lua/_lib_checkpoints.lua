@@ -135,6 +135,22 @@ local function validate_record(raw)
   return rec
 end
 
+-- put's checkpoint record, checked as validate_record() checks it; returns the parts put reads:
+-- the parent (1) and run id (8), and every part of an earlier format's record. A format-6
+-- record's shape is checked from its headers (cp_shape()) and only those two parts are copied:
+-- put adds its versions (6) when it builds a chain entry from them (cp_field()). Bytes that
+-- are not so shaped go to validate_record(), which names what is wrong.
+local function put_record(raw)
+  if cp_is_mp(raw) then
+    local parent_end, run_at, run_end, nv = cp_shape(raw)
+    if parent_end then
+      if nv % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+      return {mp_str_at(raw, 2, parent_end), [CP_RUN_ID] = mp_str_at(raw, run_at, run_end)}
+    end
+  end
+  return validate_record(raw)
+end
+
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
 -- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client

@@ -110,6 +110,67 @@ local function cp_unpack(raw)
   return rec
 end
 
+-- the string part of a record at pos (its header there), up to stop (where the next part starts)
+local function mp_str_at(s, pos, stop)
+  local b = string.byte(s, pos)
+  local h = 5
+  if b <= 191 then h = 1 elseif b == 217 then h = 2 elseif b == 218 then h = 3 end
+  return string.sub(s, pos + h, stop - 1)
+end
+
+-- A format-6 checkpoint record's shape checked from its MessagePack headers alone, nothing
+-- decoded or copied (Redis hashes every byte of each Lua string it makes): an array of 10
+-- (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of strings, nothing
+-- after it; strings of the str family only (fixstr, str8, str16, str32: Redis's cmsgpack
+-- refuses the bin family). That is what validate_record() accepts of a format-6 record, as
+-- cmsgpack reads it. Returns where part 2 starts (part 1, the parent, ends there), where part
+-- 8 (the run id) starts and ends, and the length of part 6 (versions); nil when the bytes are
+-- not so (validate_record() then says what is wrong). Bounded: each string moves on by a byte
+-- at least, and the walk stops at the end of the bytes.
+local function cp_shape(raw)
+  local byte = string.byte
+  if byte(raw, 1) ~= 154 then return nil end
+  local p, parent_end, run_at, run_end, nv = 2, nil, nil, nil, nil
+  for part = 1, 10 do
+    if part == 8 then run_at = p end
+    local count = 1  -- a string part
+    if part == 6 or part == 7 or part == 9 or part == 10 then
+      local b, x, y, z, w = byte(raw, p, p + 4)
+      if not b then return nil end
+      if b >= 144 and b <= 159 then      -- fixarray
+        count, p = b - 144, p + 1
+      elseif b == 220 and y then         -- array16
+        count, p = x * 256 + y, p + 3
+      elseif b == 221 and w then         -- array32
+        count, p = ((x * 256 + y) * 256 + z) * 256 + w, p + 5
+      else
+        return nil
+      end
+      if part == 6 then nv = count end
+    end
+    for _ = 1, count do
+      local b, x, y = byte(raw, p, p + 2)
+      if not b then return nil end
+      if b >= 160 and b <= 191 then      -- fixstr
+        p = p + b - 159
+      elseif b == 218 and y then         -- str16
+        p = p + 3 + x * 256 + y
+      elseif b == 217 and x then         -- str8
+        p = p + 2 + x
+      elseif b == 219 then               -- str32
+        local _, q, r, s, t = byte(raw, p, p + 4)
+        if not t then return nil end
+        p = p + 5 + ((q * 256 + r) * 256 + s) * 256 + t
+      else
+        return nil
+      end
+    end
+    if part == 1 then parent_end = p elseif part == 8 then run_end = p end
+  end
+  if p ~= #raw + 1 then return nil end
+  return parent_end, run_at, run_end, nv
+end
+
 -- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
 -- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
 -- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against

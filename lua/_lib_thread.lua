@@ -89,6 +89,16 @@ local function check_format()
   end
 end
 
+-- check_format() for put: the 8 fields it reads (not "wm", "n", "xp", which only the reads'
+-- checks read: they stay nil)
+local function check_format_put()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'nc')
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_NC = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
+  if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
+    fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
+  end
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -34,7 +34,7 @@ local sbase = 13 + 2 * (nblobs or 0)
 local nstreams = tonumber(ARGV[sbase])
 if nblobs == nil or nstreams == nil or #ARGV ~= sbase + 5 * nstreams then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
-local rec = validate_record(raw)
+local rec = put_record(raw)  -- parent and run id (an earlier format's record: every part)
 if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
 -- a chain entry given starts with the record's parent and ends a component
 if entry ~= '' then
@@ -55,7 +55,7 @@ local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
 local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
-check_format()
+check_format_put()
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
@@ -115,6 +115,12 @@ if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
     fail('RS_CONFLICT', 'thread moved on: latest checkpoint is ' .. latest .. ', put expected parent ' .. parent)
   end
   new_head = true
+end
+
+-- a thread that keeps chain entries (not one started now: init_meta()) gets one built from the
+-- record's versions when none was sent (store_cp()): decoded here, before the first write
+if entry == '' and META_V and META_NC ~= '1' and not rec[CP_VERSIONS] then
+  rec[CP_VERSIONS] = cp_field(raw, CP_VERSIONS)
 end
 
 -- validation done: writes start here
@@ -188,15 +194,22 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
--- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- the keys the call did not access otherwise (see touch()): meta (check_format_put()) and cp
 -- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
--- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
--- mode reads and deletes more, but only leaves out what this list leaves out
-local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+-- written); cp_ns, cp_id when the record was stored (not an identical retry), and then runs
+-- and the slot index of runs when it names a run (link_run()), chain when the thread keeps
+-- chain entries; latest-only mode reads and deletes more, but only leaves out what this list
+-- leaves out
+local untouched = {K_WR, K_WORD}
 if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
 if not indexed then
   untouched[#untouched + 1] = K_CPNS
   untouched[#untouched + 1] = K_CPID
 end
+if not indexed or rec[CP_RUN_ID] == '' then
+  untouched[#untouched + 1] = K_RUNS
+  untouched[#untouched + 1] = K_IXR
+end
+if not indexed or META_NC == '1' then untouched[#untouched + 1] = K_CHAIN end
 touch(untouched)
 return cleaned

@@ -126,6 +126,18 @@ end
 
 -- a format-6 record's parts: one MessagePack array of 10 and nothing after it
 
+-- the string part of a record at pos (its header there), up to stop (where the next part starts)
+
+-- A format-6 checkpoint record's shape checked from its MessagePack headers alone, nothing
+-- decoded or copied (Redis hashes every byte of each Lua string it makes): an array of 10
+-- (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of strings, nothing
+-- after it; strings of the str family only (fixstr, str8, str16, str32: Redis's cmsgpack
+-- refuses the bin family). That is what validate_record() accepts of a format-6 record, as
+-- cmsgpack reads it. Returns where part 2 starts (part 1, the parent, ends there), where part
+-- 8 (the run id) starts and ends, and the length of part 6 (versions); nil when the bytes are
+-- not so (validate_record() then says what is wrong). Bounded: each string moves on by a byte
+-- at least, and the walk stops at the end of the bytes.
+
 -- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
 -- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
 -- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
@@ -243,6 +255,9 @@ local function check_format()
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
 end
+
+-- check_format() for put: the 8 fields it reads (not "wm", "n", "xp", which only the reads'
+-- checks read: they stay nil)
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -753,6 +768,12 @@ end
 -- 6, 7, 9, 10 (versions, filter, delta, parents) are arrays of strings, the others strings. An
 -- array cmsgpack decodes holds 1..n in its array part, so "no key after n" (next) and n
 -- strings is the whole check; a map is a table with a key that is not 1..n.
+
+-- put's checkpoint record, checked as validate_record() checks it; returns the parts put reads:
+-- the parent (1) and run id (8), and every part of an earlier format's record. A format-6
+-- record's shape is checked from its headers (cp_shape()) and only those two parts are copied:
+-- put adds its versions (6) when it builds a chain entry from them (cp_field()). Bytes that
+-- are not so shaped go to validate_record(), which names what is wrong.
 
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py

@@ -142,6 +142,67 @@ local function cp_unpack(raw)
   return rec
 end
 
+-- the string part of a record at pos (its header there), up to stop (where the next part starts)
+local function mp_str_at(s, pos, stop)
+  local b = string.byte(s, pos)
+  local h = 5
+  if b <= 191 then h = 1 elseif b == 217 then h = 2 elseif b == 218 then h = 3 end
+  return string.sub(s, pos + h, stop - 1)
+end
+
+-- A format-6 checkpoint record's shape checked from its MessagePack headers alone, nothing
+-- decoded or copied (Redis hashes every byte of each Lua string it makes): an array of 10
+-- (first byte 0x9a), parts 1-5 and 8 strings, parts 6, 7, 9, 10 arrays of strings, nothing
+-- after it; strings of the str family only (fixstr, str8, str16, str32: Redis's cmsgpack
+-- refuses the bin family). That is what validate_record() accepts of a format-6 record, as
+-- cmsgpack reads it. Returns where part 2 starts (part 1, the parent, ends there), where part
+-- 8 (the run id) starts and ends, and the length of part 6 (versions); nil when the bytes are
+-- not so (validate_record() then says what is wrong). Bounded: each string moves on by a byte
+-- at least, and the walk stops at the end of the bytes.
+local function cp_shape(raw)
+  local byte = string.byte
+  if byte(raw, 1) ~= 154 then return nil end
+  local p, parent_end, run_at, run_end, nv = 2, nil, nil, nil, nil
+  for part = 1, 10 do
+    if part == 8 then run_at = p end
+    local count = 1  -- a string part
+    if part == 6 or part == 7 or part == 9 or part == 10 then
+      local b, x, y, z, w = byte(raw, p, p + 4)
+      if not b then return nil end
+      if b >= 144 and b <= 159 then      -- fixarray
+        count, p = b - 144, p + 1
+      elseif b == 220 and y then         -- array16
+        count, p = x * 256 + y, p + 3
+      elseif b == 221 and w then         -- array32
+        count, p = ((x * 256 + y) * 256 + z) * 256 + w, p + 5
+      else
+        return nil
+      end
+      if part == 6 then nv = count end
+    end
+    for _ = 1, count do
+      local b, x, y = byte(raw, p, p + 2)
+      if not b then return nil end
+      if b >= 160 and b <= 191 then      -- fixstr
+        p = p + b - 159
+      elseif b == 218 and y then         -- str16
+        p = p + 3 + x * 256 + y
+      elseif b == 217 and x then         -- str8
+        p = p + 2 + x
+      elseif b == 219 then               -- str32
+        local _, q, r, s, t = byte(raw, p, p + 4)
+        if not t then return nil end
+        p = p + 5 + ((q * 256 + r) * 256 + s) * 256 + t
+      else
+        return nil
+      end
+    end
+    if part == 1 then parent_end = p elseif part == 8 then run_end = p end
+  end
+  if p ~= #raw + 1 then return nil end
+  return parent_end, run_at, run_end, nv
+end
+
 -- parts 1 .. upto of a stored format-6 record (validate_record checked it when it was
 -- stored): cmsgpack decodes them in C from the byte after the array header. (Skipping the
 -- payload parts 2-5 by their headers in Lua instead, to leave them uncopied, took 5.1 against
@@ -273,10 +334,12 @@ end
 -- that reads only an older format refuses the thread from then on
 local OLDER_FORMATS = {['3'] = true, ['4'] = true, ['5'] = true}
 
-local function check_format()
-  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'wm', 'nc', 'n', 'xp')
-  META_V, META_IX, META_PIN, META_FH = m[1], m[2], m[3], m[4]
-  META_B, META_DMG, META_C, META_WM, META_NC, META_N, META_XP = m[5], m[6], m[7], m[8], m[9], m[10], m[11]
+
+-- check_format() for put: the 8 fields it reads (not "wm", "n", "xp", which only the reads'
+-- checks read: they stay nil)
+local function check_format_put()
+  local m = redis.call('HMGET', K_META, 'v', 'ix', 'pin', 'fh', 'b', 'dmg', 'c', 'nc')
+  META_V, META_IX, META_PIN, META_FH, META_B, META_DMG, META_C, META_NC = m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
   if META_V and META_V ~= FORMAT and not OLDER_FORMATS[META_V] then
     fail('RS_SCHEMA', 'thread stored in format ' .. META_V .. ', this redis_saver reads formats 3, 4, 5 and ' .. FORMAT)
   end
@@ -1008,6 +1071,22 @@ local function validate_record(raw)
   return rec
 end
 
+-- put's checkpoint record, checked as validate_record() checks it; returns the parts put reads:
+-- the parent (1) and run id (8), and every part of an earlier format's record. A format-6
+-- record's shape is checked from its headers (cp_shape()) and only those two parts are copied:
+-- put adds its versions (6) when it builds a chain entry from them (cp_field()). Bytes that
+-- are not so shaped go to validate_record(), which names what is wrong.
+local function put_record(raw)
+  if cp_is_mp(raw) then
+    local parent_end, run_at, run_end, nv = cp_shape(raw)
+    if parent_end then
+      if nv % 2 ~= 0 then fail('RS_BADARG', 'versions record must hold channel, version pairs') end
+      return {mp_str_at(raw, 2, parent_end), [CP_RUN_ID] = mp_str_at(raw, run_at, run_end)}
+    end
+  end
+  return validate_record(raw)
+end
+
 -- The replies for checkpoints items[i] = {ns_e, cid_e, record}: {record, {channel, k, ...},
 -- {write records}}: the channels that hold a value ("5,0;empty" = none, redis_saver/core/codec.py
 -- EMPTY_BLOB), each followed by the position k of its blob in the third result, so the client
@@ -1057,7 +1136,7 @@ local sbase = 13 + 2 * (nblobs or 0)
 local nstreams = tonumber(ARGV[sbase])
 if nblobs == nil or nstreams == nil or #ARGV ~= sbase + 5 * nstreams then fail('RS_BADARG', 'bad blob count') end
 if mode ~= 'full' and mode ~= 'latest' then fail('RS_BADARG', 'bad history mode') end
-local rec = validate_record(raw)
+local rec = put_record(raw)  -- parent and run id (an earlier format's record: every part)
 if rec[CP_PARENT] == cid then fail('RS_BADARG', 'a checkpoint cannot be its own parent') end
 -- a chain entry given starts with the record's parent and ends a component
 if entry ~= '' then
@@ -1078,7 +1157,7 @@ local stream_args = {}
 for k = sbase + 1, #ARGV do stream_args[#stream_args + 1] = ARGV[k] end
 check_stream_args(stream_args)
 local reads = blob_reads(blob_pairs)  -- (checks stream records' size)
-check_format()
+check_format_put()
 
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
@@ -1138,6 +1217,12 @@ if fence == '1' and redis.call('HEXISTS', K_CP, ns_e .. cid_e) == 0 then
     fail('RS_CONFLICT', 'thread moved on: latest checkpoint is ' .. latest .. ', put expected parent ' .. parent)
   end
   new_head = true
+end
+
+-- a thread that keeps chain entries (not one started now: init_meta()) gets one built from the
+-- record's versions when none was sent (store_cp()): decoded here, before the first write
+if entry == '' and META_V and META_NC ~= '1' and not rec[CP_VERSIONS] then
+  rec[CP_VERSIONS] = cp_field(raw, CP_VERSIONS)
 end
 
 -- validation done: writes start here
@@ -1211,15 +1296,22 @@ elseif mode == 'latest' then
   end
   gc_blobs()
 end
--- the keys the call did not access otherwise (see touch()): meta (check_format()) and cp
+-- the keys the call did not access otherwise (see touch()): meta (check_format_put()) and cp
 -- (store_cp()) always; blob when meta.b is set (the lost-key check read it, or blobs were
--- written); cp_ns, cp_id when the record was stored (not an identical retry); latest-only
--- mode reads and deletes more, but only leaves out what this list leaves out
-local untouched = {K_WR, K_WORD, K_RUNS, K_CHAIN, K_IXR}
+-- written); cp_ns, cp_id when the record was stored (not an identical retry), and then runs
+-- and the slot index of runs when it names a run (link_run()), chain when the thread keeps
+-- chain entries; latest-only mode reads and deletes more, but only leaves out what this list
+-- leaves out
+local untouched = {K_WR, K_WORD}
 if META_B ~= '1' then untouched[#untouched + 1] = K_BLOB end
 if not indexed then
   untouched[#untouched + 1] = K_CPNS
   untouched[#untouched + 1] = K_CPID
 end
+if not indexed or rec[CP_RUN_ID] == '' then
+  untouched[#untouched + 1] = K_RUNS
+  untouched[#untouched + 1] = K_IXR
+end
+if not indexed or META_NC == '1' then untouched[#untouched + 1] = K_CHAIN end
 touch(untouched)
 return cleaned

@@ -79,7 +79,7 @@ def _diff(expected: Any, got: Any) -> str:
     "policy,headroom,limit_from",
     [
         ("allkeys-lru", 700_000, 0),
-        ("allkeys-random", 1_200_000, 0),
+        ("allkeys-random", 1_000_000, 0),
         ("allkeys-lru", 0, 11),
         ("volatile-lru", 700_000, 0),
     ],

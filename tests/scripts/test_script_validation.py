@@ -242,3 +242,91 @@ def test_stream_appends_keep_the_directory_and_a_full_one_is_refused_before_writ
     with pytest.raises(ValueError, match="too many frames"):
         saver._driver.call(call)
     assert contents() == before
+
+
+def _mp_variants(record: bytes) -> list[bytes]:
+    """The record as other MessagePack encoders may write it (longer string and array headers;
+    the bin family, which Redis's cmsgpack refuses; a nil, a number, a map in a nested part),
+    and broken: every truncation, and each byte changed to a few header bytes."""
+    import random
+
+    import msgpack
+
+    from redis_saver.core import codec
+
+    parts = codec.checkpoint_head(record)
+
+    def s8(b: bytes) -> bytes:
+        return b"\xd9" + bytes([len(b)]) + b if len(b) < 256 else b"\xda" + len(b).to_bytes(2, "big") + b
+
+    def s32(b: bytes) -> bytes:
+        return b"\xdb" + len(b).to_bytes(4, "big") + b
+
+    def arr(items: list[bytes], head: bytes) -> bytes:
+        return head + b"".join(items)
+
+    def rebuild(enc_str, arr_head) -> bytes:
+        out = b"\x9a"
+        for p in parts:
+            if isinstance(p, list):
+                out += arr([enc_str(x) for x in p], arr_head(len(p)))
+            else:
+                out += enc_str(p)
+        return out
+
+    out = [
+        rebuild(s8, lambda n: b"\xdc" + n.to_bytes(2, "big")),
+        rebuild(s32, lambda n: b"\xdd" + n.to_bytes(4, "big")),
+        rebuild(lambda b: b"\xc4" + bytes([len(b)]) + b if len(b) < 256 else b"\xc5" + len(b).to_bytes(2, "big") + b,
+                lambda n: bytes([0x90 + n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big")),
+    ]
+    for i, bad in ((5, [b"a", None]), (6, [b"k", 1]), (9, {b"a": b"b"}), (0, None), (7, 1.5)):
+        p = list(parts)
+        p[i] = bad
+        out.append(msgpack.packb(p, use_bin_type=False))
+    out += [record[:n] for n in range(len(record))]
+    rng = random.Random(7)
+    for at in rng.sample(range(len(record)), min(len(record), 120)):
+        for b in (0x00, 0x91, 0x9a, 0xa3, 0xc0, 0xc4, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xff):
+            out.append(record[:at] + bytes([b]) + record[at + 1 :])
+    return out
+
+
+def test_puts_shape_check_accepts_exactly_what_the_full_decode_accepts(setup):
+    # put checks a format-6 record from its headers (cp_shape()), without decoding it: whatever
+    # that check accepts, validate_record() (cmsgpack's decode, every part's type) must accept,
+    # with the same parent and run id; anything else goes to validate_record() itself
+    saver, cfg, client = setup
+    from redis_saver.core import scripts
+
+    cp = generate_checkpoint(channel_values={"a": 2, "b": 3}, channel_versions={"a": "2", "b": "1"})
+    md = {**generate_metadata(), "run_id": "run-1", "parents": {"": "p-1"}}
+    call = _call(saver._plans._plan_put(cfg, cp, md, {"a": "2", "b": "1"}))
+    record = call.args[7]
+    assert record[:1] == b"\x9a"
+    variants = _mp_variants(record)
+    src = scripts.load_all()["put"].source.decode()
+    helpers = src[: src.index("local ns, cid, parent, raw")]
+    body = """
+local out = {}
+for i = 5, #ARGV do
+  local raw = ARGV[i]
+  local ok, full = pcall(validate_record, raw)
+  local shaped = cp_shape(raw) ~= nil
+  local pok, rec = pcall(put_record, raw)
+  local same = ok == pok and (not ok or (rec[CP_PARENT] == full[CP_PARENT] and rec[CP_RUN_ID] == full[CP_RUN_ID]))
+  out[#out + 1] = {shaped and 1 or 0, ok and 1 or 0, same and 1 or 0}
+end
+return out
+"""
+    keys = saver.keys.thread_keys("t:{shape}")
+    got = client.eval(helpers + body, len(keys), *keys, FORMAT_VERSION, "t:{shape}", "0", "0", *variants)
+    assert len(got) == len(variants)
+    shaped = [v for v, (s, _, _) in zip(variants, got, strict=True) if s]
+    assert [v for v, (s, ok, _) in zip(variants, got, strict=True) if s and not ok] == []
+    assert [v for v, (_, _, same) in zip(variants, got, strict=True) if not same] == []
+    # the control: the record as sent and its longer headers take the shape check; the bin
+    # family, a nil, a number, a map and the truncations do not (nor does the full decode)
+    assert variants[0] in shaped and variants[1] in shaped and record in [*shaped, record]
+    assert sum(ok for _, ok, _ in got) < len(got) - len(record)
+    assert not any(got[2][:2]) and not any(s for s, _, _ in got[3:8])
