@@ -21,6 +21,7 @@ from devkit.script_cuts import script_calls
 from redis_saver import FORMAT_VERSION
 from redis_saver.core import values
 from redis_saver.core.codec import unpack_blob
+from redis_saver.core.plans.read import _unflatten_tuple
 from redis_saver.errors import MalformedReplyError
 from tests.lifecycle._util import alist, call, check_stream_hash, is_async
 
@@ -237,7 +238,7 @@ def test_a_read_carries_only_the_frames_the_reader_does_not_hold(make_saver, syn
     (fn, *args), = sent
     assert args[-3:] == [1, st.sid, len(st.raw)]
     full = sync_client.fcall(fn, *args[:-1], 7)
-    assert [len(s) - 2 for s in full[4]] == [4]
+    assert [len(s) - 2 for s in _unflatten_tuple(full)[4]] == [4]
     # the thread deleted and written again elsewhere: a's held stream id is gone, the new one read whole
     b.delete_thread("held")
     cfg = ref_cfg = {"configurable": {"thread_id": "held", "checkpoint_ns": ""}}
