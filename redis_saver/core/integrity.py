@@ -311,7 +311,7 @@ def _after_type(raw: bytes) -> int:
         b = raw[i] if i < len(raw) else 0
         if 0xA0 <= b <= 0xBF:
             i += 1 + (b & 31)
-        elif b == 0xD9:
+        elif b == 0xD9 and i + 1 < len(raw):
             i += 2 + raw[i + 1]
         elif b == 0xDA:
             i += 3 + int.from_bytes(raw[i + 1 : i + 3], "big")

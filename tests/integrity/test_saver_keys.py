@@ -163,3 +163,17 @@ def test_sign_thread_vouches_for_what_is_stored(client: Any, prefix: str) -> Non
     assert _state(only_k2, "k1") == _state(plain, "k1")
     with pytest.raises(ValueError, match="integrity_key"):
         plain.sign_thread("t")
+
+
+def test_a_record_cut_inside_its_headers_is_no_record_to_check_in_place():
+    """Where a checkpoint record's third part starts, for a record cut anywhere (a str8 header
+    without its length byte included): -1, never an IndexError, so the check falls back to the
+    record's parts and refuses it with IntegrityError."""
+    from redis_saver.core.integrity import _after_type
+
+    whole = b"\x9a" + b"\xd9\x24" + b"p" * 36 + b"\xd9\x05" + b"msgpk" + b"\xc0"
+    assert _after_type(whole) == len(whole) - 1
+    for cut in range(len(whole) - 1):
+        assert _after_type(whole[:cut]) == -1 or _after_type(whole[:cut]) <= cut
+    for raw in (b"\x9a\xa0\xd9", b"\x9a\xd9", b"\x9a\xa1x\xd9"):
+        assert _after_type(raw) == -1
