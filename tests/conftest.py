@@ -46,6 +46,24 @@ def pytest_configure(config: pytest.Config) -> None:
         redis_saver._shell.AUTO_PIPELINE = flag not in ("", "0", "false", "off")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failing test's report carries the state of every server the session started and is still
+    tracking (alive or its exit code, and its log's tail): a connection the server closed then shows
+    whether the server crashed, was killed or refused the client."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        from redis_saver.demo_server import _LIVE, _LIVE_LOCK
+
+        with _LIVE_LOCK:
+            servers = list(_LIVE.values())
+        for s in servers:
+            state = "alive" if s.alive() else f"exited with {s.proc.returncode}"
+            tail = "\n".join(s.log.splitlines()[-25:])
+            report.sections.append((f"server {s.host}:{s.port} ({state})", tail or "(no log)"))
+    return report
+
+
 # --------------------------------------------------------------------------- servers
 
 
