@@ -184,12 +184,15 @@ async def test_async_background_fill(redis8, prefix, monkeypatch):
     await a._asettle()
     vc = a._cfg.state.vcache
     assert vc.fills == 1 and not a._background
+    # the fill runs beside the first round's last query: on a loaded machine it can finish
+    # within that query's round trips and serve it, so the hits are counted from here
+    hits = vc.hits
     b.delete(NS, "k0")
     b.delete(NS, "k7")
     for q, kw in QUERIES:
         got = norm(await a.asearch(NS, query=q, **kw))
         assert got == norm(c.search(NS, query=q, **kw)) and not {"k0", "k7"} & {g[1] for g in got}
-    assert vc.hits == len(QUERIES) and vc.patches == 1 and vc.misses == 0
+    assert vc.hits - hits == len(QUERIES) and vc.patches == 1 and vc.misses == 0
     await ac.aclose()
     r.close()
 
