@@ -1162,7 +1162,7 @@ check_format_put()
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
 -- checkpoint would name values no longer stored; the blob mark is read with the fields the
--- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- blob plan reads, one HMGET, or alone when it reads none), its meta gone, or a loss an earlier version recorded; the
 -- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
