@@ -1,7 +1,7 @@
 """Shard capacity: the Redis server's time per graph step and per operation, side by side.
 
     python -m bench.shard [--rounds 6] [--threads 16] [--turns 12] [--async] [--stages N]
-    python -m bench.shard --ab REV [--rounds 20] [--threads 16] [--turns 12]
+    python -m bench.shard --ab REV [--rounds 20] [--threads 16] [--turns 12] [--run-ids]
 
 A Redis shard runs its commands on one core, so the server time a graph step costs sets how many
 steps per second one shard carries (1 / CPU per invoke). This measures it for redis_saver
@@ -593,13 +593,14 @@ def _library_at(rev: str) -> str:
                           capture_output=True, text=True).stdout
 
 
-def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
+def ab(rev: str, rounds: int, threads: int, turns: int, run_ids: bool = False) -> list[str]:
     """Script-level A/B: the function library commit ``rev`` built (A) and this checkout's (B), loaded
     on one server. Each graph's script calls (one thread, ``turns`` invokes, as the sync saver sends
     them) are replayed on ``threads`` fresh threads per side and round, call by call: every call of
     all threads of one side is one window, the sides alternate by call and round, and a window's
     script time is the ``INFO commandstats`` usec of FCALL. Per op and side: µs per call, medians of
-    the rounds (ranges), and the rounds' B/A ratios."""
+    the rounds (ranges), and the rounds' B/A ratios. ``run_ids``: each invoke's checkpoints carry a
+    run id in their metadata (as LangGraph's server sets it), so puts keep the run index."""
     from devkit.script_cuts import script_calls
     from redis_saver import RedisSaver
     from redis_saver.core import scripts as _scripts
@@ -625,7 +626,10 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
             g = build(saver)
             with script_calls(saver) as sent:
                 for t in range(turns):
-                    g.invoke(user_input(graph, "ab", t), {"configurable": {"thread_id": f"ab:cap:{graph}"}})
+                    cfg: dict[str, Any] = {"configurable": {"thread_id": f"ab:cap:{graph}"}}
+                    if run_ids:
+                        cfg["metadata"] = {"run_id": f"run-{graph}-{t}"}
+                    g.invoke(user_input(graph, "ab", t), cfg)
             captured[graph] = list(sent)
         keys = saver.keys
 
@@ -653,7 +657,8 @@ def ab(rev: str, rounds: int, threads: int, turns: int) -> list[str]:
                     res[graph, op].append(pair)
         r.close()
     out = [f"Script A/B on one server: A = the library at {rev} ({old_name}), B = this checkout's ({new.name}); "
-           f"{threads} threads x {turns} turns per graph, {rounds} rounds, sides alternating call by call; "
+           f"{threads} threads x {turns} turns per graph{', a run id per invoke' if run_ids else ''}, {rounds} "
+           "rounds, sides alternating call by call; "
            "FCALL µs per call (`INFO commandstats`) of each window (one call of every thread): medians and "
            "quartiles over the windows, and of the B / A ratios of the windows' pairs (a pair: one call of one "
            "round, both sides back to back; a window the machine's load hit is one outlier among many):", "",
@@ -748,6 +753,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run bench/where.py's stage cuts of put and put_writes (ROUNDS rounds)")
     ap.add_argument("--ab", metavar="REV", help="only the script A/B: the library commit REV built against "
                     "this checkout's, on one server (--rounds, --threads, --turns apply)")
+    ap.add_argument("--run-ids", action="store_true",
+                    help="with --ab: a run id in every invoke's metadata (as LangGraph's server sets it)")
     a = ap.parse_args(argv)
     load = os.getloadavg()
     t0 = time.perf_counter()
@@ -757,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.shard skipped: cannot start a redis-server ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
     if a.ab:
-        out = ab(a.ab, a.rounds, a.threads, a.turns)
+        out = ab(a.ab, a.rounds, a.threads, a.turns, a.run_ids)
         print(f"# Script A/B (load average {load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at the end; "
               f"{time.perf_counter() - t0:.0f} s)\n")
         print("\n".join(out))

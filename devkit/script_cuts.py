@@ -41,7 +41,7 @@ PUT_STAGES = [
     ("lost-key checks (one HMGET: the blob mark with the plan's stream records and directories), "
      "parent check, blob / stream plan", "-- Fencing: a namespace's head"),
     ("fencing (off: one comparison)", "-- validation done: writes start here"),
-    ("meta init, first-put marks", "apply_blobs(blobs)"),
+    ("meta init, first-put marks", "if blobs then\n  apply_blobs(blobs)"),
     ("writing blobs and stream frames (HSET, stream refs)", "local indexed = store_cp(ns_e, cid_e, raw, rec, entry"),
     ("storing the record, its indexes (HSETNX, HINCRBY, 2 ZADD)", "if new_head then"),
 ]

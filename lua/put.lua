@@ -60,13 +60,15 @@ check_format_put()
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
 -- checkpoint would name values no longer stored; the blob mark is read with the fields the
--- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- blob plan reads, one HMGET, or alone when it reads none), its meta gone, or a loss an earlier version recorded; the
 -- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
 local got, lost = nil, META_DMG
 if lost then
   lost = true
+elseif META_B == '1' and #reads[5] == 0 then
+  lost = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0  -- (no field for the plan to read)
 elseif META_B == '1' then
   local q = {BLOB_MARK}
   for _, f in ipairs(reads[5]) do q[#q + 1] = f end
@@ -87,8 +89,13 @@ if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and re
   return 4
 end
 
-local blobs = plan_blobs(reads, got, stream_args, ns_e)
-if not blobs then return 3 end
+-- a put whose blob records name no stream (plain values, the common case but for a growing
+-- channel) writes them as they come: the plan would be that, and its tables are not built
+local blobs = false
+if #reads[2] > 0 then
+  blobs = plan_blobs(reads, got, stream_args, ns_e)
+  if not blobs then return 3 end
+end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
 -- "h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
@@ -126,7 +133,12 @@ end
 -- validation done: writes start here
 init_meta(entry ~= '')
 mark_cps()
-apply_blobs(blobs)
+if blobs then
+  apply_blobs(blobs)
+elseif #reads[1] > 0 then
+  mark_blobs()
+  redis.call('HSET', K_BLOB, unpack(reads[1]))
+end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')

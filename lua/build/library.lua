@@ -1,4 +1,4 @@
-#!lua name=redis_saver_ad9edc15ceb19086
+#!lua name=redis_saver_e827c121db67035c
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -3204,13 +3204,15 @@ check_format_put()
 -- Lost keys (see _lib.lua): a thread that lost a key is forgotten whole before anything is
 -- planned against it. O(1) and cheap: its blob hash gone (the unchanged channels of this
 -- checkpoint would name values no longer stored; the blob mark is read with the fields the
--- blob plan reads, one HMGET), its meta gone, or a loss an earlier version recorded; the
+-- blob plan reads, one HMGET, or alone when it reads none), its meta gone, or a loss an earlier version recorded; the
 -- reads' counts catch the other losses (the next read then forgets the thread).
 -- Then a put that continues from a parent in a thread that holds no checkpoint is refused (4):
 -- its unchanged channels and its delta channels' history would be gone.
 local got, lost = nil, META_DMG
 if lost then
   lost = true
+elseif META_B == '1' and #reads[5] == 0 then
+  lost = redis.call('HEXISTS', K_BLOB, BLOB_MARK) == 0  -- (no field for the plan to read)
 elseif META_B == '1' then
   local q = {BLOB_MARK}
   for _, f in ipairs(reads[5]) do q[#q + 1] = f end
@@ -3231,8 +3233,13 @@ if parent ~= '' and redis.call('HEXISTS', K_CP, ns_e .. enc(parent)) == 0 and re
   return 4
 end
 
-local blobs = plan_blobs(reads, got, stream_args, ns_e)
-if not blobs then return 3 end
+-- a put whose blob records name no stream (plain values, the common case but for a growing
+-- channel) writes them as they come: the plan would be that, and its tables are not built
+local blobs = false
+if #reads[2] > 0 then
+  blobs = plan_blobs(reads, got, stream_args, ns_e)
+  if not blobs then return 3 end
+end
 
 -- Fencing: a namespace's head is the checkpoint its last fenced put stored (meta field
 -- "h"..e(ns), set with meta "fh" = "1"), while that checkpoint is still stored; otherwise (none
@@ -3270,7 +3277,12 @@ end
 -- validation done: writes start here
 init_meta(entry ~= '')
 mark_cps()
-apply_blobs(blobs)
+if blobs then
+  apply_blobs(blobs)
+elseif #reads[1] > 0 then
+  mark_blobs()
+  redis.call('HSET', K_BLOB, unpack(reads[1]))
+end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
   redis.call('HSET', K_META, 'h' .. ns_e, cid, 'fh', '1')
@@ -4313,30 +4325,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_ad9edc15ceb19086_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_e827c121db67035c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_e827c121db67035c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
