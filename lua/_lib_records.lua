@@ -214,6 +214,16 @@ local function hmget(key, fields)
 end
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+local function hset_all(key, flat)
+  local n = #flat
+  if n <= 2000 then return redis.call('HSET', key, unpack(flat)) end
+  local k = 0
+  for i = 1, n, 2000 do k = k + redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, n))) end
+  return k
+end
+
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 

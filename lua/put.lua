@@ -137,7 +137,7 @@ if blobs then
   apply_blobs(blobs)
 elseif #reads[1] > 0 then
   mark_blobs()
-  redis.call('HSET', K_BLOB, unpack(reads[1]))
+  hset_all(K_BLOB, reads[1])
 end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then

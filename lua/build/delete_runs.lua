@@ -193,6 +193,9 @@ local function hmget(key, fields)
 end
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
@@ -563,7 +566,7 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  hdel(K_BLOB, unpack(gone))
+  for i = 1, #gone, 1000 do hdel(K_BLOB, unpack(gone, i, math.min(i + 999, #gone))) end
 end
 
 -- delete blob fields, and the streams no remaining record names

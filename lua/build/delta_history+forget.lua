@@ -152,6 +152,9 @@ local function hmget(key, fields)
 end
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 

@@ -1,4 +1,4 @@
-#!lua name=redis_saver_e827c121db67035c
+#!lua name=redis_saver_ac85d652daf944e2
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -240,6 +240,16 @@ local function hmget(key, fields)
 end
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+local function hset_all(key, flat)
+  local n = #flat
+  if n <= 2000 then return redis.call('HSET', key, unpack(flat)) end
+  local k = 0
+  for i = 1, n, 2000 do k = k + redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, n))) end
+  return k
+end
+
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
@@ -855,7 +865,7 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  hdel(K_BLOB, unpack(gone))
+  for i = 1, #gone, 1000 do hdel(K_BLOB, unpack(gone, i, math.min(i + 999, #gone))) end
 end
 
 -- delete blob fields, and the streams no remaining record names
@@ -1047,13 +1057,13 @@ local function apply_blobs(plan)
     end
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
-  redis.call('HSET', K_BLOB, unpack(args))
+  hset_all(K_BLOB, args)
   -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
   local del = {}
   for _, fs in pairs(gone) do
     for _, f in ipairs(fs) do del[#del + 1] = f end
   end
-  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+  for i = 1, #del, 1000 do redis.call('HDEL', K_BLOB, unpack(del, i, math.min(i + 999, #del))) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end
@@ -3281,7 +3291,7 @@ if blobs then
   apply_blobs(blobs)
 elseif #reads[1] > 0 then
   mark_blobs()
-  redis.call('HSET', K_BLOB, unpack(reads[1]))
+  hset_all(K_BLOB, reads[1])
 end
 local indexed = store_cp(ns_e, cid_e, raw, rec, entry ~= '' and entry or nil)
 if new_head then
@@ -4325,30 +4335,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_e827c121db67035c_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_e827c121db67035c_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_e827c121db67035c_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_ac85d652daf944e2_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

@@ -148,6 +148,16 @@ local function hmget(key, fields)
 end
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+local function hset_all(key, flat)
+  local n = #flat
+  if n <= 2000 then return redis.call('HSET', key, unpack(flat)) end
+  local k = 0
+  for i = 1, n, 2000 do k = k + redis.call('HSET', key, unpack(flat, i, math.min(i + 1999, n))) end
+  return k
+end
+
 local function lo(p) return '[' .. p end
 local function hi(p) return '(' .. p .. '\255' end
 
@@ -462,7 +472,7 @@ local function stream_ref(dfield, n)
   end
   local gone = {dfield}
   for k = 4, #dir - 1, 2 do gone[#gone + 1] = dfield .. '\0' .. dir[k] end
-  hdel(K_BLOB, unpack(gone))
+  for i = 1, #gone, 1000 do hdel(K_BLOB, unpack(gone, i, math.min(i + 999, #gone))) end
 end
 
 -- delete blob fields, and the streams no remaining record names
@@ -640,13 +650,13 @@ local function apply_blobs(plan)
     end
   end
   for i = 1, #writes do args[#args + 1] = writes[i] end
-  redis.call('HSET', K_BLOB, unpack(args))
+  hset_all(K_BLOB, args)
   -- after the HSET (see "Slots that move" in _lib_thread.lua): the key keeps what it just got
   local del = {}
   for _, fs in pairs(gone) do
     for _, f in ipairs(fs) do del[#del + 1] = f end
   end
-  if #del > 0 then redis.call('HDEL', K_BLOB, unpack(del)) end
+  for i = 1, #del, 1000 do redis.call('HDEL', K_BLOB, unpack(del, i, math.min(i + 999, #del))) end
   for d, n in pairs(refs) do stream_ref(d, n) end
   for d, n in pairs(unrefs) do stream_ref(d, n) end
 end

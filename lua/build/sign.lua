@@ -150,6 +150,9 @@ end
 -- HMGET of any number of fields (one command per 1000 fields), the values in order
 
 -- lex range of every member that starts with the encoded prefix p
+-- HSET of any number of field-value pairs (one command per 1000 pairs): Lua's unpack() refuses
+-- ~8,000 values, and that error would come after the call's earlier writes
+
 
 -- e(cid) of the namespace's latest checkpoint (the greatest id), nil when it has none (the
 -- limit as strings: Redis formats a Lua number argument with snprintf on every call)
