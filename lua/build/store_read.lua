@@ -195,6 +195,10 @@ ARGV[3] number of reads, then each read, its code first:
       candidates a client found with VSIM (nil: not found as a scan finds items), if each
       namespace's set is still complete (at most 4096 items; writes since VSIM count as writes
       between a scan's pages do)
+  "A" e(prefix) dims M count ef query: a search from vector sets in approximate mode, in one
+      call: the namespaces as "V" lists them and, if each one's set was made with M (its count
+      "h<M>:..."), each set's VSIM FP32 query COUNT count EF ef (an HNSW search, on the server's
+      main thread) and the records and vectors of the items found (count at most 4096)
   "l" min max budget: a page of the live namespaces between the ZRANGE BYLEX bounds min and max
   "P": whether this server keeps vector sets for the store (a VCARD of a key of the shard
       answers: no error; an unknown command or one the caller's ACL refuses: no)
@@ -219,6 +223,10 @@ Returns one reply per read, in order:
        _store_lib.lua: "h<M>:<EF>:<number>" for a set made with M other than 4); {0 [SCAN]}: a scan
   "C": {1 [OK], record or nil, item_seq, {path, vector, ...}, ...} (3 per item, in order); {0 [SCAN]}: the
        sets changed (search by a scan)
+  "A": {1 [OK], nns, e(ns), ns_seq, count (x nns, as "V"), then per item found (once, live and
+       listed as a scan finds it): namespace number (1..nns), e(key), record, item_seq,
+       {path, vector, ...}}; {2 [EXACT], e(ns), ns_seq, count, ...} (as "V"'s OK) when a set was
+       made with another M (the client searches it exactly); {0 [SCAN]}: a scan
   "P": 1 [VECTOR_SETS] or 0 [NO_VECTOR_SETS]
 Errors: RS_BADARG, RS_SCHEMA
 ]]
@@ -244,6 +252,13 @@ for i = 1, n do
   elseif code == 'V' then
     width = 3
     st_int(ARGV[pos + 2], 'dims')
+  elseif code == 'A' then
+    width = 7
+    st_int(ARGV[pos + 2], 'dims')
+    st_int(ARGV[pos + 3], 'M')
+    local c = st_int(ARGV[pos + 4], 'count')
+    if c < 1 or c > VS_ITEMS then st_fail('RS_BADARG', 'bad count') end
+    st_int(ARGV[pos + 5], 'ef')
   elseif code == 'C' then
     local nns = st_int(ARGV[pos + 1], 'namespace count')
     if nns > VS_NAMESPACES then st_fail('RS_BADARG', 'too many namespaces') end
@@ -507,6 +522,58 @@ local function vs_candidates(p)
   return out
 end
 
+-- e(key) of a set element e(key) e(path): up to the first NUL that does not escape one
+local function vs_key(elem)
+  local at = 1
+  while true do
+    local i = string.find(elem, '%z', at)
+    if not i then return elem end
+    if string.byte(elem, i + 1) ~= 255 then return string.sub(elem, 1, i) end
+    at = i + 2
+  end
+end
+
+local function vs_approx(eprefix, dims, m, count, ef, query)
+  local listed = vs_namespaces(eprefix, dims)
+  if listed[1] ~= 1 then return listed end
+  local hp = 'h' .. m .. ':'
+  for i = 4, #listed, 3 do
+    if string.sub(listed[i], 1, #hp) ~= hp and st_vs_count(listed[i]) ~= 0 then
+      listed[1] = 2
+      return listed
+    end
+  end
+  local nns = (#listed - 1) / 3
+  local out = {1, nns}
+  for i = 2, #listed do out[#out + 1] = listed[i] end
+  local found = 0
+  for j = 1, nns do
+    local ens = listed[3 * j - 1]
+    local elems = {}
+    if st_vs_count(listed[3 * j + 1]) ~= 0 then
+      elems = redis.call('VSIM', base .. 's:' .. ens, 'FP32', query, 'COUNT', count, 'EF', math.max(ef, count))
+    end
+    local seen = {}
+    for _, elem in ipairs(elems) do
+      local ekey = vs_key(elem)
+      if not seen[ekey] and found < VS_ITEMS then
+        seen[ekey] = true
+        local rec = redis.call('GET', base .. 'i:' .. ens .. ekey)
+        local seq = rec and redis.call('ZSCORE', base .. 'k:' .. ens, ekey)
+        if seq then
+          found = found + 1
+          out[#out + 1] = j
+          out[#out + 1] = ekey
+          out[#out + 1] = rec
+          out[#out + 1] = seq
+          out[#out + 1] = redis.call('HGETALL', base .. 'v:' .. ens .. ekey)
+        end
+      end
+    end
+  end
+  return out
+end
+
 local function list(min, max, budget)
   budget = math.max(1, math.min(budget, MAX_BUDGET))
   local names = redis.call('ZRANGE', base .. 'n', min, max, 'BYLEX', 'LIMIT', 0, budget)
@@ -538,6 +605,9 @@ for i = 1, n do
     replies[i] = vs_namespaces(ARGV[p + 1], tonumber(ARGV[p + 2]))
   elseif code == 'C' then
     replies[i] = vs_candidates(p)
+  elseif code == 'A' then
+    replies[i] = vs_approx(ARGV[p + 1], tonumber(ARGV[p + 2]), ARGV[p + 3], tonumber(ARGV[p + 4]),
+      tonumber(ARGV[p + 5]), ARGV[p + 6])
   elseif code == 'P' then
     replies[i] = pcall(redis.call, 'VCARD', base .. 's:') and 1 or 0
   elseif code == 'c' then

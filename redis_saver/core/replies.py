@@ -97,10 +97,12 @@ class StoreCache(IntEnum):
 
 
 class StoreSets(IntEnum):
-    """store_read "V" (the namespaces' vector sets) and "C" (the candidates' records)."""
+    """store_read "V" (the namespaces' vector sets), "C" (the candidates' records) and "A" (both,
+    after VSIM, in approximate mode)."""
 
     OK = 1
     SCAN = 0  # a namespace without a complete set, or the sets changed: search by a scan
+    EXACT = 2  # "A": a set made with another M than asked: the client searches it exactly
 
 
 class StoreProbe(IntEnum):

@@ -40,8 +40,12 @@ store makes get VADD ``M m EF ef_construction`` (marked "h<M>:<EF>:" in their co
 namespace whose set was made with ``M m`` is searched in its HNSW graph: one ``VSIM ... COUNT
 <keep + slack> EF max(ef_search, COUNT)`` without ``TRUTH``, whose candidates are scored and
 ranked exactly as above (the scores and order are exact; which items are found is not: no
-bound, no second round). A namespace whose set has another M (made before, by a store in
-exact mode) is searched exactly as above.
+bound, no second round). That search is one round trip: a ``store_read`` "A" read lists the
+sets, runs each one's VSIM inside the script (on the server's main thread: an HNSW search at
+``ef_search`` is short) and returns the records and vectors of the items found; the client
+scores them (float64 over the few candidates' float32 values, ``_semantics.best_scores``). A
+namespace whose set has another M (made before, by a store in exact mode) makes the "A" read
+answer as "V" does, and the search goes on exactly as above.
 """
 
 from __future__ import annotations
@@ -154,6 +158,10 @@ class VsetSearch:
 
     def request(self) -> list[bytes] | None:
         if self.phase == "list":
+            if self.ann is not None:  # approximate mode: sets, VSIM and records in one call
+                ef = max(self.ann[2], self.ann_count)
+                return [b"A", self.eprefix, str(self.dims).encode(), str(self.ann[0]).encode(),
+                        str(self.ann_count).encode(), str(ef).encode(), self.qblob]
             return [b"V", self.eprefix, str(self.dims).encode()]
         if self.phase == "fetch":
             args = [b"C", str(len(self.spaces)).encode()]
@@ -167,7 +175,10 @@ class VsetSearch:
     def feed(self, reply: Any) -> None:
         if not isinstance(reply, list) or not reply:
             raise MalformedReplyError(f"store_read replied {reply!r:.80}")
-        if reply[0] != StoreSets.OK:
+        if reply[0] == StoreSets.OK and self.phase == "list" and self.ann is not None:
+            self._feed_approx(reply)
+            return
+        if reply[0] != StoreSets.OK and not (reply[0] == StoreSets.EXACT and self.phase == "list"):
             self.failed = True
             return
         if self.phase == "list":
@@ -192,6 +203,31 @@ class VsetSearch:
             if rec and best[i] is not None:
                 self.scored[(ens, ekey)] = (float(best[i]), self.spaces[ens][0], int(float(seq)), rec)  # type: ignore[arg-type]
         self.pending = []
+        self._decide()
+
+    def _feed_approx(self, reply: list[Any]) -> None:
+        """An "A" reply: the namespaces, and the items VSIM found in each (every set made with
+        this store's M): scored and ranked as a "C" reply's."""
+        nns = int(reply[1])
+        at = 2 + 3 * nns
+        if len(reply) < at or (len(reply) - at) % 5:
+            raise MalformedReplyError(f"store_read replied {len(reply)} entries for {nns} namespaces")
+        names = reply[2:at:3]
+        for i in range(2, at, 3):
+            ens, seq, count = reply[i : i + 3]
+            self.spaces[ens] = (int(seq), count)
+            self.approx.add(ens)
+        if not self.spaces:
+            self.failed = True  # nothing scored under the prefix: a scan's answer (cheap)
+            self.phase = "done"
+            return
+        rows = reply[at:]
+        best = sem.best_scores(self.qv, [(v or [])[1::2] for v in rows[4::5]])
+        for j, ekey, rec, seq, sc in zip(rows[0::5], rows[1::5], rows[2::5], rows[3::5], best, strict=True):
+            if sc is not None:
+                ens = names[int(j) - 1]
+                self.scored[(ens, ekey)] = (float(sc), self.spaces[ens][0], int(float(seq)), rec)
+        self.rounds += 1
         self._decide()
 
     def pipe(self) -> Pipe | None:

@@ -61,9 +61,10 @@ def load(s, ns, keys):
 
 @pytest.fixture
 def vsim_calls(monkeypatch):
-    """Every VSIM command a search sends (the pipelines of _vset.VsetSearch.pipe)."""
+    """Every VSIM command a search sends (the pipelines of _vset.VsetSearch.pipe), and the VSIM
+    an approximate search's "A" read asks the script to run, as the command it runs."""
     calls: list[tuple] = []
-    pipe = _vset.VsetSearch.pipe
+    pipe, request = _vset.VsetSearch.pipe, _vset.VsetSearch.request
 
     def spy(self):
         p = pipe(self)
@@ -71,8 +72,22 @@ def vsim_calls(monkeypatch):
             calls.extend(p.commands)
         return p
 
+    def spy_request(self):
+        args = request(self)
+        if args is not None and args[0] == b"A":  # A e(prefix) dims M count ef query
+            calls.append(("VSIM", args[1], "FP32", args[6], "COUNT", int(args[4]), "EF", int(args[5])))
+        return args
+
     monkeypatch.setattr(_vset.VsetSearch, "pipe", spy)
+    monkeypatch.setattr(_vset.VsetSearch, "request", spy_request)
     return calls
+
+
+def calls_of(client, *names):
+    """How many times the server ran each command so far (INFO commandstats; a script's own
+    commands included)."""
+    stats = {k.lower(): v for k, v in client.info("commandstats").items()}  # (modules' are upper case)
+    return [int(stats.get(f"cmdstat_{n}", {}).get("calls", 0)) for n in names]
 
 
 def hnsw_m(client, key) -> int:
@@ -141,6 +156,27 @@ def test_recall_and_exact_scores_at_defaults(r8, prefix, vsim_calls):
     assert vsim_calls and all(c[-2] == "EF" and c[-1] == 100 and "TRUTH" not in c for c in vsim_calls)
 
 
+def test_approximate_search_is_one_call(r8, prefix, vsim_calls):
+    """An approximate search of two namespaces is one script call, whose VSIMs run inside it
+    (none sent by the client), and answers with exact scores in a scan's order."""
+    s, exact = store(r8, prefix), scan(r8, prefix)
+    keys = list(VECS)[:1200]
+    load(s, ("o", "a"), keys[:600])
+    load(s, ("o", "b"), keys[600:])
+    for q, qv in list(QUERIES.items())[:5]:
+        before = calls_of(r8, "fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "vsim")
+        got = s.search(("o",), query=q, limit=10, offset=1)
+        after = calls_of(r8, "fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval", "vsim")
+        delta = [a - b for a, b in zip(after, before, strict=True)]
+        assert sum(delta[:5]) == 1 and delta[5] == 2, delta
+        want = exact.search(("o",), query=q, limit=10, offset=1)
+        assert [x.score for x in got] == exact_scores(got, qv)
+        assert len(got) == 10 and len({x.key for x in got} & {x.key for x in want}) >= 8
+        assert [x.score for x in got] == sorted((x.score for x in got), reverse=True)
+    assert s._cfg.state.vset_stats == {"hits": 5, "scans": 0}
+    assert len(vsim_calls) == 5 and all(c[0] == "VSIM" and c[-1] == 100 for c in vsim_calls)
+
+
 def test_sets_of_another_m_are_searched_exactly(r8, prefix, vsim_calls):
     """A set made by an exact-mode store (M 4) is searched exactly by an approximate store, and
     each store of this release writes into the other's sets with their own M (no refusal)."""
@@ -158,7 +194,8 @@ def test_sets_of_another_m_are_searched_exactly(r8, prefix, vsim_calls):
         got = ann.search(("x",), query=q, limit=10, offset=2)
         want = exact.search(("x",), query=q, limit=10, offset=2)
         assert [(x.key, x.score) for x in got] == [(x.key, x.score) for x in want]
-        assert vsim_calls and all("TRUTH" in c for c in vsim_calls)
+        # the "A" read found a set of another M (no VSIM run), then the exact search's VSIMs
+        assert vsim_calls[0][-2] == "EF" and vsim_calls[1:] and all("TRUTH" in c for c in vsim_calls[1:])
         # the exact-mode store searches the M 16 set exactly
         vsim_calls.clear()
         got = plain.search(("y",), query=q, limit=10)
