@@ -266,7 +266,7 @@ def _types(r: Any, prefix: str, thread: str) -> tuple[list[bytes], list[bytes]]:
     """The type parts of a thread's stored checkpoint records and value records."""
     cps = [redis_saver.core.codec.checkpoint_head(v)[1] for v in r.hvals(f"{prefix}:{{{thread}}}:cp")]
     blobs = []
-    for f, v in r.hgetall(f"{prefix}:{{{thread}}}:blob").items():
+    for v in r.hvals(f"{prefix}:{{{thread}}}:blob"):
         try:
             t, _ = redis_saver.core.codec.unpack_blob(v)
         except Exception:  # a stream's directory or frame
