@@ -7,17 +7,27 @@ and write index). A reader checks the tag before anything is decompressed (value
 are or as one zstd frame) or deserialized (stream values: their bytes are put together from the
 stream first, then checked), and raises ``IntegrityError`` on a mismatch or a missing tag.
 
-Where the tag lives: in the serde type part of the record, right after the serializer's type
-name (which never holds ``\\x1f``) and before the encoding marks: ``type + MARK + tag + marks``.
-The Lua scripts read no type but a channel value's trailing marks, so they see nothing new (a
-channel value's tag is base64url text, ``TEXT_TAG``, so its type never ends in a mark by chance;
-a write's and a checkpoint's are bytes); a build without this module hands the marked type to
-its serializer, which refuses it (never a silent misread).
-A checkpoint record's type holds two tags (``CP_TAG``): one over the record, one over the record
-with an empty parent id, so that prune may clear the parent of a checkpoint it keeps (a reader
-checks one of them; clearing a parent is what deleting the ancestors does anyway). A reader
-checks a record over its bytes after the type as stored; one that prune's Lua packed again (other
-string headers) over its parts packed again as this client packs them.
+Where the tag lives: in the serde type part of the record (the serializer's type name never
+holds ``\\x1f``), so the Lua scripts, which read no type but a channel value's trailing marks,
+see nothing new; a build without this module hands the marked type to its serializer, which
+refuses it (never a silent misread).
+
+- a channel value: its tag's 16 bytes before its type, ``VALUE_MARK + tag + type + marks``
+  (the type's last bytes stay its marks: a stream record's is read by its last two); an empty
+  type, which no serializer gives, gets the earlier form.
+- a checkpoint record: two tags (``CP_TAG``) after its type name, ``type + CP_MARK + tags +
+  marks``: one over the record, one over the record with an empty parent id, so that prune may
+  clear the parent of a checkpoint it keeps (a reader checks one of them; clearing a parent is
+  what deleting the ancestors does anyway). Both hash the checkpoint id, then the record's bytes
+  after its parent, then the parent (the second an empty one), so a put hashes the record once
+  and copies the hash for the second tag. A reader checks a record over its bytes after the type
+  as stored; one that prune's Lua packed again (other string headers) over its parts packed
+  again as this client packs them.
+- a pending write, a store item, a cache entry (and both of the above as builds up to df11781
+  wrote them, which still verify in place): ``type + MARK + tag + marks``, the tag as bytes (a
+  write's), as base64url text (``TEXT_TAG``: a value's and a store item's, whose types must not
+  end in a mark by chance), a checkpoint record's two tags each over the whole record with its
+  parent or an empty one. Those builds refuse the newer forms (as untagged).
 
 Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``,
 ``Integrity.place``), each tag copies it and hashes the rest of its place and its bytes; a put
