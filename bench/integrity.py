@@ -1,13 +1,15 @@
 """What ``integrity_key`` costs: put / get_tuple p50 and p99 with and without a key, side by side
 in one run on one local redis-server, and the bytes each stored record gains.
 
-    python bench/integrity.py [--samples 2000] [--turns 20]
+    python bench/integrity.py [--samples 2000] [--turns 20] [--other-reader]
 
 Starts its own redis-server (devkit/servers.py). Each sample extends one chat thread per variant
 by one checkpoint (a growing message list, stored as a stream, and two small channels), then
 reads its latest checkpoint back; the variants alternate, order flipped every sample, so drift
 and server noise hit both alike. Each thread is restarted every ``turns`` checkpoints, so the
-message list stays chat-sized. Target: with a key <= 1.05x without (p50), and at most 32 bytes
+message list stays chat-sized. ``--other-reader``: each variant's reads are made by a second
+saver (same key), as another worker reads them: it remembers nothing it signed, so it checks
+every tag by its MAC. Target: with a key <= 1.05x without (p50), and at most 32 bytes
 more per stored record.
 """
 
@@ -33,8 +35,9 @@ from redis_saver import RedisSaver  # noqa: E402
 
 
 class Chat:
-    def __init__(self, saver: RedisSaver, name: str) -> None:
+    def __init__(self, saver: RedisSaver, name: str, reader: RedisSaver | None = None) -> None:
         self.saver, self.name, self.round, self.n = saver, name, 0, 0
+        self.reader = saver if reader is None else reader
         self.messages: list = []
         self.parent = None
 
@@ -62,7 +65,7 @@ class Chat:
 
     def get(self) -> float:
         c0, t0 = time.thread_time(), time.perf_counter()
-        got = self.saver.get_tuple({"configurable": {"thread_id": f"{self.name}-{self.round}"}})
+        got = self.reader.get_tuple({"configurable": {"thread_id": f"{self.name}-{self.round}"}})
         dt, dc = time.perf_counter() - t0, time.thread_time() - c0
         assert got is not None and len(got.checkpoint["channel_values"]["messages"]) == len(self.messages)
         return dt, dc
@@ -81,12 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument("--other-reader", action="store_true", help="reads by a second saver (another worker)")
     args = ap.parse_args(argv)
     with start_standalone() as srv:
         r = redis.Redis.from_url(srv.url, **client_kwargs(5.0, 5.0))
+        key, other = os.urandom(32), args.other_reader
         chats = {
-            "no key": Chat(RedisSaver(r, prefix="plain"), "c"),
-            "key": Chat(RedisSaver(r, prefix="keyed", integrity_key=os.urandom(32)), "c"),
+            "no key": Chat(RedisSaver(r, prefix="plain"), "c", RedisSaver(r, prefix="plain") if other else None),
+            "key": Chat(RedisSaver(r, prefix="keyed", integrity_key=key), "c",
+                        RedisSaver(r, prefix="keyed", integrity_key=key) if other else None),
         }
         for c in chats.values():  # warm up: scripts loaded, caches filled
             for _ in range(args.turns):
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 puts[k].append(c.put())
                 gets[k].append(c.get())
         gc.enable()
-        print(f"{args.samples} samples, threads of {args.turns} checkpoints, load {os.getloadavg()[0]:.2f}")
+        print(f"{args.samples} samples, threads of {args.turns} checkpoints, load {os.getloadavg()[0]:.2f}"
+              + (", reads by another saver" if other else ""))
         print("wall time, then the client's CPU time (time.thread_time) of each call")
         print("| | put p50 | put p99 | get_tuple p50 | get_tuple p99 | put CPU p50 | get_tuple CPU p50 |")
         print("|---|---|---|---|---|---|---|")

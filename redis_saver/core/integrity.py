@@ -7,17 +7,27 @@ and write index). A reader checks the tag before anything is decompressed (value
 are or as one zstd frame) or deserialized (stream values: their bytes are put together from the
 stream first, then checked), and raises ``IntegrityError`` on a mismatch or a missing tag.
 
-Where the tag lives: in the serde type part of the record, right after the serializer's type
-name (which never holds ``\\x1f``) and before the encoding marks: ``type + MARK + tag + marks``.
-The Lua scripts read no type but a channel value's trailing marks, so they see nothing new (a
-channel value's tag is base64url text, ``TEXT_TAG``, so its type never ends in a mark by chance;
-a write's and a checkpoint's are bytes); a build without this module hands the marked type to
-its serializer, which refuses it (never a silent misread).
-A checkpoint record's type holds two tags (``CP_TAG``): one over the record, one over the record
-with an empty parent id, so that prune may clear the parent of a checkpoint it keeps (a reader
-checks one of them; clearing a parent is what deleting the ancestors does anyway). A reader
-checks a record over its bytes after the type as stored; one that prune's Lua packed again (other
-string headers) over its parts packed again as this client packs them.
+Where the tag lives: in the serde type part of the record (the serializer's type name never
+holds ``\\x1f``), so the Lua scripts, which read no type but a channel value's trailing marks,
+see nothing new; a build without this module hands the marked type to its serializer, which
+refuses it (never a silent misread).
+
+- a channel value: its tag's 16 bytes before its type, ``VALUE_MARK + tag + type + marks``
+  (the type's last bytes stay its marks: a stream record's is read by its last two); an empty
+  type, which no serializer gives, gets the earlier form.
+- a checkpoint record: two tags (``CP_TAG``) after its type name, ``type + CP_MARK + tags +
+  marks``: one over the record, one over the record with an empty parent id, so that prune may
+  clear the parent of a checkpoint it keeps (a reader checks one of them; clearing a parent is
+  what deleting the ancestors does anyway). Both hash the checkpoint id, then the record's bytes
+  after its parent, then the parent (the second an empty one), so a put hashes the record once
+  and copies the hash for the second tag. A reader checks a record over its bytes after the type
+  as stored; one that prune's Lua packed again (other string headers) over its parts packed
+  again as this client packs them.
+- a pending write, a store item, a cache entry (and both of the above as builds up to df11781
+  wrote them, which still verify in place): ``type + MARK + tag + marks``, the tag as bytes (a
+  write's), as base64url text (``TEXT_TAG``: a value's and a store item's, whose types must not
+  end in a mark by chance), a checkpoint record's two tags each over the whole record with its
+  parent or an empty one. Those builds refuse the newer forms (as untagged).
 
 Cost: a place's head (kind, thread, namespace) is hashed once per key and kept (``Integrity.at``,
 ``Integrity.place``), each tag copies it and hashes the rest of its place and its bytes; a put
@@ -46,6 +56,11 @@ TAG = 16  # bytes of a value's or write's tag
 PARENT_TAG = 12  # bytes of a checkpoint's parent tag
 CP_TAG = TAG + PARENT_TAG
 MIN_KEY = 32
+# the tag formats of checkpoint records and channel values since they were made cheaper (the
+# earlier ones, ``MARK``'s, are still read): a checkpoint record's two tags hash its bytes once
+# (``CP_MARK``), a value's tag is stored as bytes before its type (``VALUE_MARK``)
+CP_MARK = b"\x1fj"
+VALUE_MARK = b"\x1fb"
 
 KeyArg = Any  # bytes, or a sequence of bytes (the first signs, each verifies)
 
@@ -75,6 +90,42 @@ def split_type(type_: bytes, n: int = TAG) -> tuple[bytes, bytes | None]:
     if i < 0 or type_[i + 1 : i + 2] != b"k" or len(type_) < i + 2 + n:
         return type_, None
     return type_[:i] + type_[i + 2 + n :], type_[i + 2 : i + 2 + n]
+
+
+def split_cp(type_: bytes) -> tuple[bytes, bytes | None, bool]:
+    """(a checkpoint record's type without its tags, its tags or None, whether they are of
+    ``CP_MARK``'s format rather than ``MARK``'s)."""
+    i = type_.find(b"\x1f")
+    if i < 0 or len(type_) < i + 2 + CP_TAG:
+        return type_, None, False
+    m = type_[i + 1 : i + 2]
+    if m != b"j" and m != b"k":
+        return type_, None, False
+    return type_[:i] + type_[i + 2 + CP_TAG :], type_[i + 2 : i + 2 + CP_TAG], m == b"j"
+
+
+def join_cp(type_: bytes, tags: bytes) -> bytes:
+    """A checkpoint record's type with its tags (``Integrity.cp_tags``) after its name."""
+    i = type_.find(b"\x1f")
+    return type_ + CP_MARK + tags if i < 0 else type_[:i] + CP_MARK + tags + type_[i:]
+
+
+def split_value(type_: bytes) -> tuple[bytes, bytes | None, bool]:
+    """(a value's type without its tag, the tag or None, whether it is stored as bytes before
+    the type, ``VALUE_MARK``, rather than as base64url text after its name, ``MARK``)."""
+    if type_[:2] == VALUE_MARK and len(type_) > 2 + TAG:
+        return type_[2 + TAG :], type_[2 : 2 + TAG], True
+    i = type_.find(b"\x1f")
+    if i < 0 or type_[i + 1 : i + 2] != b"k" or len(type_) < i + 2 + TEXT_TAG:
+        return type_, None, False
+    return type_[:i] + type_[i + 2 + TEXT_TAG :], type_[i + 2 : i + 2 + TEXT_TAG], False
+
+
+def join_value(type_: bytes, tag: bytes) -> bytes:
+    """A value's type with its tag: the tag's bytes before it (``VALUE_MARK``). The scripts read
+    a value's type by its last two bytes, so an empty type (no serializer's) gets the tag as
+    text after it instead (``join_text``): the bytes of a tag never end a type."""
+    return VALUE_MARK + tag + type_ if type_ else join_text(type_, tag)
 
 
 def join_type(type_: bytes, tag: bytes) -> bytes:
@@ -138,6 +189,24 @@ class At:
                 ):
                     return
         raise IntegrityError(_what(text, (*self.head, ch, version, type_)))
+
+    def check_value(
+        self, tag: bytes | None, binary: bool, ch: str, version: Any, type_: bytes, data: bytes
+    ) -> None:
+        """``check`` of a value's tag as ``split_value`` found it: bytes (``VALUE_MARK``:
+        compared as they are) or text (``check_text``)."""
+        if not binary:
+            self.check_text(tag, ch, version, type_, data)
+            return
+        if tag is not None and len(tag) == TAG:
+            packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
+            for base in self._hs:
+                h = base.copy()
+                h.update(packed)
+                h.update(data)
+                if hmac.compare_digest(h.digest(), tag):
+                    return
+        raise IntegrityError(_what(tag, (*self.head, ch, version, type_)))
 
     def verifies(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> bool:
         """Whether ``tag`` is ``data``'s at ``head + rest`` under one of the keys."""
@@ -221,27 +290,28 @@ class Integrity:
     # ---- checkpoint records -----------------------------------------------------------
     def signed_cp(self, thread_id: str, ns: str, cid: str, parts: Sequence[Any]) -> bytes:
         """A checkpoint record (``codec.checkpoint_record``) of ``parts`` (CP order, the type
-        without tags) with its two tags in its type: over its parts with its parent, then over
-        them with an empty parent (the record once prune cleared its parent). The record is
-        packed once: what the tags cover is its bytes after the parent (its type, then the
-        rest), and it gets its tagged type in place of its type."""
+        without tags) with its two tags in its type (``CP_MARK``): over its parts with its
+        parent, then over them with an empty parent (the record once prune cleared its parent).
+        The record is packed once: what the tags cover is its checkpoint id, its bytes after the
+        parent (its type, then the rest), then its parent, so the two tags hash those bytes once
+        (the second is a copy of the first taken before the parent); it gets its tagged type in
+        place of its type."""
         pk = getattr(_local, "packer", None) or packer()
         record: bytes = pk.pack(parts)
         pparent, type_ = pk.pack(parts[0]), parts[1]
         a = 1 + len(pparent)  # the record: array header, parent, type, rest
         b = a + len(pk.pack(type_))
         body, pcid = record[a:], pk.pack(cid)
-        pl = self.place(thread_id, ns)
-        at = pl.c
+        at = self.place(thread_id, ns).c
         h = at._hs[0].copy()
-        h.update(pcid + pparent + b"\x99")  # (cid, parent), then the array header of the parts after it
+        h.update(pcid + b"\x99")  # the cid, then the array header of the parts after the parent
         h.update(body)
-        h2 = pl.c2._hs[0].copy()
-        h2.update(pcid + b"\xa0\x99")  # (cid, b"")
-        h2.update(body)
-        tags = h.digest() + h2.digest()
+        h2 = h.copy()
+        h.update(pparent)
+        h2.update(b"\xa0")  # an empty parent
+        tags = h.digest() + h2.digest()[:PARENT_TAG]
         i = type_.find(b"\x1f")
-        tagged = type_ + MARK + tags if i < 0 else type_[:i] + MARK + tags + type_[i:]
+        tagged = type_ + CP_MARK + tags if i < 0 else type_[:i] + CP_MARK + tags + type_[i:]
         out: bytes = record[:a] + pk.pack(tagged) + record[b:]
         if len(out) <= MINE_MAX:
             at.mine[None] = (cid, out)
@@ -251,12 +321,25 @@ class Integrity:
 
     def cp_tags(self, where: Sequence[Any], parts: Sequence[Any], parent: bytes | str) -> bytes:
         """A checkpoint record's two tags (``parts``: CP order, the type without tags; ``where``:
-        kind, thread, namespace, checkpoint id), as ``signed_cp`` puts them in its type."""
-        content = _content(parts)
-        return self.tag((*where, parent), content) + self.tag((*where, b""), content, PARENT_TAG)
+        kind, thread, namespace, checkpoint id), as ``signed_cp`` puts them in its type (joined
+        with ``join_cp``)."""
+        pk = getattr(_local, "packer", None) or packer()
+        h = self.place(where[1], where[2]).c._hs[0].copy()
+        h.update(pk.pack(where[3]))
+        h.update(_content(parts))
+        h2 = h.copy()
+        h.update(pk.pack(parent))
+        h2.update(b"\xa0")
+        out: bytes = h.digest() + h2.digest()[:PARENT_TAG]
+        return out
 
     def check_cp(
-        self, tags: bytes | None, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None = None
+        self,
+        tags: bytes | None,
+        where: Sequence[Any],
+        parts: Sequence[Any],
+        raw: bytes | None = None,
+        joint: bool = False,
     ) -> None:
         """Check a stored checkpoint record's tags (``parts``: as read, the type without tags;
         ``raw``: the record they were read from): one MAC, the first tag's, or with an empty
@@ -264,7 +347,8 @@ class Integrity:
         (nothing packed again) when this client packed them; a record prune's Lua packed again
         (other string headers) is checked over its parts packed as this client packs them.
         The record this saver signed last at that place, read back as it signed it, verifies
-        without a MAC (``At.mine``: the same bytes at the same place give the same tags)."""
+        without a MAC (``At.mine``: the same bytes at the same place give the same tags).
+        ``joint``: the tags are of ``CP_MARK``'s format (``split_cp``), else of ``MARK``'s."""
         if tags is None or len(tags) != CP_TAG:
             raise IntegrityError(_what(None, where))
         parent, cid = parts[0], where[3]
@@ -274,6 +358,9 @@ class Integrity:
             mine = at.mine.get(None)
             if mine is not None and mine[1] == raw and mine[0] == cid:
                 return
+        if joint:
+            self._check_joint(tags, where, parts, raw)
+            return
         if parent:
             tag, rest = tags[:TAG], (cid, parent)
         else:  # the ancestors were pruned (or deleted): see the module's doc
@@ -291,6 +378,31 @@ class Integrity:
                 if hmac.compare_digest(h.digest(), tag):
                     return
         at.check(tag, rest, _content(parts))
+
+    def _check_joint(self, tags: bytes, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None) -> None:
+        """``check_cp`` of tags of ``CP_MARK``'s format: one MAC, over the checkpoint id, the
+        record's bytes after its parent, then its parent (an empty one: the second tag's)."""
+        parent, cid = parts[0], where[3]
+        at = self.place(where[1], where[2]).c
+        pk = getattr(_local, "packer", None) or packer()
+        if parent:
+            tag, n, last = tags[:TAG], TAG, pk.pack(parent)
+        else:
+            tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
+        end = -1 if raw is None else _after_type(raw)
+        if raw is not None and end > 0:
+            # the bytes as stored, hashed in place: the cid, the array header, the type, the rest
+            pre, tail = pk.pack(cid) + b"\x99" + pk.pack(parts[1]), raw[end:]
+        else:  # (packed again as this client packs them: the same bytes, whoever packed them)
+            pre, tail = pk.pack(cid), _content(parts)
+        for base in at._hs:
+            h = base.copy()
+            h.update(pre)
+            h.update(tail)
+            h.update(last)
+            if hmac.compare_digest(h.digest()[:n], tag):
+                return
+        raise IntegrityError(_what(tag, (*where, parent)))
 
 
 def _after_type(raw: bytes) -> int:

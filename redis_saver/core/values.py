@@ -489,10 +489,17 @@ def decode_streams(
             if not frames:
                 out[sid] = base if base.frames == n else Stream(sid, base.raw, n, base.hashed)
                 continue
-            raw = base.raw + b"".join([decompress(f) for f in frames])
+            new = b"".join([decompress(f) for f in frames])
+            raw = base.raw + new
             if len(raw) != int(dir_[0]):
                 raise MalformedReplyError(f"stream {sid!r}: {len(raw)} bytes, directory says otherwise")
-            out[sid] = Stream(sid, raw, n)
+            # the held stream's running hash (integrity_key: ``stream_covered``), taken on over
+            # the new bytes only: a reader of a growing stream hashes each byte once
+            h = base.hashed
+            if h is not None:
+                h = h.copy()
+                h.update(new)
+            out[sid] = Stream(sid, raw, n, h)
             continue
         known = cache.stream(thread_id, sid) if cache is not None else None
         if known is not None and len(known.raw) == int(dir_[0]) and known.frames == len(frames):

@@ -177,3 +177,37 @@ def test_a_record_cut_inside_its_headers_is_no_record_to_check_in_place():
         assert _after_type(whole[:cut]) == -1 or _after_type(whole[:cut]) <= cut
     for raw in (b"\x9a\xa0\xd9", b"\x9a\xd9", b"\x9a\xa1x\xd9"):
         assert _after_type(raw) == -1
+
+
+def test_tag_forms_split_as_they_were_joined() -> None:
+    """A value's tag as bytes before its type, or (an empty type, which the scripts would take
+    the tag's last bytes for marks of) as text after it; a checkpoint record's tags of both
+    forms; the earlier value form still split; an untagged type has none."""
+    from redis_saver.core.integrity import (
+        CP_TAG,
+        MARK,
+        TAG,
+        join_cp,
+        join_text,
+        join_type,
+        join_value,
+        split_cp,
+        split_text,
+        split_value,
+    )
+
+    tag = bytes(range(0x1F, 0x1F + TAG))  # holds \x1f and ends with bytes a mark could start with
+    for t in (b"msgpack", b"msgpack\x1fs", b"json\x1fz"):
+        joined = join_value(t, tag)
+        assert joined.endswith(t) and split_value(joined) == (t, tag, True)
+        old = join_text(t, tag)  # the earlier form: base64url text after the type name
+        got = split_value(old)
+        assert got[0] == t and got[1] is not None and not got[2] and split_text(old) == (t, tag)
+        assert split_value(t) == (t, None, False)
+    empty = join_value(b"", tag)
+    assert empty.startswith(MARK) and split_text(empty) == (b"", tag)
+    tags = bytes(range(CP_TAG))
+    for t in (b"msgpack", b"msgpack\x1fv", b"msgpack\x1fv\x1fz"):
+        assert split_cp(join_cp(t, tags)) == (t, tags, True)
+        assert split_cp(join_type(t, tags)) == (t, tags, False)
+        assert split_cp(t) == (t, None, False)

@@ -235,3 +235,61 @@ def test_a_thread_written_without_a_key_is_refused_with_one(kind: str, redis_url
         list(keyed.list({"configurable": {"thread_id": "old"}}))
     close_sync(writer, keyed)
     r.close()
+
+
+def test_a_reader_holding_a_stream_checks_the_bytes_appended_since(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker's saver holds a growing value's stream from its last read: its next read
+    gets only the frames appended since and checks the value over the held bytes and the new
+    ones (the held running hash taken on over the new bytes). Read untouched, it is what was
+    written; a new frame replaced by another valid frame of as many bytes is refused."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from redis_saver.core import values as values_
+
+    r = redis.Redis.from_url(redis_url)
+    writer = redis_saver.RedisSaver(r, prefix=prefix, integrity_key=KEY)
+    readers = [redis_saver.RedisSaver(r, prefix=prefix, integrity_key=KEY) for _ in range(2)]
+    parent = None
+
+    def put(n: int) -> list[str]:
+        nonlocal parent
+        cp, v = empty_checkpoint(), f"{n:08d}"
+        msgs = [f"message {i} " * 20 for i in range(n)]
+        cp["channel_values"], cp["channel_versions"] = {"messages": msgs}, {"messages": v}
+        conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
+        if parent:
+            conf["checkpoint_id"] = parent
+        writer.put({"configurable": conf}, cp, {"source": "loop", "step": n}, {"messages": v})
+        parent = cp["id"]
+        return msgs
+
+    cfg = {"configurable": {"thread_id": "t"}}
+    for n in range(2, 6):
+        msgs = put(n)
+    for reader in readers:
+        got = reader.get_tuple(cfg)
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == msgs
+    blob = f"{prefix}:{{t}}:blob"
+    # (a frame's field: e(ns) e(channel) "\0" sid "\0" number, each e() ending in a NUL)
+    frames = lambda: {f: v for f, v in r.hgetall(blob).items() if f.count(b"\0") == 4}  # noqa: E731
+    before = frames()
+    msgs = put(6)
+    new = {f: v for f, v in frames().items() if f not in before}
+    assert len(new) == 1 and len(before) >= 3  # one frame appended to a stream of several
+    (f, v), = new.items()
+    raw = values_.decompress(v)
+    forged = raw.replace(b"message", b"massage", 1)
+    assert forged != raw and len(forged) == len(raw)
+    r.hset(blob, f, values_.compress(forged))
+    with pytest.raises(redis_saver.IntegrityError):
+        readers[0].get_tuple(cfg)
+    r.hset(blob, f, v)
+    calls = []
+    real = values_.decompress
+    monkeypatch.setattr(values_, "decompress", lambda d: calls.append(d) or real(d))
+    got = readers[1].get_tuple(cfg)
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == msgs
+    assert calls == [v]  # only the new frame was read: the held bytes were not sent again
+    r.close()

@@ -13,7 +13,7 @@ from ...errors import MalformedReplyError
 from ...keys import dec_first
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, Integrity, join_text, join_type, split_text, split_type
+from ..integrity import Integrity, join_cp, join_type, join_value, split_cp, split_text, split_type, split_value
 from . import budgets as B
 from .common import Call, Plan, PlanBase, normalize_thread_id
 
@@ -54,7 +54,10 @@ class Resign:
         ch, p = dec_first(f, p)
         ver = f[p:]
         t, data = codec.unpack_blob(rec)
-        t, tag = split_text(t)
+        raw_t = t
+        t, tag, binary = split_value(raw_t)
+        if not binary:  # (a tag of the earlier format, as text: decoded)
+            t, tag = split_text(raw_t)
         covered = data
         if d is not None:
             if d not in self.dirs:
@@ -63,17 +66,17 @@ class Resign:
             covered = values_.stream_covered(known.ops, known.stream)[0]
         if not self.vouch:
             self.integ.check(tag, ("v", self.src, ns, ch, ver, t), covered)
-        return codec.blob_record(join_text(t, self.integ.tag(("v", self.dst, ns, ch, ver, t), covered)), data)
+        return codec.blob_record(join_value(t, self.integ.tag(("v", self.dst, ns, ch, ver, t), covered)), data)
 
     def checkpoint(self, f: bytes, raw: bytes) -> bytes:
         ns, p = dec_first(f)
         cid = dec_first(f, p)[0]
         parts: list[Any] = _all_parts(raw)
-        parts[1], tags = split_type(parts[1], CP_TAG)
+        parts[1], tags, joint = split_cp(parts[1])
         if not self.vouch:
-            self.integ.check_cp(tags, ("c", self.src, ns, cid), parts)
+            self.integ.check_cp(tags, ("c", self.src, ns, cid), parts, None, joint)
         t = parts[1]
-        parts[1] = join_type(t, self.integ.cp_tags(("c", self.dst, ns, cid), parts, parts[0]))
+        parts[1] = join_cp(t, self.integ.cp_tags(("c", self.dst, ns, cid), parts, parts[0]))
         return codec.checkpoint_record(parts)
 
     def write(self, f: bytes, rec: bytes) -> bytes:

@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import CP_TAG, TEXT_TAG, At, Integrity, split_type
+from ..integrity import TAG, TEXT_TAG, VALUE_MARK, At, Integrity, split_cp, split_type
 from ..ttl import TTLConfig
 
 
@@ -212,11 +212,15 @@ class PlanBase:
         kind, thread, namespace; then channel, version) first: a stream value's once its bytes
         are put together, any other's before it is decompressed."""
         type_, data = codec.unpack_blob(blob)
-        # split_text without decoding the tag: it is checked as the text it is stored as
-        tag = None
-        i = type_.find(b"\x1f")
-        if i >= 0 and type_[i + 1 : i + 2] == b"k" and len(type_) >= i + 2 + TEXT_TAG:
-            tag, type_ = type_[i + 2 : i + 2 + TEXT_TAG], type_[:i] + type_[i + 2 + TEXT_TAG :]
+        # split_value, inline: a tag as bytes before the type, or (an earlier format) as text
+        # after its name, then checked as the text it is stored as
+        tag, binary = None, type_[:2] == VALUE_MARK and len(type_) > 2 + TAG
+        if binary:
+            tag, type_ = type_[2 : 2 + TAG], type_[2 + TAG :]
+        else:
+            i = type_.find(b"\x1f")
+            if i >= 0 and type_[i + 1 : i + 2] == b"k" and len(type_) >= i + 2 + TEXT_TAG:
+                tag, type_ = type_[i + 2 : i + 2 + TEXT_TAG], type_[:i] + type_[i + 2 + TEXT_TAG :]
         integ = self.integrity
         stream = type_.endswith(values_.STREAM_MARK)
         mine: Any = None
@@ -230,7 +234,7 @@ class PlanBase:
             if mine is not None and (mine[1] != blob or mine[0] != ver.encode()):
                 mine = None
             if not stream and mine is None:
-                at.check_text(tag, ch, ver, type_, data)
+                at.check_value(tag, binary, ch, ver, type_, data)
         if stream:
             payload = data
             data, known = values_.decode_stream_value(payload, streams)
@@ -239,7 +243,7 @@ class PlanBase:
             if integ is not None and (mine is None or mine[2] is None or mine[2] is not known.stream.hashed):
                 # its ops as stored and a hash of the stream bytes they read
                 covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
-                at.check_text(tag, ch, ver, type_, covered)
+                at.check_value(tag, binary, ch, ver, type_, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)
@@ -261,11 +265,11 @@ class PlanBase:
         """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
         which are checked with a key."""
         parts = codec.checkpoint_head(raw)  # (a new list)
-        t, tags = split_type(parts[1], CP_TAG)
+        t, tags, joint = split_cp(parts[1])
         if tags is not None or self.integrity is not None:
             parts[1] = t
         if self.integrity is not None:
-            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts, raw)
+            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts, raw, joint)
         return parts
 
     def _tuple(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from binascii import b2a_base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from langgraph.checkpoint.base import (
 from ...keys import enc
 from .. import codec
 from .. import values as values_
-from ..integrity import MARK, MINE_MAX, TEXT_TAG, TO_URL, join_type
+from ..integrity import MINE_MAX, TAG, VALUE_MARK, join_type, join_value
 from ..replies import Pin, Put, PutWrites
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ class WritePlans(LifecyclePlans):
         args: list[bytes | int] = [0]
         appends: list[tuple[values_.StreamAppend, tuple[str, bytes, bytes, Any]]] = []
         integ = self.integrity
-        extra = len(MARK) + TEXT_TAG if integ is not None else 0
+        extra = len(VALUE_MARK) + TAG if integ is not None else 0
         # with a key: the values' place (kind, thread, namespace) hashed once for them all, and
         # each tag computed here (At.tag_text's steps, inline: a put tags a few values)
         at = integ.place(thread_id, ns).v if integ is not None else None
@@ -193,11 +192,10 @@ class WritePlans(LifecyclePlans):
                         app.known = values_.Known(st, nk.ops, nk.value)
                     hashed = st.hashed
                 h = signing.copy()
-                h.update(pk.pack((ch, v, t))[1:])  # the place after its head, as At.tag_text
+                h.update(pk.pack((ch, v, t))[1:])  # the place after its head, as At.tag
                 h.update(covered)
-                text = b2a_base64(h.digest(), newline=False).translate(TO_URL)[:TEXT_TAG]
-                i = t.find(b"\x1f")
-                rec = codec.blob_record(t + MARK + text if i < 0 else t[:i] + MARK + text + t[i:], stored)
+                # the tag's bytes before the type (join_value, inline)
+                rec = codec.blob_record(VALUE_MARK + h.digest() + t if t else join_value(t, h.digest()), stored)
                 if len(rec) <= MINE_MAX:
                     # remembered: a read of this value, as signed, needs no MAC (At.mine)
                     at.mine[ch] = (v, rec, hashed)
