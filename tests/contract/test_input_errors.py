@@ -142,7 +142,9 @@ async def test_put_writes_without_checkpoint_id(ctx: Ctx) -> None:
 
 
 # --------------------------------------------------------------------------- wrong types
-@pytest.mark.parametrize("bad", [1.5, True, b"bytes", ["t"], {"t": 1}, object()], ids=lambda v: type(v).__name__ if type(v) is object else repr(v))
+@pytest.mark.parametrize(
+    "bad", [1.5, True, b"bytes", ["t"], {"t": 1}, object()], ids=lambda v: "object" if type(v) is object else repr(v)
+)
 async def test_thread_id_wrong_type(ctx: Ctx, bad: Any) -> None:
     c = ckpt()
     await ctx.fails(TypeError, "put", cfg(thread=bad), c, {}, {})
