@@ -389,15 +389,25 @@ class Integrity:
             tag, n, last = tags[:TAG], TAG, pk.pack(parent)
         else:
             tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
+        pcid = pk.pack(cid)
         end = -1 if raw is None else _after_type(raw)
         if raw is not None and end > 0:
             # the bytes as stored, hashed in place: the cid, the array header, the type, the rest
-            pre, tail = pk.pack(cid) + b"\x99" + pk.pack(parts[1]), raw[end:]
-        else:  # (packed again as this client packs them: the same bytes, whoever packed them)
-            pre, tail = pk.pack(cid), _content(parts)
+            # (the common case: a record this client packed)
+            pre, tail = pcid + b"\x99" + pk.pack(parts[1]), raw[end:]
+            for base in at._hs:
+                h = base.copy()
+                h.update(pre)
+                h.update(tail)
+                h.update(last)
+                if hmac.compare_digest(h.digest()[:n], tag):
+                    return
+        # packed again as this client packs them: the same bytes, whoever packed them (a record
+        # prune's Lua packed again when it cleared its parent has other string headers)
+        tail = _content(parts)
         for base in at._hs:
             h = base.copy()
-            h.update(pre)
+            h.update(pcid)
             h.update(tail)
             h.update(last)
             if hmac.compare_digest(h.digest()[:n], tag):

@@ -211,3 +211,36 @@ def test_tag_forms_split_as_they_were_joined() -> None:
         assert split_cp(join_cp(t, tags)) == (t, tags, True)
         assert split_cp(join_type(t, tags)) == (t, tags, False)
         assert split_cp(t) == (t, None, False)
+
+
+@pytest.mark.parametrize("reader", ["same", "other"])
+def test_a_record_prune_packed_again_reads_and_stays_bound(client: Any, prefix: str, reader: str) -> None:
+    """prune's Lua packs the kept record again when it clears its parent (its own string and
+    number headers, not this client's): the record still verifies, read by the saver that wrote
+    it and by another worker, and a changed byte of it is still refused. (Found by the
+    conformance suite run with a key; LangGraph's conformance checkpoints have integer
+    versions and float metadata.)"""
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1)
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    cp = empty_checkpoint()
+    for i in range(3):
+        cp = create_checkpoint(cp, None, i)
+        cp["channel_values"], cp["channel_versions"] = {"a": f"v{i}"}, {"a": i + 1}
+        config = keyed.put(config, cp, {"source": "loop", "step": i, "score": 1.5}, {"a": i + 1})
+    key = f"{prefix}:{{t}}:cp"
+    field = next(f for f in client.hkeys(key) if cp["id"].encode() in f)
+    before = client.hget(key, field)
+    keyed.prune(["t"])
+    after = client.hget(key, field)
+    assert after != before  # the record was packed again (its parent cleared)
+    who = keyed if reader == "same" else redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1)
+    kept = who.get_tuple({"configurable": {"thread_id": "t"}})
+    assert kept is not None and kept.parent_config is None and kept.checkpoint["id"] == cp["id"]
+    assert kept.checkpoint["channel_values"] == {"a": "v2"} and kept.metadata["score"] == 1.5
+    # a changed byte of the record prune wrote is refused (in its metadata: "loop" -> "loOp")
+    assert after.count(b"loop") == 1
+    client.hset(key, field, after.replace(b"loop", b"loOp"))
+    with pytest.raises(redis_saver.IntegrityError):
+        redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1).get_tuple({"configurable": {"thread_id": "t"}})
