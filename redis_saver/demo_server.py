@@ -221,7 +221,23 @@ class LocalServer:
         self.stop()
 
 
+def _process_id(server: LocalServer) -> int | None:
+    """The ``process_id`` in ``INFO server`` of whatever answers on the server's port (None: INFO
+    refused, e.g. renamed away)."""
+    reply = server.command("INFO", "server", timeout=0.5)
+    if not isinstance(reply, bytes):
+        return None
+    for line in reply.decode(errors="replace").splitlines():
+        if line.startswith("process_id:"):
+            return int(line.split(":", 1)[1])
+    return None
+
+
 def _wait_ready(server: LocalServer, timeout: float) -> None:
+    """Until the process started answers PING on its port. The port was free a moment before the
+    start, but another process (a parallel test worker's server) may have taken it since: then ours
+    exits with "Address already in use" while the other answers, so an answer counts only once
+    ``INFO server`` names our process."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -232,7 +248,10 @@ def _wait_ready(server: LocalServer, timeout: float) -> None:
         try:
             reply = server.command("PING", timeout=0.5)
             if reply == "PONG":
-                return
+                pid = _process_id(server)
+                if pid is None or pid == server.proc.pid:
+                    return
+                reply = f"PONG from another process (pid {pid}, ours {server.proc.pid})"
             last = reply  # e.g. LOADING
         except (OSError, ConnectionError, ssl.SSLError) as e:
             last = e

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from . import _move, _read, _verify, _write
-from ._common import Group, State, _load_serde, load_integrity_key
+from ._common import Group, State, _load_serde, load_integrity_key, size_consoles
 from ._store import store as _store_group
 from ._urls import option_check
 
@@ -39,6 +39,8 @@ def cli(
 ) -> None:
     """Inspect and operate LangGraph checkpoints stored by redis_saver."""
     from redis_saver.keys import KeySchema
+
+    size_consoles()
 
     try:
         KeySchema(prefix)

@@ -20,9 +20,29 @@ from . import _stream as stream
 from ._urls import redact
 
 PAGE = 50  # rows per table while streaming threads
-# piped output (scripts, files) gets wide lines rather than truncated ids
-out = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200))
-err = Console(stderr=True, width=None if sys.stderr.isatty() else int(os.environ.get("COLUMNS") or 200))
+out = Console()
+err = Console(stderr=True)
+
+
+def _width(stream: Any) -> int | None:
+    """A terminal's own width (None: rich asks the terminal), else ``$COLUMNS`` or 200: piped
+    output (scripts, files) gets wide lines rather than truncated ids."""
+    try:
+        if stream.isatty():
+            return None
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        pass
+    return int(os.environ.get("COLUMNS") or 200)
+
+
+def size_consoles() -> None:
+    """Size both consoles for this run's streams and environment, not the ones at import: a process
+    may run the tool many times (click's CliRunner, an embedding application) with other streams."""
+    out.width = _width(sys.stdout)  # type: ignore[assignment]
+    err.width = _width(sys.stderr)  # type: ignore[assignment]
+
+
+size_consoles()
 ID_WIDTH = 36  # a uuid6 checkpoint id: never truncated in tables
 
 

@@ -164,7 +164,9 @@ async def test_errors_reach_the_caller(make_cache):
     from devkit.servers import start_standalone
 
     server = start_standalone()
-    c = await make_cache(server.url, retries=1, socket_connect_timeout=0.5, socket_timeout=0.5)
+    # 2 s: a connect to the live server must not time out on a loaded machine (parallel workers);
+    # the stopped server refuses connections at once
+    c = await make_cache(server.url, retries=1, socket_connect_timeout=2.0, socket_timeout=2.0)
     k = (("n",), "k")
     await c.set({k: (1, None)})
     assert await c.get([k]) == {k: 1}

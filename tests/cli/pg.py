@@ -90,8 +90,13 @@ def start_postgres() -> PgServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                with psycopg.connect(url, connect_timeout=2):
-                    return PgServer(url, base, proc)
+                with psycopg.connect(url, connect_timeout=2) as conn:
+                    # ours, not another test worker's server that took the port meanwhile
+                    row = conn.execute("SHOW data_directory").fetchone()
+                    if row is not None and os.path.realpath(row[0]) == os.path.realpath(data):
+                        return PgServer(url, base, proc)
+                    last = f"port {port} answered by another server ({row[0] if row else '?'})"
+                    time.sleep(0.1)
             except psycopg.OperationalError as exc:
                 last = str(exc)
                 time.sleep(0.1)

@@ -18,6 +18,17 @@ def test_no_url_is_a_usage_error():
     assert "no Redis URL" in res.stderr
 
 
+def test_consoles_are_sized_for_each_run():
+    """The output width is the run's (its streams, ``$COLUMNS``), not the one of the process's first
+    import: one process may run the tool many times (CliRunner here, under any test worker)."""
+    from redis_saver.cli import _common
+
+    for columns in ("77", "133", "77"):
+        res = CliRunner().invoke(app, ["threads"], env={"REDIS_URL": "", "COLUMNS": columns})
+        assert res.exit_code == 2  # the group's callback ran, the command refused
+        assert (_common.out.width, _common.err.width) == (int(columns), int(columns))
+
+
 def test_unreachable_server_fails_clearly(prefix):
     from redis_saver.demo_server import free_port
 

@@ -341,9 +341,18 @@ CASES = [("zipf", p) for p in POLICIES] + [
 ]
 
 
+def _policy_args(policy: str) -> tuple[str, ...]:
+    """The server's eviction options. Under *-lfu, ``lfu-log-factor 0``: every access counts (with
+    the default factor 10 a key's counter grows by chance, less often the higher it is), so which
+    threads are least used does not depend on the server's random draws nor, on a loaded
+    machine, on how the rounds fall in time; a hot thread is then used more than any tail one."""
+    lfu = ("--lfu-log-factor", "0") if policy.endswith("-lfu") else ()
+    return ("--maxmemory-policy", policy, *lfu)
+
+
 @pytest.mark.parametrize("workload,policy", CASES, ids=[f"{w}-{p}" for w, p in CASES])
 def test_sessions_whole_or_gone(workload, policy):
-    with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
+    with start_standalone(extra_args=_policy_args(policy)) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
             run_workload(r, policy, workload)
@@ -357,7 +366,7 @@ def test_sessions_whole_or_gone_latest_only(policy):
     evicted too: it keeps only its latest and parent checkpoints' writes, so its write index
     empties after a step without writes (every other one here), and Redis gives the key it then
     creates again a new key's frequency, the lowest (docs/deployment.md)."""
-    with start_standalone(extra_args=("--maxmemory-policy", policy)) as server:
+    with start_standalone(extra_args=_policy_args(policy)) as server:
         r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
         try:
             run_workload(r, policy, "zipf", history="latest", hot_exact=not policy.endswith("-lfu"))

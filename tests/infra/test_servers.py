@@ -27,6 +27,49 @@ def test_standalone_start_stop():
     assert not os.path.exists(d)
 
 
+def _pid_of(server) -> int:
+    r = redis.Redis(host=server.host, port=server.port, **client_kwargs())
+    try:
+        return int(r.info("server")["process_id"])
+    finally:
+        r.close()
+
+
+def test_start_waits_for_its_own_process_not_another_on_the_port(tmp_path):
+    """Parallel workers may race for one free port: a server that answers PING on the port but is
+    not the process started (its INFO server process_id) does not make the start succeed. Here the
+    process started never listens (a script that sleeps) while another server holds its port."""
+    from redis_saver.demo_server import ServerStartError, start_server
+
+    never_listens = tmp_path / "never-listens"
+    never_listens.write_text("#!/bin/sh\nexec sleep 30\n")
+    never_listens.chmod(0o755)
+    with start_standalone() as other:
+        with pytest.raises(ServerStartError, match="another process"):
+            start_server(str(never_listens), port=other.port, ready_timeout=1.0)
+        assert _pid_of(other) == other.proc.pid  # the other server is untouched
+
+
+def test_start_retries_when_another_server_took_the_free_port(monkeypatch):
+    """The free port found is taken by another server before ours binds it: ours exits with
+    "Address already in use", and the start retries on another port rather than returning the
+    other server (or a dead process)."""
+    import redis_saver.demo_server as emb
+
+    with start_standalone() as other:
+        taken = iter([other.port])  # the first "free" port found is the other server's
+        real_free_port = emb.free_port
+
+        def free_port(host: str = emb.LOOPBACK, avoid=()) -> int:
+            return next(taken, None) or real_free_port(host, avoid)
+
+        monkeypatch.setattr(emb, "free_port", free_port)
+        with start_standalone() as s:
+            assert s.port != other.port
+            assert s.alive() and _pid_of(s) == s.proc.pid
+        assert _pid_of(other) == other.proc.pid
+
+
 def test_redis_url_fixture(redis_url, sync_client, prefix):
     assert redis_url.startswith(("redis://", "rediss://", "unix://"))
     assert sync_client.set(f"{prefix}:k", "v")

@@ -69,8 +69,8 @@ def scan_prefix(client: Any, prefix: str) -> set[bytes]:
     return set(client.scan_iter(match=KeySchema(prefix).scan_pattern(), count=1000))
 
 
-def pttls(client: Any, keys: list[bytes]) -> dict[bytes, int]:
-    p = client.pipeline(transaction=False)
+def pttls(client: Any, keys: list[bytes], *, transaction: bool = False) -> dict[bytes, int]:
+    p = client.pipeline(transaction=transaction)
     for k in keys:
         p.pttl(k)
     return dict(zip(keys, p.execute(), strict=True))
@@ -88,8 +88,11 @@ def assert_uniform_ttl(client: Any, prefix: str, tid: str, ttl_ms: int | None, *
     assert found, f"thread {tid!r} has no keys"
     assert found <= set(tkeys), f"unexpected keys: {found - set(tkeys)}"
     assert thread_key(prefix, tid, "meta") in found
-    t = pttls(client, sorted(found))
-    ix = pttls(client, ikeys)
+    # the thread's and the index keys' PTTLs in one atomic snapshot: read apart, on a loaded machine
+    # the index keys' PTTLs, read later, could look shorter than the thread's by more than TOL_MS
+    both = pttls(client, sorted(found) + list(ikeys), transaction=True)
+    t = {k: both[k] for k in found}
+    ix = {k: both[k] for k in ikeys}
     assert ix[ikeys[0]] != -2, f"slot-index threads key missing: {ix}"
     ix = {k: v for k, v in ix.items() if v != -2}  # the runs index exists once a checkpoint has a run_id
     if ttl_ms is None:

@@ -352,7 +352,9 @@ def test_maxmemory_eviction_redis8(redis8_binary):
     """A real maxmemory with allkeys-random on Redis 8: records, vectors, index keys, counts and
     whole vector sets vanish while a worker writes; every search from the sets equals the scan's
     on what the server holds (compared when no key was evicted between the two searches: a
-    server over its limit evicts before reads too)."""
+    server over its limit evicts before reads too). The sets answer before the first eviction;
+    under eviction a search falls back to a scan once its namespace lost a record or count, so
+    how many answer from the sets there is not asserted (none did in 3 of 16 runs)."""
     from devkit.servers import start_standalone
 
     server = start_standalone(redis8_binary, ["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-random"])
@@ -367,7 +369,17 @@ def test_maxmemory_eviction_redis8(redis8_binary):
         def put(i: int) -> None:
             vs.put(nss[i % 4], f"k{i}", {"text": " ".join(rng.sample(WORDS, rng.randint(1, 3))), "pad": pad})
 
-        for i in range(300):
+        for i in range(120):
+            put(i)
+        # before the first eviction: the sets answer (allkeys-random soon takes records and counts
+        # the sets' searches read, and then most searches scan: how many answer from the sets
+        # under eviction is the server's luck, so the sets' path is asserted here)
+        assert cl.info("stats")["evicted_keys"] == before
+        for prefix in [*nss, ("e",)]:
+            q = " ".join(rng.sample(WORDS, 2))
+            assert same(vs.search(prefix, query=q, limit=10), scan.search(prefix, query=q, limit=10))
+        assert vs._cfg.state.vset_stats == {"hits": 5, "scans": 0}
+        for i in range(120, 300):
             put(i)
         compared = 0
         for step in range(60):
@@ -383,7 +395,8 @@ def test_maxmemory_eviction_redis8(redis8_binary):
                 assert same(got, want)
                 compared += 1
         assert cl.info("stats")["evicted_keys"] - before > 50
-        assert compared >= 20 and vs._cfg.state.vset_stats["hits"] > 0
+        assert compared >= 20
+        print(f"\nunder eviction: {compared} searches compared, {vs._cfg.state.vset_stats['hits'] - 5} from the sets")
         cl.close()
     finally:
         server.stop()
