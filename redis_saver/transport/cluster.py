@@ -51,6 +51,26 @@ def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
             attempt += 1
 
 
+def refresh_pending(client: Any) -> bool:
+    """Whether redis-py's asyncio cluster client refreshes its slot map before its next command.
+    Before 8.2 it does whenever ``_initialize`` is set (an error set it); since 8.2 an error only
+    asks for a refresh, run once due (``topology_refresh_min_interval`` after the previous one,
+    ``_initialize_due()``), the current slot map serving until then."""
+    due = getattr(client, "_initialize_due", None)
+    return bool(due()) if due is not None else bool(getattr(client, "_initialize", False))
+
+
+def request_refresh(client: Any, node_name: str | None) -> None:
+    """Ask redis-py's asyncio cluster client for a slot-map refresh after a connection error on
+    node ``node_name``, as its own command path does (``_request_refresh`` since 8.2, which keeps
+    the failed node to be tried last and paces refreshes; ``_initialize`` before)."""
+    request = getattr(client, "_request_refresh", None)
+    if request is not None:
+        request(last_failed_node_name=node_name)
+    else:
+        client._initialize = True
+
+
 def closed_by_client(exc: BaseException) -> BaseException:
     """``exc`` of a command on an asyncio cluster client, or ClientClosedConnection when its
     connection was closed under it: an error that is neither Redis's nor the socket's (redis-py's
@@ -85,7 +105,7 @@ async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     attempt = 0
     while True:
         try:
-            if client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
+            if refresh_pending(client):  # redis-py refreshes its slot map before a command: _target reads it
                 await client.initialize()
             return await client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:

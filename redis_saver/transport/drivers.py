@@ -40,7 +40,7 @@ from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
 from . import wire
-from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall, refresh_pending
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -310,7 +310,7 @@ class AsyncDriver(_Driver):
         engine to send again."""
         from redis.asyncio.cluster import PipelineCommand
 
-        if self.client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
+        if refresh_pending(self.client):  # redis-py refreshes its slot map before a command: _by_node reads it
             await self.client.initialize()
         results: list[Any] = [None] * len(commands)
         groups = list(_by_node(self.client, commands).values())
