@@ -8,11 +8,15 @@ would retry (``ERRORS_ALLOW_RETRY``: connection lost, cluster down, slot not cov
 has refreshed its slot map by then) is sent again as redis-py sends a command again (its
 client's retry count), to the node the refreshed map names. Every script is idempotent.
 
-redis-py's asyncio cluster client closes every connection it holds on every 5th MOVED, under
-the commands using them: such a command fails with ``ConnectionError`` or with whatever the
-closed connection object raises (``AttributeError``). The asyncio paths raise
-``ClientClosedConnection`` instead (``closed_by_client``), which the engine sends again as a
-call refused while its slot moves.
+redis-py's asyncio cluster client before 8.2 closes every connection it holds on every 5th MOVED,
+under the commands using them (8.2 only patches its slot map, but any task's ``aclose()`` does
+the same): such a command fails with ``ConnectionError`` or with whatever the closed connection
+object raises (``AttributeError``). The asyncio paths raise ``ClientClosedConnection`` instead
+(``closed_by_client``), which the engine sends again as a call refused while its slot moves.
+
+redis-py 8.2 also paces the slot-map refreshes its errors ask for (``refresh_pending``,
+``request_refresh``): until one is due, its commands use the current map, and so do the
+saver's.
 """
 
 from __future__ import annotations
