@@ -43,11 +43,21 @@ def _again(client: Any, exc: Exception, attempt: int) -> bool:
     return attempt < client.retry.get_retries() and type(exc) in type(client).ERRORS_ALLOW_RETRY
 
 
+def run_requested_refresh(client: Any) -> None:
+    """Run the slot-map refresh an error asked redis-py's sync cluster client for, once due, as
+    it does before each attempt of a command (redis-py 8.2; before, the error refreshed the map
+    itself): a command placed by the saver reads the map first (``_target``, ``_by_node``)."""
+    nodes_manager = client.nodes_manager
+    if getattr(nodes_manager, "_refresh_requested", False):
+        nodes_manager._run_requested_refresh(client.retry)
+
+
 def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     """``FCALL *args`` on a ``redis.cluster.RedisCluster``."""
     attempt = 0
     while True:
         try:
+            run_requested_refresh(client)
             return client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:
             if not _again(client, exc, attempt):

@@ -40,7 +40,14 @@ from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
 from . import wire
-from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall, refresh_pending
+from .cluster import (
+    acluster_fcall,
+    closed_as_lost,
+    closed_by_client,
+    cluster_fcall,
+    refresh_pending,
+    run_requested_refresh,
+)
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -173,6 +180,7 @@ class SyncDriver(_Driver):
             if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
                 return self._cluster_fanout(op.commands)
             if op.node_key is not None and self.engine.cluster:
+                run_requested_refresh(client)
                 client = client.get_redis_connection(client.get_node_from_key(op.node_key))
             pipe = client.pipeline(transaction=False)
             for cmd in op.commands:
@@ -191,6 +199,7 @@ class SyncDriver(_Driver):
 
     def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """One plain pipeline per node, in turn (see _AGAIN for the commands sent again)."""
+        run_requested_refresh(self.client)  # (redis-py 8.2 runs it before a command: _by_node reads the map)
         results: list[Any] = [None] * len(commands)
         for node, positions in _by_node(self.client, commands).values():
             pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
