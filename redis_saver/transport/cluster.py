@@ -40,7 +40,9 @@ def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
 
 def _again(client: Any, exc: Exception, attempt: int) -> bool:
     """Whether redis-py would send a command again after ``exc`` on attempt ``attempt`` (0-based)."""
-    return attempt < client.retry.get_retries() and type(exc) in type(client).ERRORS_ALLOW_RETRY
+    retry = getattr(client, "retry", None)  # (redis-py < 5.3: a Retry without get_retries())
+    count = 0 if retry is None else retry.get_retries() if hasattr(retry, "get_retries") else retry._retries
+    return attempt < count and type(exc) in type(client).ERRORS_ALLOW_RETRY
 
 
 def run_requested_refresh(client: Any) -> None:
