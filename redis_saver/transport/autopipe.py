@@ -81,7 +81,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.engine import SCRIPT_COMMANDS, ClientClosedConnection
 from . import wire
-from .cluster import acluster_fcall, closed_as_lost, closed_by_client
+from .cluster import acluster_fcall, closed_as_lost, closed_by_client, refresh_pending, request_refresh
 
 # the commands lanes carry: the script calls, and MGET (AsyncRedisCache's get)
 LANE_COMMANDS = {**SCRIPT_COMMANDS, "mget": "MGET"}
@@ -392,7 +392,7 @@ class Router:
                 lanes = self.lanes[None] = _lanes(lambda: Lane(loop, acquire, pool.release, callbacks, hold=hold))
             return lanes.next()
         key = args[0] if name == "mget" else args[2] if args[1] else None  # a script's first key
-        if not key or getattr(self.client, "_initialize", False):
+        if not key or refresh_pending(self.client):
             return None  # no key to route by, or redis-py must refresh its slot map first
         try:
             node = self.client.get_node_from_key(key)
@@ -438,7 +438,7 @@ class Router:
         except _REDIRECTS:
             pass  # redis-py's cluster path follows it (and fixes its slot map)
         except (ConnectionError, RedisTimeoutError) as exc:
-            self.client._initialize = True  # as redis-py does: its next command refreshes the slot map
+            request_refresh(self.client, lane.node.name)  # as redis-py does: a command refreshes the slot map
             if not wire.retries(getattr(self.client, "retry", None)):
                 err = closed_by_client(exc)  # (redis-py's aclose() on every 5th MOVED: see cluster.py)
                 if err is exc:

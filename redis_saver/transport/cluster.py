@@ -8,11 +8,15 @@ would retry (``ERRORS_ALLOW_RETRY``: connection lost, cluster down, slot not cov
 has refreshed its slot map by then) is sent again as redis-py sends a command again (its
 client's retry count), to the node the refreshed map names. Every script is idempotent.
 
-redis-py's asyncio cluster client closes every connection it holds on every 5th MOVED, under
-the commands using them: such a command fails with ``ConnectionError`` or with whatever the
-closed connection object raises (``AttributeError``). The asyncio paths raise
-``ClientClosedConnection`` instead (``closed_by_client``), which the engine sends again as a
-call refused while its slot moves.
+redis-py's asyncio cluster client before 8.2 closes every connection it holds on every 5th MOVED,
+under the commands using them (8.2 only patches its slot map, but any task's ``aclose()`` does
+the same): such a command fails with ``ConnectionError`` or with whatever the closed connection
+object raises (``AttributeError``). The asyncio paths raise ``ClientClosedConnection`` instead
+(``closed_by_client``), which the engine sends again as a call refused while its slot moves.
+
+redis-py 8.2 also paces the slot-map refreshes its errors ask for (``refresh_pending``,
+``request_refresh``): until one is due, its commands use the current map, and so do the
+saver's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,18 @@ def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
 
 def _again(client: Any, exc: Exception, attempt: int) -> bool:
     """Whether redis-py would send a command again after ``exc`` on attempt ``attempt`` (0-based)."""
-    return attempt < client.retry.get_retries() and type(exc) in type(client).ERRORS_ALLOW_RETRY
+    retry = getattr(client, "retry", None)  # (redis-py < 5.3: a Retry without get_retries())
+    count = 0 if retry is None else retry.get_retries() if hasattr(retry, "get_retries") else retry._retries
+    return attempt < count and type(exc) in type(client).ERRORS_ALLOW_RETRY
+
+
+def run_requested_refresh(client: Any) -> None:
+    """Run the slot-map refresh an error asked redis-py's sync cluster client for, once due, as
+    it does before each attempt of a command (redis-py 8.2; before, the error refreshed the map
+    itself): a command placed by the saver reads the map first (``_target``, ``_by_node``)."""
+    nodes_manager = client.nodes_manager
+    if getattr(nodes_manager, "_refresh_requested", False):
+        nodes_manager._run_requested_refresh(client.retry)
 
 
 def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
@@ -44,11 +59,32 @@ def cluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     attempt = 0
     while True:
         try:
+            run_requested_refresh(client)
             return client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:
             if not _again(client, exc, attempt):
                 raise
             attempt += 1
+
+
+def refresh_pending(client: Any) -> bool:
+    """Whether redis-py's asyncio cluster client refreshes its slot map before its next command.
+    Before 8.2 it does whenever ``_initialize`` is set (an error set it); since 8.2 an error only
+    asks for a refresh, run once due (``topology_refresh_min_interval`` after the previous one,
+    ``_initialize_due()``), the current slot map serving until then."""
+    due = getattr(client, "_initialize_due", None)
+    return bool(due()) if due is not None else bool(getattr(client, "_initialize", False))
+
+
+def request_refresh(client: Any, node_name: str | None) -> None:
+    """Ask redis-py's asyncio cluster client for a slot-map refresh after a connection error on
+    node ``node_name``, as its own command path does (``_request_refresh`` since 8.2, which keeps
+    the failed node to be tried last and paces refreshes; ``_initialize`` before)."""
+    request = getattr(client, "_request_refresh", None)
+    if request is not None:
+        request(last_failed_node_name=node_name)
+    else:
+        client._initialize = True
 
 
 def closed_by_client(exc: BaseException) -> BaseException:
@@ -85,7 +121,7 @@ async def acluster_fcall(client: Any, args: Sequence[Any]) -> Any:
     attempt = 0
     while True:
         try:
-            if client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
+            if refresh_pending(client):  # redis-py refreshes its slot map before a command: _target reads it
                 await client.initialize()
             return await client.execute_command("FCALL", *args, **_target(client, args))
         except Exception as exc:

@@ -40,7 +40,14 @@ from ..keys import KeySchema
 from ..telemetry import Telemetry
 from . import autopipe as _autopipe
 from . import wire
-from .cluster import acluster_fcall, closed_as_lost, closed_by_client, cluster_fcall
+from .cluster import (
+    acluster_fcall,
+    closed_as_lost,
+    closed_by_client,
+    cluster_fcall,
+    refresh_pending,
+    run_requested_refresh,
+)
 
 T = TypeVar("T")
 _SCRIPT_NAMES = frozenset(SCRIPT_COMMANDS.values())
@@ -136,10 +143,12 @@ class SyncDriver(_Driver):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # _Driver's
         super().__init__(*args, **kwargs)
         self._pool = _direct_pool(self.client)
+        if self._pool is not None:
+            self._get_connection = wire.pool_get(self._pool)
 
     def _script(self, command: str, args: Sequence[Any]) -> Any:
         pool = self._pool
-        conn = pool.get_connection()
+        conn = self._get_connection()
         try:
             # packed by hiredis in one call (redis-py's send_command checks every argument in Python
             # first: 6 -> 3 us for a put's FCALL)
@@ -173,6 +182,7 @@ class SyncDriver(_Driver):
             if op.node_key is None and self.engine.cluster and _script_fanout(op.commands):
                 return self._cluster_fanout(op.commands)
             if op.node_key is not None and self.engine.cluster:
+                run_requested_refresh(client)
                 client = client.get_redis_connection(client.get_node_from_key(op.node_key))
             pipe = client.pipeline(transaction=False)
             for cmd in op.commands:
@@ -191,6 +201,7 @@ class SyncDriver(_Driver):
 
     def _cluster_fanout(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """One plain pipeline per node, in turn (see _AGAIN for the commands sent again)."""
+        run_requested_refresh(self.client)  # (redis-py 8.2 runs it before a command: _by_node reads the map)
         results: list[Any] = [None] * len(commands)
         for node, positions in _by_node(self.client, commands).values():
             pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
@@ -310,7 +321,7 @@ class AsyncDriver(_Driver):
         engine to send again."""
         from redis.asyncio.cluster import PipelineCommand
 
-        if self.client._initialize:  # a slot-map refresh pending (redis-py does it before a command)
+        if refresh_pending(self.client):  # redis-py refreshes its slot map before a command: _by_node reads it
             await self.client.initialize()
         results: list[Any] = [None] * len(commands)
         groups = list(_by_node(self.client, commands).values())

@@ -200,12 +200,17 @@ def retries(retry: Any) -> int:
     return int(count() if count is not None else retry._retries)
 
 
-def pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
-    # redis-py >= 5.3 deprecates the command-name argument that older versions require
+def pool_get(pool: Any) -> Callable[[], Any]:
+    """``pool.get_connection`` without arguments: redis-py >= 5.3 deprecates the command-name
+    argument that older versions require (a sync pool's connection; an asyncio pool's awaitable)."""
     first = next(iter(inspect.signature(pool.get_connection).parameters.values()), None)
     if first is not None and first.default is inspect.Parameter.empty and first.kind is not first.VAR_POSITIONAL:
         return lambda: pool.get_connection("EVALSHA")
     return pool.get_connection  # type: ignore[no-any-return]
+
+
+def pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
+    return pool_get(pool)
 
 
 def node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:

@@ -420,3 +420,38 @@ async def test_each_call_is_one_fcall_and_nothing_else_on_the_wire(cluster, cpre
             rc.close()
         else:
             await rc.aclose()
+
+
+@pytest.mark.skipif(
+    not hasattr(redis.cluster.NodesManager, "_run_requested_refresh"),
+    reason="redis-py before 8.2 refreshes the slot map in the error path itself",
+)
+def test_a_refresh_redis_py_deferred_runs_before_the_saver_places_a_call(cluster, cprefix):
+    """redis-py 8.2's sync cluster client runs the slot-map refresh an error asked for at the next
+    command attempt, once due. The saver places an FCALL by reading the map first: it runs that
+    refresh before, so the call goes to the node that owns the slot (no MOVED)."""
+    from devkit import workers as W
+
+    client = cluster.client(socket_timeout=5.0, socket_connect_timeout=2.0, topology_refresh_min_interval=0.0)
+    try:
+        saver = redis_saver.RedisSaver(client, prefix=cprefix)
+        cp, md, nv = W.make_child(saver, {}, "s", 0)
+        saver.put(W.cfg("deferred"), cp, md, nv)
+        slot = key_slot(thread_tag("deferred"))
+        primaries = client.get_primaries()
+        owner = client.nodes_manager.slots_cache[slot][0]
+        # a stale map for the thread's slot, and a refresh asked for (what a connection error leaves)
+        client.nodes_manager.slots_cache[slot] = [next(n for n in primaries if n.name != owner.name)]
+        client.nodes_manager._request_refresh()
+
+        def moved() -> int:
+            stats = [client.get_redis_connection(n).info("errorstats") for n in primaries]
+            return sum(s.get("errorstat_MOVED", {}).get("count", 0) for s in stats)
+
+        before = moved()
+        assert saver.get_tuple(W.cfg("deferred")).checkpoint["id"] == cp["id"]
+        assert moved() == before  # the refresh ran first: no call went to the stale node
+        assert client.nodes_manager.slots_cache[slot][0].name == owner.name
+        assert not client.nodes_manager._refresh_requested
+    finally:
+        client.close()

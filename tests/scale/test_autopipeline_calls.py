@@ -15,6 +15,7 @@ them; writes are counted at asyncio's ``StreamWriter`` (redis-py's writes and a 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from typing import Any
 
@@ -26,6 +27,7 @@ from devkit.servers import async_client_kwargs, start_standalone
 from redis_saver import AsyncRedisSaver, ConflictError
 from redis_saver.transport import autopipe as _autopipe
 from redis_saver.transport import wire
+from redis_saver.transport.cluster import request_refresh
 from tests.faults._util import cfg
 from tests.scale._autopipe import (
     ECHO,
@@ -253,16 +255,61 @@ async def test_cluster_one_lane_per_primary_and_redirects_followed(cluster, pref
         await client.aclose()
 
 
+def _refresh_pacing(seconds: float) -> dict[str, Any]:
+    """The cluster client's keyword setting the time between two slot-map refreshes asked for by
+    errors: redis-py 8.2 waits ``topology_refresh_min_interval`` (one second by default) between
+    them, serving the current map meanwhile; before 8.2 a refresh asked for runs before the next
+    command, and the keyword does not exist."""
+    from redis.asyncio.cluster import RedisCluster
+
+    params = inspect.signature(RedisCluster.__init__).parameters
+    return {"topology_refresh_min_interval": seconds} if "topology_refresh_min_interval" in params else {}
+
+
 @pytest.mark.cluster
 async def test_cluster_slot_map_refresh_pending_takes_redis_py_path(cluster, prefix):
-    client = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0)
+    # a refresh redis-py would run before its next command: the first call goes through redis-py's
+    # path, which runs it, before any lane is made (a lane would use the stale slot map)
+    client = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0, **_refresh_pacing(0.0))
     await client.initialize()
     try:
         saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
-        client._initialize = True  # what redis-py sets after a node's connection error
+        router = _autopipe.router_for(client)
+        lanes_at_refresh = []
+        initialize = client.initialize
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            if client._initialize:
+                lanes_at_refresh.append(len(router.lanes))
+            return await initialize(*args, **kwargs)
+
+        client.initialize = counted
+        request_refresh(client, None)  # what redis-py does after a node's connection error
         await chat_round(saver, "r", 0, None)
         assert not client._initialize  # redis-py refreshed, through its own path
+        assert lanes_at_refresh[:1] == [0]  # before any lane was used
+        assert router.lanes  # and the calls after it took the lanes
         assert (await saver.aget_tuple(cfg("r"))).checkpoint["channel_values"]["msg"] == "r/0"
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not _refresh_pacing(1.0), reason="redis-py before 8.2 runs a refresh asked for at once")
+async def test_cluster_slot_map_refresh_not_due_keeps_the_lanes(cluster, prefix):
+    # redis-py 8.2 serves the current slot map until a refresh asked for is due: so do the lanes,
+    # and the refresh stays asked for
+    client = cluster.async_client(socket_timeout=5.0, socket_connect_timeout=2.0, **_refresh_pacing(600.0))
+    await client.initialize()
+    try:
+        saver = AsyncRedisSaver(client, prefix=prefix, auto_pipeline=True)
+        request_refresh(client, None)
+        assert client._initialize and not client._initialize_due()
+        await chat_round(saver, "nd", 0, None)
+        assert set(_autopipe.router_for(client).lanes) <= {n.name for n in client.get_primaries()}
+        assert _autopipe.router_for(client).lanes  # the calls took the lanes
+        assert client._initialize  # still asked for, not due
+        assert (await saver.aget_tuple(cfg("nd"))).checkpoint["channel_values"]["msg"] == "nd/0"
     finally:
         await client.aclose()
 
