@@ -45,9 +45,15 @@ def _driver_info() -> dict[str, Any]:
     return {"driver_info": DriverInfo().add_upstream_driver("redis-saver", ours)}
 
 
-def _split(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+def _split(url: str, options: dict[str, Any], aio: bool = False) -> tuple[str, str, dict[str, Any]]:
     opts = {**DEFAULTS, **_driver_info(), **options}
-    opts.setdefault("retry", Retry(NoBackoff(), 0))
+    if "retry" not in opts:
+        if aio:  # the asyncio clients' own class (redis-py 8.2's cluster client warns of the other)
+            from redis.asyncio.retry import Retry as AsyncRetry
+
+            opts["retry"] = AsyncRetry(NoBackoff(), 0)
+        else:
+            opts["retry"] = Retry(NoBackoff(), 0)
     cluster = bool(opts.pop("cluster", False))
     parts = urlsplit(url)
     kind = "cluster" if cluster else "single"
@@ -92,7 +98,7 @@ async def make_async_client(url: str, **options: Any) -> Any:
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.sentinel import Sentinel
 
-    kind, url, opts = _split(url, dict(options))
+    kind, url, opts = _split(url, dict(options), aio=True)
     if kind == "cluster":
         opts.pop("health_check_interval", None)
         client = RedisCluster.from_url(url, **opts)

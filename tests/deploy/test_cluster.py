@@ -7,6 +7,8 @@ slots, one slot per thread for hostile thread ids, and NOSCRIPT recovery after S
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import redis
 import redis.crc
@@ -139,11 +141,20 @@ def test_from_conn_string_cluster_url(cluster, cprefix):
 
 
 async def test_from_conn_string_cluster_url_async(cluster, cprefix):
+    import warnings
+
     from redis.asyncio.cluster import RedisCluster as ARedisCluster
+    from redis.asyncio.retry import Retry as AsyncRetry
 
     host, port = cluster.startup_nodes[0]
-    async with redis_saver.AsyncRedisSaver.from_conn_string(f"redis+cluster://{host}:{port}", prefix=cprefix) as s:
-        assert isinstance(s.client, ARedisCluster)
+    with warnings.catch_warnings():
+        # the client gets the asyncio Retry class (redis-py 8.2 warns when given the sync one)
+        warnings.simplefilter("error")
+        cm = redis_saver.AsyncRedisSaver.from_conn_string(f"redis+cluster://{host}:{port}", prefix=cprefix)
+        s = await cm.__aenter__()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_exit(cm)
+        assert isinstance(s.client, ARedisCluster) and isinstance(s.client.retry, AsyncRetry)
         await s.asetup()
         cfgs = await aput_chain(s, "afcs", 3, ns="child:1")
         got = await s.aget_tuple(cfg("afcs", "child:1"))
