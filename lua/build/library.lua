@@ -1,4 +1,4 @@
-#!lua name=redis_saver_4fbcbdfd28b8c24e
+#!lua name=redis_saver_f689b14bfddaefc0
 -- generated from lua/*.lua by `python -m devkit.luagen`: do not edit (edit those, then run it)
 local register_function = redis.register_function
 local function builtins() return string, table, math, redis, unpack, ipairs, pairs, tonumber, tostring, error, type end
@@ -1430,13 +1430,14 @@ local CHANGE_LOG = 2048  -- items the change log "l" keeps (the last changed; _v
 local function st_fail(code, msg) error({err = code .. ' ' .. msg}) end
 
 local ST_VS = false  -- the call keeps vector sets (st_check: ARGV[1] "<format>v")
--- the HNSW parameters (VADD M, EF) the sets this call makes get: M 4, EF 1 (the cheapest graph:
--- exact searches scan the set, VSIM TRUTH) unless ARGV[1] is "<format>vh<M>:<EF>" (the opt-in
+-- the HNSW parameters (VADD M, EF) the sets this call makes get: M 4, EF 4 (a cheap graph:
+-- exact searches scan the set, VSIM TRUTH; EF 1 crashed Redis 8.2.3 under overwrites of small
+-- sets, redis/redis#15424, docs/store.md) unless ARGV[1] is "<format>vh<M>:<EF>" (the opt-in
 -- approximate search, RedisStore index "ann_index_config"; M 5-100, EF 4-1000)
-local ST_M, ST_EF = 4, 1
+local ST_M, ST_EF = 4, 4
 
 local function st_check(fmt)
-  ST_VS, ST_M, ST_EF = fmt == STORE_FORMAT .. 'v', 4, 1  -- set on every call (a library keeps them)
+  ST_VS, ST_M, ST_EF = fmt == STORE_FORMAT .. 'v', 4, 4  -- set on every call (a library keeps them)
   if ST_VS then return end
   local m, ef = string.match(tostring(fmt), '^' .. STORE_FORMAT .. 'vh(%d+):(%d+)$')
   if m then
@@ -1546,7 +1547,7 @@ local function st_vs_add(sk, st, vec, elem)
     st.hp = ST_M ~= 4 and string.format('h%d:%d:', ST_M, ST_EF) or nil
     return redis.call('VADD', sk, 'FP32', vec, elem, 'NOQUANT', 'EF', ST_EF, 'M', ST_M)
   end
-  local m, ef = 4, 1
+  local m, ef = 4, 4
   if st.hp then m, ef = string.match(st.hp, '^h(%d+):(%d+):$') end
   return redis.call('VADD', sk, 'FP32', vec, elem, 'NOQUANT', 'EF', ef, 'M', m)
 end
@@ -4405,30 +4406,30 @@ if last ~= last0 then redis.call('HSET', base .. 'm', 'seq', string.format('%.0f
 return n
 
 end
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
-register_function{function_name = 'redis_saver_4fbcbdfd28b8c24e_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_delete_runs', callback = function(keys, argv) begin_full(keys, argv) return s_delete_runs() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_delete_thread', callback = function(keys, argv) begin_full(keys, argv) return s_delete_thread() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_delta_history', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_delta_history__rw', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_delta_history__forget', callback = function(keys, argv) begin_full(keys, argv) return s_delta_history() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_export', callback = function(keys, argv) begin_full(keys, argv) return s_export() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_gc', callback = function(keys, argv) begin_full(keys, argv) return s_gc() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_get_tuple', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_get_tuple__rw', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_get_tuple__forget', callback = function(keys, argv) begin_full(keys, argv) return s_get_tuple() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_import', callback = function(keys, argv) begin_full(keys, argv) return s_import() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_ix_query', callback = function(keys, argv) begin_bare(keys, argv) return s_ix_query() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_list', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_list__rw', callback = function(keys, argv) begin_full(keys, argv) return s_list() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_list__forget', callback = function(keys, argv) begin_full(keys, argv) return s_list() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_pin', callback = function(keys, argv) begin_full(keys, argv) return s_pin() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_prune', callback = function(keys, argv) begin_full(keys, argv) return s_prune() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_put', callback = function(keys, argv) begin_full(keys, argv) return s_put() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_put_writes', callback = function(keys, argv) begin_full(keys, argv) return s_put_writes() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_put_writes__lean', callback = function(keys, argv) begin_lean(keys, argv) return s_put_writes_lean() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_rewrite', callback = function(keys, argv) begin_full(keys, argv) return s_rewrite() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_sign', callback = function(keys, argv) begin_full(keys, argv) return s_sign() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_store_delete', callback = function(keys, argv) begin_bare(keys, argv) return s_store_delete() end, flags = {'allow-oom'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_store_read', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end, flags = {'no-writes'}}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_store_read__rw', callback = function(keys, argv) begin_bare(keys, argv) return s_store_read() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_store_rebuild', callback = function(keys, argv) begin_bare(keys, argv) return s_store_rebuild() end}
+register_function{function_name = 'redis_saver_f689b14bfddaefc0_store_write', callback = function(keys, argv) begin_bare(keys, argv) return s_store_write() end}

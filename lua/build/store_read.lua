@@ -27,13 +27,14 @@ local STORE_FORMAT = '1'
 local function st_fail(code, msg) error({err = code .. ' ' .. msg}) end
 
 local ST_VS = false  -- the call keeps vector sets (st_check: ARGV[1] "<format>v")
--- the HNSW parameters (VADD M, EF) the sets this call makes get: M 4, EF 1 (the cheapest graph:
--- exact searches scan the set, VSIM TRUTH) unless ARGV[1] is "<format>vh<M>:<EF>" (the opt-in
+-- the HNSW parameters (VADD M, EF) the sets this call makes get: M 4, EF 4 (a cheap graph:
+-- exact searches scan the set, VSIM TRUTH; EF 1 crashed Redis 8.2.3 under overwrites of small
+-- sets, redis/redis#15424, docs/store.md) unless ARGV[1] is "<format>vh<M>:<EF>" (the opt-in
 -- approximate search, RedisStore index "ann_index_config"; M 5-100, EF 4-1000)
-local ST_M, ST_EF = 4, 1
+local ST_M, ST_EF = 4, 4
 
 local function st_check(fmt)
-  ST_VS, ST_M, ST_EF = fmt == STORE_FORMAT .. 'v', 4, 1  -- set on every call (a library keeps them)
+  ST_VS, ST_M, ST_EF = fmt == STORE_FORMAT .. 'v', 4, 4  -- set on every call (a library keeps them)
   if ST_VS then return end
   local m, ef = string.match(tostring(fmt), '^' .. STORE_FORMAT .. 'vh(%d+):(%d+)$')
   if m then
