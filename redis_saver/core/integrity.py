@@ -391,10 +391,17 @@ class Integrity:
             tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
         pcid = pk.pack(cid)
         end = -1 if raw is None else _after_type(raw)
-        if raw is not None and end > 0:
-            # the bytes as stored, hashed in place: the cid, the array header, the type, the rest
-            # (the common case: a record this client packed)
-            pre, tail = pcid + b"\x99" + pk.pack(parts[1]), raw[end:]
+        for stored in (True, False):
+            if stored:
+                if raw is None or end <= 0:
+                    continue
+                # the bytes as stored, hashed in place: the cid, the array header, the type, the
+                # rest (the common case: a record this client packed)
+                pre, tail = pcid + b"\x99" + pk.pack(parts[1]), raw[end:]
+            else:
+                # packed again as this client packs them: the same bytes, whoever packed them (a
+                # record prune's Lua packed again when it cleared its parent has other headers)
+                pre, tail = pcid, _content(parts)
             for base in at._hs:
                 h = base.copy()
                 h.update(pre)
@@ -402,16 +409,6 @@ class Integrity:
                 h.update(last)
                 if hmac.compare_digest(h.digest()[:n], tag):
                     return
-        # packed again as this client packs them: the same bytes, whoever packed them (a record
-        # prune's Lua packed again when it cleared its parent has other string headers)
-        tail = _content(parts)
-        for base in at._hs:
-            h = base.copy()
-            h.update(pcid)
-            h.update(tail)
-            h.update(last)
-            if hmac.compare_digest(h.digest()[:n], tag):
-                return
         raise IntegrityError(_what(tag, (*where, parent)))
 
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError
 
 from ..core.engine import ClientClosedConnection
+from . import wire
 
 T = TypeVar("T")
 
@@ -40,9 +41,7 @@ def _target(client: Any, args: Sequence[Any]) -> dict[str, Any]:
 
 def _again(client: Any, exc: Exception, attempt: int) -> bool:
     """Whether redis-py would send a command again after ``exc`` on attempt ``attempt`` (0-based)."""
-    retry = getattr(client, "retry", None)  # (redis-py < 5.3: a Retry without get_retries())
-    count = 0 if retry is None else retry.get_retries() if hasattr(retry, "get_retries") else retry._retries
-    return attempt < count and type(exc) in type(client).ERRORS_ALLOW_RETRY
+    return attempt < wire.retries(getattr(client, "retry", None)) and type(exc) in type(client).ERRORS_ALLOW_RETRY
 
 
 def run_requested_refresh(client: Any) -> None:

@@ -209,10 +209,6 @@ def pool_get(pool: Any) -> Callable[[], Any]:
     return pool.get_connection  # type: ignore[no-any-return]
 
 
-def pool_acquire(pool: Any) -> Callable[[], Awaitable[Any]]:
-    return pool_get(pool)
-
-
 def node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:
     async def acquire() -> Any:
         return node.acquire_connection()
