@@ -199,11 +199,23 @@ class At:
             self.check_text(tag, ch, version, type_, data)
             return
         if tag is not None and len(tag) == TAG:
-            packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
+            c = ch.encode()
+            v = version.encode() if type(version) is str else b""
+            if v and len(c) < 256 and len(v) < 256 and len(type_) < 256:
+                # (ch, version, type_) packed as this client packs them, joined with the bytes
+                # when they are short: one update (the common case: a read's values)
+                parts = [_HDRS[len(c)], c, _HDRS[len(v)], v, _HDRS[len(type_)], type_]
+                if len(data) <= 1024:
+                    parts.append(data)
+                    data = b""
+                packed = b"".join(parts)
+            else:
+                packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
             for base in self._hs:
                 h = base.copy()
                 h.update(packed)
-                h.update(data)
+                if data:
+                    h.update(data)
                 if hmac.compare_digest(h.digest(), tag):
                     return
         raise IntegrityError(_what(tag, (*self.head, ch, version, type_)))
@@ -379,6 +391,54 @@ class Integrity:
                     return
         at.check(tag, rest, _content(parts))
 
+    def check_head(self, pl: Place, cid: str, raw: bytes, parts: list[Any]) -> None:
+        """``check_cp`` of a checkpoint record as read (``parts``: ``codec.checkpoint_head`` of
+        ``raw``, its type still tagged), its type replaced by the type without its tags: a get_tuple's
+        and a list's path. A record of ``CP_MARK``'s format as this client packed it (every
+        record but one prune's Lua packed again) is hashed where it lies, its headers read off
+        the stored bytes (the MAC covers exactly those bytes, so any other record fails it, and
+        is then checked by ``check_cp``, which also raises)."""
+        typ, parent = parts[1], parts[0]
+        if type(typ) is not bytes or type(parent) is not bytes:  # (no record this client packed)
+            raise IntegrityError(_what(None, (*pl.c.head, cid)))
+        i = typ.find(b"\x1f")
+        e = i + 2 + CP_TAG
+        if i < 0 or typ[i + 1 : i + 2] != b"j" or len(typ) < e or raw[:1] != b"\x9a":
+            t, tags, joint = split_cp(typ)
+            parts[1] = t
+            self.check_cp(tags, (*pl.c.head, cid), parts, raw, joint)
+            return
+        parts[1] = untagged = typ[:i] + typ[e:]
+        at = pl.c
+        mine = at.mine.get(None)
+        if mine is not None and mine[1] == raw and mine[0] == cid:
+            return
+        # the stored record: array header, parent, tagged type, the rest; each string's header
+        # as stored (fixstr, str8, raw16, raw32)
+        b = raw[1]
+        p_end = 2 + len(parent) if 0xA0 <= b <= 0xBF else 1 + _HDR_SIZE.get(b, 1 << 40) + len(parent)
+        if p_end < len(raw):
+            b = raw[p_end]
+            end = p_end + (1 if 0xA0 <= b <= 0xBF else _HDR_SIZE.get(b, 1 << 40)) + len(typ)
+            if end <= len(raw):
+                tags = typ[i + 2 : e]
+                if parent:
+                    tag, n, last = tags[:TAG], TAG, raw[1:p_end]  # the parent as stored
+                else:
+                    tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
+                c = cid.encode()
+                pre = (_HDRS[len(c)] + c if len(c) < 256 else _str_packed(c)) + b"\x99"
+                pre += _HDRS[len(untagged)] + untagged if len(untagged) < 256 else _str_packed(untagged)
+                tail = raw[end:]
+                for base in at._hs:
+                    h = base.copy()
+                    h.update(pre)
+                    h.update(tail)
+                    h.update(last)
+                    if hmac.compare_digest(h.digest()[:n], tag):
+                        return
+        self._check_joint(typ[i + 2 : e], (*pl.c.head, cid), parts, raw)
+
     def _check_joint(self, tags: bytes, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None) -> None:
         """``check_cp`` of tags of ``CP_MARK``'s format: one MAC, over the checkpoint id, the
         record's bytes after its parent, then its parent (an empty one: the second tag's)."""
@@ -410,6 +470,18 @@ class Integrity:
                 if hmac.compare_digest(h.digest()[:n], tag):
                     return
         raise IntegrityError(_what(tag, (*where, parent)))
+
+
+# a string's header as this client's packer writes it (msgpack's raw family, use_bin_type=False:
+# fixstr, then raw16, raw32), for lengths below 256; and each header's size by its first byte
+_HDRS = [bytes((0xA0 | n,)) if n < 32 else b"\xda\x00" + bytes((n,)) for n in range(256)]
+_HDR_SIZE = {0xD9: 2, 0xDA: 3, 0xDB: 5}
+
+
+def _str_packed(b: bytes) -> bytes:
+    """``b`` packed as this client packs a string (its header, then ``b``)."""
+    out: bytes = (getattr(_local, "packer", None) or packer()).pack(b)
+    return out
 
 
 def _after_type(raw: bytes) -> int:

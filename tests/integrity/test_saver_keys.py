@@ -244,3 +244,58 @@ def test_a_record_prune_packed_again_reads_and_stays_bound(client: Any, prefix: 
     client.hset(key, field, after.replace(b"loop", b"loOp"))
     with pytest.raises(redis_saver.IntegrityError):
         redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1).get_tuple({"configurable": {"thread_id": "t"}})
+
+
+@pytest.mark.parametrize("part", [0, 1])
+def test_a_record_whose_parent_or_type_is_no_string_is_refused(client: Any, prefix: str, part: int) -> None:
+    """Planted checkpoint records whose parent or type is a number (no record a saver packs):
+    IntegrityError for the saver that wrote the thread and for another one, never a TypeError or
+    AttributeError from taking the record apart."""
+    import msgpack
+
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1)
+    run_thread(keyed, "t")
+    key = f"{prefix}:{{t}}:cp"
+    for field, raw in client.hgetall(key).items():
+        parts = msgpack.unpackb(raw, raw=True)
+        parts[part] = 7
+        client.hset(key, field, msgpack.packb(parts, use_bin_type=False))
+    for reader in (keyed, redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1)):
+        with pytest.raises(redis_saver.IntegrityError):
+            reader.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_a_read_that_fails_a_check_loads_nothing(client: Any, prefix: str) -> None:
+    """A get_tuple whose checkpoint record verifies but one of whose values or pending writes
+    does not: IntegrityError before serde loads anything of it (the checkpoint itself
+    included), for the saver that wrote the thread and for another one."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Counting(JsonPlusSerializer):
+        loads = 0
+
+        def loads_typed(self, data: Any) -> Any:
+            Counting.loads += 1
+            return super().loads_typed(data)
+
+    keyed = redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1, serde=Counting())
+    run_thread(keyed, "t")
+    other = redis_saver.RedisSaver(client, prefix=prefix, integrity_key=K1, serde=Counting())
+    Counting.loads = 0
+    assert other.get_tuple({"configurable": {"thread_id": "t"}}) is not None and Counting.loads > 0
+    for kind, mark in (("blob", b"\x1fb"), ("wr", b"\x1fk")):
+        key = f"{prefix}:{{t}}:{kind}"
+        saved = client.hgetall(key)
+        flipped = 0
+        for field, raw in saved.items():  # a byte of every value's (or write's) tag flipped
+            i = raw.find(mark)
+            if i > 0:
+                client.hset(key, field, raw[: i + 4] + bytes([raw[i + 4] ^ 1]) + raw[i + 5 :])
+                flipped += 1
+        assert flipped > 2, (kind, flipped)
+        for reader in (keyed, other):
+            Counting.loads = 0
+            with pytest.raises(redis_saver.IntegrityError):
+                reader.get_tuple({"configurable": {"thread_id": "t"}})
+            assert Counting.loads == 0, (kind, Counting.loads)
+        client.hset(key, mapping=saved)

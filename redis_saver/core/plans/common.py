@@ -25,7 +25,7 @@ from ...errors import (
 from ...keys import FORMAT_VERSION, KeySchema, enc
 from .. import codec
 from .. import values as values_
-from ..integrity import TAG, TEXT_TAG, VALUE_MARK, At, Integrity, split_cp, split_type
+from ..integrity import TAG, TEXT_TAG, VALUE_MARK, At, Integrity, Place, split_cp, split_type
 from ..ttl import TTLConfig
 
 
@@ -261,15 +261,16 @@ class PlanBase:
             self.integrity.at(9, ("w", thread_id, ns, cid)).check(tag, (tid, idx, ch, path, ty), data)
         return tid, ch, ty, data, idx
 
-    def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes) -> list[Any]:
+    def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes, pl: Place | None = None) -> list[Any]:
         """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
-        which are checked with a key."""
+        which are checked with a key (``pl``: the place of (thread, namespace), looked up once
+        per call by its caller)."""
         parts = codec.checkpoint_head(raw)  # (a new list)
-        t, tags, joint = split_cp(parts[1])
-        if tags is not None or self.integrity is not None:
-            parts[1] = t
-        if self.integrity is not None:
-            self.integrity.check_cp(tags, ("c", thread_id, ns, cid), parts, raw, joint)
+        integ = self.integrity
+        if integ is not None:
+            integ.check_head(integ.place(thread_id, ns) if pl is None else pl, cid, raw, parts)
+        else:
+            parts[1] = split_cp(parts[1])[0]
         return parts
 
     def _tuple(
@@ -283,21 +284,18 @@ class PlanBase:
         blobs: _ReplyBlobs,
         remember: bool = False,
     ) -> CheckpointTuple:
-        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw)[:7]
+        integ = self.integrity
+        # with a key: the places of (thread, namespace), their heads hashed once (Integrity.place)
+        pl = integ.place(thread_id, ns) if integ is not None else None
+        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw, pl)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
-        integ = self.integrity
         vers = codec.str_pairs(vrec) if integ is not None else None
-        if cp_type.endswith(values_.VERSIONS_MARK_B):
-            checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            # (with a key, the values' places are looked up in it before the checkpoint is returned)
-            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else vers
-            checkpoint["id"] = cid
-        else:
-            checkpoint = self._load(cp_type, cp_bytes)
-        values: dict[str, Any] = {}
-        # with a key: the values' place (kind, thread, namespace) hashed once (Integrity.at)
-        vat = integ.place(thread_id, ns).v if integ is not None and values_at else None
+        # with a key, every value and write is checked before anything of the checkpoint is
+        # loaded (nothing deserialized from a reply that fails; the checks run one after the
+        # other, each value's bytes put together and checked by ``blobs.typed``)
+        vat = pl.v if pl is not None else None  # the values' place (kind, thread, namespace)
+        chans: list[tuple[str, int, Any, Any]] = []
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
@@ -305,9 +303,11 @@ class PlanBase:
                 if chan not in vers:
                     raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
                 where = (vat, chan, vers[chan])
-            values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None, where)
-        checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
-        pending = []
+            k, cache_key = values_at[i + 1], (thread_id, ns, chan) if remember else None
+            if integ is not None:
+                blobs.typed(self, k, cache_key, where)
+            chans.append((chan, k, cache_key, where))
+        stored_writes = []
         seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
             if w:
@@ -317,7 +317,19 @@ class PlanBase:
                     if (tid, idx) in seen:
                         raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
                     seen.add((tid, idx))
-                pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
+                stored_writes.append((tid, ch, ty, data))
+        if cp_type.endswith(values_.VERSIONS_MARK_B):
+            checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
+            # (with a key, the values' places are looked up in it before the checkpoint is returned)
+            checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else vers
+            checkpoint["id"] = cid
+        else:
+            checkpoint = self._load(cp_type, cp_bytes)
+        values: dict[str, Any] = {}
+        for chan, k, cache_key, where in chans:
+            values[chan] = blobs.value(self, k, cache_key, where)
+        checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
+        pending = [(tid.decode(), ch.decode(), self._load(ty, data)) for tid, ch, ty, data in stored_writes]
         parent = parent_b.decode()
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
