@@ -64,6 +64,8 @@ VALUE_MARK = b"\x1fb"
 
 KeyArg = Any  # bytes, or a sequence of bytes (the first signs, each verifies)
 
+_eq = hmac.compare_digest  # (one name to look up on the read path)
+
 
 def coerce_keys(key: KeyArg) -> tuple[bytes, ...]:
     """The keys of an ``integrity_key`` option: one key of at least 32 bytes, or a non-empty
@@ -199,24 +201,12 @@ class At:
             self.check_text(tag, ch, version, type_, data)
             return
         if tag is not None and len(tag) == TAG:
-            c = ch.encode()
-            v = version.encode() if type(version) is str else b""
-            if v and len(c) < 256 and len(v) < 256 and len(type_) < 256:
-                # (ch, version, type_) packed as this client packs them, joined with the bytes
-                # when they are short: one update (the common case: a read's values)
-                parts = [_HDRS[len(c)], c, _HDRS[len(v)], v, _HDRS[len(type_)], type_]
-                if len(data) <= 1024:
-                    parts.append(data)
-                    data = b""
-                packed = b"".join(parts)
-            else:
-                packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
+            packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
             for base in self._hs:
                 h = base.copy()
                 h.update(packed)
-                if data:
-                    h.update(data)
-                if hmac.compare_digest(h.digest(), tag):
+                h.update(data)
+                if _eq(h.digest(), tag):
                     return
         raise IntegrityError(_what(tag, (*self.head, ch, version, type_)))
 
@@ -402,40 +392,36 @@ class Integrity:
         if type(typ) is not bytes or type(parent) is not bytes:  # (no record this client packed)
             raise IntegrityError(_what(None, (*pl.c.head, cid)))
         i = typ.find(b"\x1f")
-        e = i + 2 + CP_TAG
-        if i < 0 or typ[i + 1 : i + 2] != b"j" or len(typ) < e or raw[:1] != b"\x9a":
+        e = i + _CP_SPAN
+        if i < 0 or len(typ) < e or typ[i + 1] != 0x6A or raw[0] != 0x9A:  # (0x6A: CP_MARK's "j")
             t, tags, joint = split_cp(typ)
             parts[1] = t
             self.check_cp(tags, (*pl.c.head, cid), parts, raw, joint)
             return
         parts[1] = untagged = typ[:i] + typ[e:]
         at = pl.c
-        mine = at.mine.get(None)
-        if mine is not None and mine[1] == raw and mine[0] == cid:
-            return
+        if at.mine:
+            mine = at.mine.get(None)
+            if mine is not None and mine[1] == raw and mine[0] == cid:
+                return
         # the stored record: array header, parent, tagged type, the rest; each string's header
-        # as stored (fixstr, str8, raw16, raw32)
-        b = raw[1]
-        p_end = 2 + len(parent) if 0xA0 <= b <= 0xBF else 1 + _HDR_SIZE.get(b, 1 << 40) + len(parent)
+        # as stored (fixstr, str8, raw16, raw32: _HSIZE)
+        p_end = 1 + _HSIZE[raw[1]] + len(parent)
         if p_end < len(raw):
-            b = raw[p_end]
-            end = p_end + (1 if 0xA0 <= b <= 0xBF else _HDR_SIZE.get(b, 1 << 40)) + len(typ)
-            if end <= len(raw):
-                tags = typ[i + 2 : e]
-                if parent:
-                    tag, n, last = tags[:TAG], TAG, raw[1:p_end]  # the parent as stored
-                else:
-                    tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
-                c = cid.encode()
-                pre = (_HDRS[len(c)] + c if len(c) < 256 else _str_packed(c)) + b"\x99"
-                pre += _HDRS[len(untagged)] + untagged if len(untagged) < 256 else _str_packed(untagged)
-                tail = raw[end:]
+            end = p_end + _HSIZE[raw[p_end]] + len(typ)
+            c = cid.encode()
+            if end <= len(raw) and len(c) < 256 and len(untagged) < 256:
+                # what the tags cover: the cid, the header of the parts after the parent, the
+                # untagged type, the rest as stored, then the parent as stored (or an empty one)
+                msg = b"".join(
+                    (_HDRS[len(c)], c, b"\x99", _HDRS[len(untagged)], untagged, raw[end:],
+                     raw[1:p_end] if parent else b"\xa0")
+                )
+                tag, n = (typ[i + 2 : i + 2 + TAG], TAG) if parent else (typ[i + 2 + TAG : e], PARENT_TAG)
                 for base in at._hs:
                     h = base.copy()
-                    h.update(pre)
-                    h.update(tail)
-                    h.update(last)
-                    if hmac.compare_digest(h.digest()[:n], tag):
+                    h.update(msg)
+                    if _eq(h.digest()[:n], tag):
                         return
         self._check_joint(typ[i + 2 : e], (*pl.c.head, cid), parts, raw)
 
@@ -476,12 +462,9 @@ class Integrity:
 # fixstr, then raw16, raw32), for lengths below 256; and each header's size by its first byte
 _HDRS = [bytes((0xA0 | n,)) if n < 32 else b"\xda\x00" + bytes((n,)) for n in range(256)]
 _HDR_SIZE = {0xD9: 2, 0xDA: 3, 0xDB: 5}
-
-
-def _str_packed(b: bytes) -> bytes:
-    """``b`` packed as this client packs a string (its header, then ``b``)."""
-    out: bytes = (getattr(_local, "packer", None) or packer()).pack(b)
-    return out
+# a header's size by its first byte (any other first byte: no string, past any record's end)
+_HSIZE = [1 if 0xA0 <= b <= 0xBF else _HDR_SIZE.get(b, 1 << 40) for b in range(256)]
+_CP_SPAN = 2 + CP_TAG  # a checkpoint record's mark and tags
 
 
 def _after_type(raw: bytes) -> int:

@@ -230,9 +230,10 @@ class PlanBase:
             at, ch, ver = where
             # the record this saver signed last at this place, read back as it signed it, needs
             # no MAC (its tag is the one this saver computed for these bytes there: At.mine)
-            mine = at.mine.get(ch)
-            if mine is not None and (mine[1] != blob or mine[0] != ver.encode()):
-                mine = None
+            if at.mine:
+                mine = at.mine.get(ch)
+                if mine is not None and (mine[1] != blob or mine[0] != ver.encode()):
+                    mine = None
             if not stream and mine is None:
                 at.check_value(tag, binary, ch, ver, type_, data)
         if stream:
@@ -295,7 +296,7 @@ class PlanBase:
         # loaded (nothing deserialized from a reply that fails; the checks run one after the
         # other, each value's bytes put together and checked by ``blobs.typed``)
         vat = pl.v if pl is not None else None  # the values' place (kind, thread, namespace)
-        chans: list[tuple[str, int, Any, Any]] = []
+        chans: list[tuple[str, int, Any, Any, Any]] = []
         for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
             chan = values_at[i].decode()
             where = None
@@ -304,9 +305,7 @@ class PlanBase:
                     raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
                 where = (vat, chan, vers[chan])
             k, cache_key = values_at[i + 1], (thread_id, ns, chan) if remember else None
-            if integ is not None:
-                blobs.typed(self, k, cache_key, where)
-            chans.append((chan, k, cache_key, where))
+            chans.append((chan, k, cache_key, where, None if integ is None else blobs.typed(self, k, cache_key, where)))
         stored_writes = []
         seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
@@ -326,8 +325,8 @@ class PlanBase:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        for chan, k, cache_key, where in chans:
-            values[chan] = blobs.value(self, k, cache_key, where)
+        for chan, k, cache_key, where, got in chans:
+            values[chan] = blobs.value(self, k, cache_key, where, got)
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
         pending = [(tid.decode(), ch.decode(), self._load(ty, data)) for tid, ch, ty, data in stored_writes]
         parent = parent_b.decode()
@@ -402,14 +401,15 @@ class _ReplyBlobs:
         self.places: dict[int, Any] = {}  # with a key: the place blob k was checked against
 
     def value(
-        self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None, where: Any = None
+        self, plans: PlanBase, k: int, cache_key: tuple[str, str, str] | None, where: Any = None,
+        got: tuple[str, bytes] | None = None,
     ) -> Any:
         """The value of blob ``k``: loaded by serde for this checkpoint, or the one loaded for
         an earlier checkpoint of the reply when it is immutable (with a key: when it was
-        checked against the same place)."""
+        checked against the same place). ``got``: what ``typed`` returned for it (checked)."""
         if k in self.shared and self.places.get(k) == where:
             return self.shared[k]
-        v = plans.serde.loads_typed(self.typed(plans, k, cache_key, where))
+        v = plans.serde.loads_typed(self.typed(plans, k, cache_key, where) if got is None else got)
         if type(v) in _IMMUTABLE:
             self.shared[k] = v
         return v
