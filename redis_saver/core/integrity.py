@@ -389,11 +389,13 @@ class Integrity:
         the stored bytes (the MAC covers exactly those bytes, so any other record fails it, and
         is then checked by ``check_cp``, which also raises)."""
         typ, parent = parts[1], parts[0]
-        if type(typ) is not bytes or type(parent) is not bytes:  # (no record this client packed)
-            raise IntegrityError(_what(None, (*pl.c.head, cid)))
-        i = typ.find(b"\x1f")
-        e = i + _CP_SPAN
-        if i < 0 or len(typ) < e or typ[i + 1] != 0x6A or raw[0] != 0x9A:  # (0x6A: CP_MARK's "j")
+        try:
+            i = typ.find(b"\x1f")
+            e = i + _CP_SPAN
+            joint = i >= 0 and len(typ) >= e and typ[i + 1] == 0x6A and raw[0] == 0x9A  # (0x6A: CP_MARK's "j")
+        except AttributeError:  # no string where the type belongs: no record this client packed
+            raise IntegrityError(_what(None, (*pl.c.head, cid))) from None
+        if not joint:
             t, tags, joint = split_cp(typ)
             parts[1] = t
             self.check_cp(tags, (*pl.c.head, cid), parts, raw, joint)
@@ -404,25 +406,27 @@ class Integrity:
             mine = at.mine.get(None)
             if mine is not None and mine[1] == raw and mine[0] == cid:
                 return
-        # the stored record: array header, parent, tagged type, the rest; each string's header
-        # as stored (fixstr, str8, raw16, raw32: _HSIZE)
-        p_end = 1 + _HSIZE[raw[1]] + len(parent)
-        if p_end < len(raw):
+        # what the tags cover: the cid, the header of the parts after the parent, the untagged
+        # type, the rest as stored, then the parent as stored (or an empty one); the stored
+        # record is its array header, its parent, its tagged type, the rest, each string's
+        # header as stored (fixstr, str8, raw16, raw32: _HSIZE)
+        try:
+            p_end = 1 + _HSIZE[raw[1]] + len(parent)
             end = p_end + _HSIZE[raw[p_end]] + len(typ)
             c = cid.encode()
-            if end <= len(raw) and len(c) < 256 and len(untagged) < 256:
-                # what the tags cover: the cid, the header of the parts after the parent, the
-                # untagged type, the rest as stored, then the parent as stored (or an empty one)
-                msg = b"".join(
-                    (_HDRS[len(c)], c, b"\x99", _HDRS[len(untagged)], untagged, raw[end:],
-                     raw[1:p_end] if parent else b"\xa0")
-                )
-                tag, n = (typ[i + 2 : i + 2 + TAG], TAG) if parent else (typ[i + 2 + TAG : e], PARENT_TAG)
-                for base in at._hs:
-                    h = base.copy()
-                    h.update(msg)
-                    if _eq(h.digest()[:n], tag):
-                        return
+            msg = b"".join(
+                (_HDRS[len(c)], c, b"\x99", _HDRS[len(untagged)], untagged, raw[end:],
+                 raw[1:p_end] if parent else b"\xa0")
+            )
+        except (TypeError, IndexError):  # a parent that is no string, headers past the end, long strings
+            msg = b""
+        if msg:
+            tag, n = (typ[i + 2 : i + 2 + TAG], TAG) if parent else (typ[i + 2 + TAG : e], PARENT_TAG)
+            for base in at._hs:
+                h = base.copy()
+                h.update(msg)
+                if _eq(h.digest()[:n], tag):
+                    return
         self._check_joint(typ[i + 2 : e], (*pl.c.head, cid), parts, raw)
 
     def _check_joint(self, tags: bytes, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None) -> None:

@@ -299,3 +299,55 @@ def test_a_read_that_fails_a_check_loads_nothing(client: Any, prefix: str) -> No
                 reader.get_tuple({"configurable": {"thread_id": "t"}})
             assert Counting.loads == 0, (kind, Counting.loads)
         client.hset(key, mapping=saved)
+
+
+@pytest.mark.parametrize(
+    "parent,type_,cid",
+    [
+        ("1f0c4a2e-1111-6000-8000-000000000001", b"msgpack\x1fv", "1f0c4a2e-2222-6000-8000-000000000002"),
+        ("", b"msgpack\x1fv\x1fz", "1f0c4a2e-2222-6000-8000-000000000002"),  # no parent: the second tag
+        ("p" * 300, b"t" * 300, "c" * 300),  # strings of 256 bytes and more (raw16 headers, no table)
+        ("1f0c4a2e-1111-6000-8000-000000000001", b"json", "x"),
+    ],
+)
+def test_a_record_verifies_in_place_and_every_changed_byte_is_refused(parent: str, type_: bytes, cid: str) -> None:
+    """A checkpoint record as a put signs it reads back through the in-place check (and packed
+    again with str8 headers, as prune's Lua does, through the check of its parts); every byte of
+    it changed (but the bytes of the tag its reader does not use), the record cut, or read at
+    another checkpoint id: IntegrityError (or a record msgpack cannot read)."""
+    import msgpack
+
+    from redis_saver.core import codec
+    from redis_saver.core.integrity import Integrity
+
+    integ = Integrity(K1, "pfx")
+    rest = [b"cp-bytes" * 9, b"msgpack", b"md" * 30, [b"a", b"00001.0"], [b"source", b'"loop"'], b"run", [], []]
+    raw = integ.signed_cp("t", "", cid, [parent, type_, *rest])
+
+    def read(raw_: bytes, at_cid: str = cid) -> list[Any]:
+        parts = codec.checkpoint_head(raw_)
+        Integrity(K1, "pfx").check_head(Integrity(K1, "pfx").place("t", ""), at_cid, raw_, parts)
+        return parts
+
+    assert read(raw)[:3] == [parent.encode(), type_, rest[0]]
+    # packed again with str8 headers (what Redis's cmsgpack writes for 32-255 bytes)
+    again = msgpack.packb(msgpack.unpackb(raw, raw=False, unicode_errors="surrogateescape"), use_bin_type=True,
+                          unicode_errors="surrogateescape")
+    if again != raw:
+        assert read(again)[1] == type_
+    with pytest.raises(redis_saver.IntegrityError):
+        read(raw, cid + "x")
+    # (a reader checks one of the two tags, by whether the record has a parent: the other one's
+    # bytes changed read as the same record, nothing of what it returns changed)
+    m = raw.find(b"\x1fj") + 2
+    unused = range(m + 16, m + 28) if parent else range(m, m + 16)
+    for pos in range(len(raw)):
+        changed = raw[:pos] + bytes([raw[pos] ^ 0x01]) + raw[pos + 1 :]
+        if pos in unused:
+            assert read(changed) == read(raw)
+            continue
+        with pytest.raises((redis_saver.IntegrityError, redis_saver.errors.MalformedReplyError)):
+            read(changed)
+    for cut in range(len(raw)):
+        with pytest.raises((redis_saver.IntegrityError, redis_saver.errors.MalformedReplyError)):
+            read(raw[:cut])
