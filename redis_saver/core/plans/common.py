@@ -274,6 +274,42 @@ class PlanBase:
             parts[1] = split_cp(parts[1])[0]
         return parts
 
+    def _checked_items(
+        self,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        pl: Place,
+        vers: dict[str, Any],
+        values_at: list[Any],
+        writes: list[bytes],
+        blobs: _ReplyBlobs,
+        remember: bool,
+    ) -> tuple[list[tuple[str, int, Any, Any, Any]], list[tuple[bytes, bytes, bytes, bytes]]]:
+        """With a key: a checkpoint's values (channel, blob, cache key, place, checked (type,
+        bytes)) and pending writes (task id, channel, type, bytes), each checked against its
+        place (``blobs.typed``, ``_write``), nothing loaded."""
+        vat = pl.v  # the values' place (kind, thread, namespace)
+        chans = []
+        for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
+            chan = values_at[i].decode()
+            if chan not in vers:
+                raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
+            where = (vat, chan, vers[chan])
+            k, cache_key = values_at[i + 1], (thread_id, ns, chan) if remember else None
+            chans.append((chan, k, cache_key, where, blobs.typed(self, k, cache_key, where)))
+        stored = []
+        seen: set[tuple[bytes, bytes]] = set()
+        for w in writes:
+            if w:
+                tid, ch, ty, data, idx = self._write(thread_id, ns, cid, w)
+                # each (task id, index) is stored once: a second one is a copy planted beside it
+                if (tid, idx) in seen:
+                    raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
+                seen.add((tid, idx))
+                stored.append((tid, ch, ty, data))
+        return chans, stored
+
     def _tuple(
         self,
         thread_id: str,
@@ -291,44 +327,30 @@ class PlanBase:
         parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw, pl)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
-        vers = codec.str_pairs(vrec) if integ is not None else None
-        # with a key, every value and write is checked before anything of the checkpoint is
-        # loaded (nothing deserialized from a reply that fails; the checks run one after the
-        # other, each value's bytes put together and checked by ``blobs.typed``)
-        vat = pl.v if pl is not None else None  # the values' place (kind, thread, namespace)
-        chans: list[tuple[str, int, Any, Any, Any]] = []
-        for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
-            chan = values_at[i].decode()
-            where = None
-            if vers is not None:
-                if chan not in vers:
-                    raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
-                where = (vat, chan, vers[chan])
-            k, cache_key = values_at[i + 1], (thread_id, ns, chan) if remember else None
-            chans.append((chan, k, cache_key, where, None if integ is None else blobs.typed(self, k, cache_key, where)))
-        stored_writes = []
-        seen: set[tuple[bytes, bytes]] = set()
-        for w in writes:
-            if w:
-                tid, ch, ty, data, idx = self._write(thread_id, ns, cid, w)
-                if vers is not None:
-                    # each (task id, index) is stored once: a second one is a copy planted beside it
-                    if (tid, idx) in seen:
-                        raise IntegrityError(f"checkpoint {cid!r}: write {idx!r} of task {tid!r} stored twice")
-                    seen.add((tid, idx))
-                stored_writes.append((tid, ch, ty, data))
+        vers = checked = None
+        if pl is not None:
+            # with a key, every value and write is checked before anything of the checkpoint is
+            # loaded: a reply with one that fails loads nothing
+            vers = codec.str_pairs(vrec)
+            checked = self._checked_items(thread_id, ns, cid, pl, vers, values_at, writes, blobs, remember)
         if cp_type.endswith(values_.VERSIONS_MARK_B):
             checkpoint: Checkpoint = self._load(cp_type[:-2], cp_bytes)
-            # (with a key, the values' places are looked up in it before the checkpoint is returned)
             checkpoint["channel_versions"] = codec.str_pairs(vrec) if vers is None else vers
             checkpoint["id"] = cid
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
-        for chan, k, cache_key, where, got in chans:
-            values[chan] = blobs.value(self, k, cache_key, where, got)
+        if checked is None:
+            for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
+                chan = values_at[i].decode()
+                values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None)
+            stored = [self._write(thread_id, ns, cid, w)[:4] for w in writes if w]
+        else:
+            for chan, k, cache_key, where, got in checked[0]:
+                values[chan] = blobs.value(self, k, cache_key, where, got)
+            stored = checked[1]
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
-        pending = [(tid.decode(), ch.decode(), self._load(ty, data)) for tid, ch, ty, data in stored_writes]
+        pending = [(tid.decode(), ch.decode(), self._load(ty, data)) for tid, ch, ty, data in stored]
         parent = parent_b.decode()
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
