@@ -192,22 +192,17 @@ class At:
                     return
         raise IntegrityError(_what(text, (*self.head, ch, version, type_)))
 
-    def check_value(
-        self, tag: bytes | None, binary: bool, ch: str, version: Any, type_: bytes, data: bytes
-    ) -> None:
-        """``check`` of a value's tag as ``split_value`` found it: bytes (``VALUE_MARK``:
-        compared as they are) or text (``check_text``)."""
-        if not binary:
-            self.check_text(tag, ch, version, type_, data)
-            return
-        if tag is not None and len(tag) == TAG:
-            packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
-            for base in self._hs:
-                h = base.copy()
-                h.update(packed)
-                h.update(data)
-                if _eq(h.digest(), tag):
-                    return
+    def check_bin(self, tag: bytes | None, ch: str, version: Any, type_: bytes, data: bytes) -> None:
+        """``check`` of a value's tag stored as bytes (``VALUE_MARK``: ``split_value`` found
+        ``TAG`` of them, compared as they are) at ``head + (ch, version, type_)``: a read of a
+        value (a text tag: ``check_text``)."""
+        packed = (getattr(_local, "packer", None) or packer()).pack((ch, version, type_))[1:]
+        for base in self._hs:
+            h = base.copy()
+            h.update(packed)
+            h.update(data)
+            if tag is not None and _eq(h.digest(), tag):
+                return
         raise IntegrityError(_what(tag, (*self.head, ch, version, type_)))
 
     def verifies(self, tag: bytes | None, rest: Sequence[Any], data: bytes) -> bool:

@@ -235,7 +235,7 @@ class PlanBase:
                 if mine is not None and (mine[1] != blob or mine[0] != ver.encode()):
                     mine = None
             if not stream and mine is None:
-                at.check_value(tag, binary, ch, ver, type_, data)
+                (at.check_bin if binary else at.check_text)(tag, ch, ver, type_, data)
         if stream:
             payload = data
             data, known = values_.decode_stream_value(payload, streams)
@@ -244,7 +244,7 @@ class PlanBase:
             if integ is not None and (mine is None or mine[2] is None or mine[2] is not known.stream.hashed):
                 # its ops as stored and a hash of the stream bytes they read
                 covered, st = values_.stream_covered(known.ops, known.stream, None, payload)
-                at.check_value(tag, binary, ch, ver, type_, covered)
+                (at.check_bin if binary else at.check_text)(tag, ch, ver, type_, covered)
                 if st is not known.stream:  # its running hash, for the reply's other values and the cache
                     streams[st.sid] = st
                     known = values_.Known(st, known.ops, known.value)
