@@ -66,7 +66,8 @@ class WorkerResult:
 
 def many_writers_worker(args: tuple) -> WorkerResult:
     """One process: ``n_ops`` read-latest / put-child / put_writes rounds on random threads."""
-    redis_url, prefix, threads, n_ops, fencing, seed, deadline = args
+    redis_url, prefix, threads, n_ops, fencing, seed, deadline, *rest = args
+    together = rest[0] if rest else 0  # start once this many workers are ready (0: at once)
     import redis_saver
     from redis_saver import RedisSaver
 
@@ -74,6 +75,13 @@ def many_writers_worker(args: tuple) -> WorkerResult:
     tag = f"w{seed}"
     res = WorkerResult()
     with RedisSaver.from_conn_string(redis_url, prefix=prefix, fencing=fencing, socket_timeout=5, retries=0) as saver:
+        if together:
+            # a start line: a spawned worker spends a second or more importing, so on a busy
+            # machine one could finish its rounds before another begins (no contention at all)
+            ready = f"{prefix}:test-start-line"
+            saver.client.incr(ready)
+            while int(saver.client.get(ready) or 0) < together and time.time() < deadline:
+                time.sleep(0.005)
         for i in range(n_ops):
             if time.time() > deadline:
                 res.errors.append(f"{tag}: deadline hit after {i} ops")

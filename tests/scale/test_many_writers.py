@@ -25,7 +25,8 @@ TIME_BUDGET = 30.0
 def _run(redis_url: str, prefix: str, threads: list[str], n_ops: int, fencing: bool) -> list[W.WorkerResult]:
     ctx = multiprocessing.get_context("spawn")
     deadline = time.time() + TIME_BUDGET - 8  # leave time for the checks
-    args = [(redis_url, prefix, threads, n_ops, fencing, seed, deadline) for seed in range(N_PROCS)]
+    # (the workers start together: devkit.workers.many_writers_worker's start line)
+    args = [(redis_url, prefix, threads, n_ops, fencing, seed, deadline, N_PROCS) for seed in range(N_PROCS)]
     with ctx.Pool(N_PROCS) as pool:
         results = pool.map_async(W.many_writers_worker, args).get(timeout=TIME_BUDGET)
     for r in results:
