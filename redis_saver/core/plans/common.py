@@ -340,17 +340,21 @@ class PlanBase:
         else:
             checkpoint = self._load(cp_type, cp_bytes)
         values: dict[str, Any] = {}
+        pending = []
         if checked is None:
             for i in range(0, len(values_at), 2):  # {channel, k, ...}: the channels that hold a value
                 chan = values_at[i].decode()
                 values[chan] = blobs.value(self, values_at[i + 1], (thread_id, ns, chan) if remember else None)
-            stored = [self._write(thread_id, ns, cid, w)[:4] for w in writes if w]
+            for w in writes:
+                if w:
+                    tid, ch, ty, data, _ = self._write(thread_id, ns, cid, w)
+                    pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
         else:
             for chan, k, cache_key, where, got in checked[0]:
                 values[chan] = blobs.value(self, k, cache_key, where, got)
-            stored = checked[1]
+            for tid, ch, ty, data in checked[1]:
+                pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
-        pending = [(tid.decode(), ch.decode(), self._load(ty, data)) for tid, ch, ty, data in stored]
         parent = parent_b.decode()
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}},
