@@ -201,11 +201,13 @@ class Lane:
                     conn = self.conn = await self._acquire()  # connected, and checked by the pool
                 elif conn.is_connected and await wire.stale(conn):
                     await conn.disconnect()  # the next write connects again
-            except BaseException as exc:  # nothing was written: the calls waiting get the error
+                timeout = conn.socket_timeout or None
+                direct = wire.direct(conn)
+            except BaseException as exc:
+                # nothing was written: the calls waiting get the error (left queued, a failure
+                # that recurs started the next worker at once, and so on without end)
                 self._fail_queued(exc)
                 raise
-            timeout = conn.socket_timeout or None
-            direct = wire.direct(conn)
             expired = 0  # calls at the head of `sent` past their deadline: failed, replies still to skip
             while True:
                 if self.queue and not sent:  # one write in flight: calls queued meanwhile go together

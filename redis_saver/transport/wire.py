@@ -107,8 +107,9 @@ def direct(conn: Any) -> bool:
     kind = type(conn)
     ok = _DIRECT.get(kind)
     if ok is None:
+        # a method redis-py lacks (_read_response_from_parser: not in 8.0) is one no subclass changed
         ok = _DIRECT[kind] = all(
-            getattr(kind, name, None) is getattr(_AbstractConnection, name)
+            getattr(kind, name, None) is getattr(_AbstractConnection, name, None)
             for name in ("read_response", "send_packed_command", "_read_response_from_parser")
         )
     return ok

@@ -319,6 +319,47 @@ def test_a_connection_class_that_changes_reads_keeps_redis_pys_methods():
     assert not wire.direct(SentinelManagedConnection(connection_pool=None))
 
 
+def test_a_method_redis_py_lacks_is_one_no_subclass_changed(monkeypatch):
+    # redis-py 8.0's connections have no _read_response_from_parser (8.2's read_response calls
+    # it): wire.direct raised AttributeError there, in every lane's worker, for every call
+    from redis.asyncio.connection import AbstractConnection, Connection
+
+    monkeypatch.setattr(wire, "_DIRECT", {})
+    monkeypatch.delattr(AbstractConnection, "_read_response_from_parser", raising=False)
+    assert not hasattr(Connection, "_read_response_from_parser")
+    assert wire.direct(Connection())
+
+    class Reads(Connection):
+        async def _read_response_from_parser(self, *a: Any, **kw: Any) -> Any:
+            raise AssertionError("a subclass's own reads: never bypassed")
+
+    assert not wire.direct(Reads())
+
+
+async def test_a_lane_that_fails_before_its_write_fails_its_calls(aclient, monkeypatch):
+    # a failure after the lane has its connection and before it writes (here wire.direct's)
+    # fails the calls queued; they stayed queued before, and each worker started the next at
+    # once: a loop without end (redis-py 8.0, see above). The failure stops after 50 tries so
+    # that the old code ends too (the call then answered)
+    assert await call(aclient, ECHO, args=("warm",)) == b"warm"
+    tries = 0
+    plain = wire.direct
+
+    def failing(conn: Any) -> bool:
+        nonlocal tries
+        tries += 1
+        if tries > 50:
+            return plain(conn)
+        raise AttributeError("a redis-py internal that moved")
+
+    monkeypatch.setattr(wire, "direct", failing)
+    with pytest.raises(AttributeError, match="a redis-py internal that moved"):
+        await asyncio.wait_for(call(aclient, ECHO, args=("x",)), 10)
+    assert tries == 1
+    monkeypatch.setattr(wire, "direct", plain)
+    assert await call(aclient, ECHO, args=("after",)) == b"after"
+
+
 async def test_a_reply_longer_than_one_read_is_read_whole(aclient):
     # a 3 MB reply arrives in many socket reads, fed to one reader; the next call is answered too
     big = "return string.rep(ARGV[1], 3 * 1024 * 1024)"
