@@ -83,16 +83,20 @@ for i = 1, n do
       redis.call('SET', ik, rec)
     end
     local kk = base .. 'k:' .. ens
-    local st = ST_VS and st_vs_state(base, ens, vs, redis.call('EXISTS', kk) == 0)
+    local had = redis.call('EXISTS', kk) == 1
+    local st = ST_VS and st_vs_state(base, ens, vs, not had)
     if not (old and redis.call('ZSCORE', kk, ekey)) then  -- new (or its entry was swept): last in order
       if not redis.call('ZSCORE', base .. 'q', ens) then
         -- items its k: kept (its q entry lost: evicted) are found by scans again, not logged
-        if redis.call('EXISTS', kk) == 1 then unlogged = true end
+        if had then unlogged = true end
         redis.call('ZADD', base .. 'q', next_seq(ordinal), ens)
-        redis.call('ZADD', base .. 'n', 0, ens)
       end
       redis.call('ZADD', kk, next_seq(ordinal), ekey)
     end
+    -- listed by every put, not only by its namespace's first item: an index n deleted or
+    -- evicted (an allkeys policy takes any key) is filled again by the namespaces' next puts;
+    -- the items its k: kept are then found by scans again, not logged (as for a lost q entry)
+    if redis.call('ZADD', base .. 'n', 0, ens) == 1 and had then unlogged = true end
     if ttl > 0 then
       redis.call('ZADD', base .. 'e:' .. ens, string.format('%.0f', now_ms + ttl), ekey)
     else

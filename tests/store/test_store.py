@@ -496,3 +496,27 @@ async def test_unix_socket_url(prefix, tmp_path):
             assert (await s.aget(("n",), "k")).value == {"v": 1}
     finally:
         server.stop()
+
+
+def test_a_lost_namespace_index_is_filled_again_by_puts(store, redis_url, prefix):
+    """The shard's namespace index (``n``) deleted or evicted (an allkeys policy takes any key)
+    while the namespaces keep their items: list_namespaces (and the vector sets' rebuild, which
+    lists through it) no longer find them, and the next put into each namespace, of a new item or
+    of one it holds, lists it again. (Before, only a namespace's first item listed it, so under
+    allkeys eviction namespaces dropped out of list_namespaces and reindex for good.)"""
+    nss = [("u", "a"), ("u", "b"), ("v",)]
+    for ns in nss:
+        store.put(ns, "k", {"x": 1})
+        store.put(ns, "k2", {"x": 2})
+    assert store.list_namespaces() == sorted(nss)
+    r = redis.Redis.from_url(redis_url)
+    lost = [k for k in r.scan_iter(match=f"{prefix}:store#*:n")]
+    assert lost and r.delete(*lost) == len(lost)
+    r.close()
+    assert store.list_namespaces() == []
+    store.put(("u", "a"), "k", {"x": 3})  # an item it holds
+    store.put(("v",), "new", {"x": 4})  # a new item
+    assert store.list_namespaces() == [("u", "a"), ("v",)]
+    store.put(("u", "b"), "k2", {"x": 5})
+    assert store.list_namespaces() == sorted(nss)
+    assert [store.get(ns, "k").value for ns in nss] == [{"x": 3}, {"x": 1}, {"x": 1}]
