@@ -356,7 +356,7 @@ class Integrity:
             if mine is not None and mine[1] == raw and mine[0] == cid:
                 return
         if joint:
-            self._check_joint(tags, where, parts, raw)
+            self._check_joint(tags, where, parts)
             return
         if parent:
             tag, rest = tags[:TAG], (cid, parent)
@@ -422,11 +422,14 @@ class Integrity:
                 h.update(msg)
                 if _eq(h.digest()[:n], tag):
                     return
-        self._check_joint(typ[i + 2 : e], (*pl.c.head, cid), parts, raw)
+        self._check_joint(typ[i + 2 : e], (*pl.c.head, cid), parts)
 
-    def _check_joint(self, tags: bytes, where: Sequence[Any], parts: Sequence[Any], raw: bytes | None) -> None:
-        """``check_cp`` of tags of ``CP_MARK``'s format: one MAC, over the checkpoint id, the
-        record's bytes after its parent, then its parent (an empty one: the second tag's)."""
+    def _check_joint(self, tags: bytes, where: Sequence[Any], parts: Sequence[Any]) -> None:
+        """``check_cp`` of tags of ``CP_MARK``'s format over the record's parts packed again as
+        this client packs them: one MAC over the checkpoint id, the parts after the parent, then
+        the parent (an empty one: the second tag's). The same bytes, whoever packed the record
+        (a record prune's Lua packed again when it cleared its parent has other headers); a
+        record as this client packed it is checked where it lies first (``check_head``)."""
         parent, cid = parts[0], where[3]
         at = self.place(where[1], where[2]).c
         pk = getattr(_local, "packer", None) or packer()
@@ -434,26 +437,14 @@ class Integrity:
             tag, n, last = tags[:TAG], TAG, pk.pack(parent)
         else:
             tag, n, last = tags[TAG:], PARENT_TAG, b"\xa0"
-        pcid = pk.pack(cid)
-        end = -1 if raw is None else _after_type(raw)
-        for stored in (True, False):
-            if stored:
-                if raw is None or end <= 0:
-                    continue
-                # the bytes as stored, hashed in place: the cid, the array header, the type, the
-                # rest (the common case: a record this client packed)
-                pre, tail = pcid + b"\x99" + pk.pack(parts[1]), raw[end:]
-            else:
-                # packed again as this client packs them: the same bytes, whoever packed them (a
-                # record prune's Lua packed again when it cleared its parent has other headers)
-                pre, tail = pcid, _content(parts)
-            for base in at._hs:
-                h = base.copy()
-                h.update(pre)
-                h.update(tail)
-                h.update(last)
-                if hmac.compare_digest(h.digest()[:n], tag):
-                    return
+        pre, tail = pk.pack(cid), _content(parts)
+        for base in at._hs:
+            h = base.copy()
+            h.update(pre)
+            h.update(tail)
+            h.update(last)
+            if _eq(h.digest()[:n], tag):
+                return
         raise IntegrityError(_what(tag, (*where, parent)))
 
 

@@ -262,14 +262,13 @@ class PlanBase:
             self.integrity.at(9, ("w", thread_id, ns, cid)).check(tag, (tid, idx, ch, path, ty), data)
         return tid, ch, ty, data, idx
 
-    def _checked_head(self, thread_id: str, ns: str, cid: str, raw: bytes, pl: Place | None = None) -> list[Any]:
+    def _checked_head(self, cid: str, raw: bytes, pl: Place | None) -> list[Any]:
         """A checkpoint record's parts (``codec.checkpoint_head``), its type without its tags,
-        which are checked with a key (``pl``: the place of (thread, namespace), looked up once
-        per call by its caller)."""
+        which are checked with a key (``pl``: the place of (thread, namespace) with a key, None
+        without)."""
         parts = codec.checkpoint_head(raw)  # (a new list)
-        integ = self.integrity
-        if integ is not None:
-            integ.check_head(integ.place(thread_id, ns) if pl is None else pl, cid, raw, parts)
+        if pl is not None and self.integrity is not None:
+            self.integrity.check_head(pl, cid, raw, parts)
         else:
             parts[1] = split_cp(parts[1])[0]
         return parts
@@ -285,9 +284,9 @@ class PlanBase:
         writes: list[bytes],
         blobs: _ReplyBlobs,
         remember: bool,
-    ) -> tuple[list[tuple[str, int, Any, Any, Any]], list[tuple[bytes, bytes, bytes, bytes]]]:
-        """With a key: a checkpoint's values (channel, blob, cache key, place, checked (type,
-        bytes)) and pending writes (task id, channel, type, bytes), each checked against its
+    ) -> tuple[list[tuple[str, int, Any, Any]], list[tuple[bytes, bytes, bytes, bytes]]]:
+        """With a key: a checkpoint's values (channel, blob, place, checked (type, bytes)) and
+        pending writes (task id, channel, type, bytes), each checked against its
         place (``blobs.typed``, ``_write``), nothing loaded."""
         vat = pl.v  # the values' place (kind, thread, namespace)
         chans = []
@@ -297,7 +296,7 @@ class PlanBase:
                 raise IntegrityError(f"checkpoint {cid!r}: a value of channel {chan!r}, which it does not name")
             where = (vat, chan, vers[chan])
             k, cache_key = values_at[i + 1], (thread_id, ns, chan) if remember else None
-            chans.append((chan, k, cache_key, where, blobs.typed(self, k, cache_key, where)))
+            chans.append((chan, k, where, blobs.typed(self, k, cache_key, where)))
         stored = []
         seen: set[tuple[bytes, bytes]] = set()
         for w in writes:
@@ -324,7 +323,7 @@ class PlanBase:
         integ = self.integrity
         # with a key: the places of (thread, namespace), their heads hashed once (Integrity.place)
         pl = integ.place(thread_id, ns) if integ is not None else None
-        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(thread_id, ns, cid, raw, pl)[:7]
+        parent_b, cp_type, cp_bytes, md_type, md_bytes, vrec, flt = self._checked_head(cid, raw, pl)[:7]
         if cp_type.endswith(values_.ZSTD_MARK):
             cp_type, cp_bytes = cp_type[:-2], values_.decompress(cp_bytes)
         vers = checked = None
@@ -350,8 +349,8 @@ class PlanBase:
                     tid, ch, ty, data, _ = self._write(thread_id, ns, cid, w)
                     pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
         else:
-            for chan, k, cache_key, where, got in checked[0]:
-                values[chan] = blobs.value(self, k, cache_key, where, got)
+            for chan, k, where, got in checked[0]:
+                values[chan] = blobs.value(self, k, None, where, got)
             for tid, ch, ty, data in checked[1]:
                 pending.append((tid.decode(), ch.decode(), self._load(ty, data)))
         checkpoint["channel_values"] = values  # a fresh dict from serde: no copy needed
