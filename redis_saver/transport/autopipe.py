@@ -390,7 +390,7 @@ class Router:
             lanes = self.lanes.get(None)
             if lanes is None:
                 pool = self.client.connection_pool
-                acquire, callbacks, hold = wire.pool_get(pool), self.client.response_callbacks, _hold(pool)
+                acquire, callbacks, hold = pool.get_connection, self.client.response_callbacks, _hold(pool)
                 lanes = self.lanes[None] = _lanes(lambda: Lane(loop, acquire, pool.release, callbacks, hold=hold))
             return lanes.next()
         key = args[0] if name == "mget" else args[2] if args[1] else None  # a script's first key

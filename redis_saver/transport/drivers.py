@@ -143,12 +143,10 @@ class SyncDriver(_Driver):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # _Driver's
         super().__init__(*args, **kwargs)
         self._pool = _direct_pool(self.client)
-        if self._pool is not None:
-            self._get_connection = wire.pool_get(self._pool)
 
     def _script(self, command: str, args: Sequence[Any]) -> Any:
         pool = self._pool
-        conn = self._get_connection()
+        conn = pool.get_connection()
         try:
             # packed by hiredis in one call (redis-py's send_command checks every argument in Python
             # first: 6 -> 3 us for a put's FCALL)

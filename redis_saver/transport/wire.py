@@ -7,7 +7,6 @@ release that changes those internals changes this file; the lanes stay as they a
 from __future__ import annotations
 
 import asyncio
-import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -197,17 +196,7 @@ def retries(retry: Any) -> int:
     """How many times a redis-py ``Retry`` retries (None: no retry)."""
     if retry is None:
         return 0
-    count = getattr(retry, "get_retries", None)
-    return int(count() if count is not None else retry._retries)
-
-
-def pool_get(pool: Any) -> Callable[[], Any]:
-    """``pool.get_connection`` without arguments: redis-py >= 5.3 deprecates the command-name
-    argument that older versions require (a sync pool's connection; an asyncio pool's awaitable)."""
-    first = next(iter(inspect.signature(pool.get_connection).parameters.values()), None)
-    if first is not None and first.default is inspect.Parameter.empty and first.kind is not first.VAR_POSITIONAL:
-        return lambda: pool.get_connection("EVALSHA")
-    return pool.get_connection  # type: ignore[no-any-return]
+    return int(retry.get_retries())
 
 
 def node_acquire(node: Any) -> Callable[[], Awaitable[Any]]:
