@@ -42,7 +42,7 @@ async def stale(conn: Any) -> bool:
     marked = getattr(conn, "should_reconnect", None)
     if marked is not None and marked():
         return True
-    check = getattr(conn, "can_read", None) or conn.can_read_destructive  # (7.4.1's asyncio connections: the latter only)
+    check = getattr(conn, "can_read", None) or conn.can_read_destructive  # (7.4.1 asyncio: the latter only)
     try:
         return bool(await check())
     except (ConnectionError, RedisTimeoutError, OSError):
